@@ -1,0 +1,3 @@
+from hostctl.cli import main
+
+main()

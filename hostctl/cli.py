@@ -1,0 +1,327 @@
+"""The `hostctl` command line: parse, call, present. Decisions live in plan/, host reads in
+facts/, changes in provision/ and service/.
+
+Results go to stdout (with --json: exactly one versioned JSON document); progress, warnings
+and errors go to stderr. Exit codes: 0 ok, 1 failed, 2 bad input, 3 refused for safety.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from hostctl import __version__
+from hostctl.config import Config, load_config
+from hostctl.errors import EXIT_FAILED, FailedError, HostctlError, InputError, NotAvailableError
+from hostctl.facts.model import HostFacts
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+app = typer.Typer(
+    name="hostctl",
+    help="Make a Linux GPU workstation a reliable local inference host for huge MoE models (vLLM-MoET).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+store_app = typer.Typer(help="Rank stores: per-rank expert-store files on the drives the plan assigns.",
+                        no_args_is_help=True)
+app.add_typer(store_app, name="store")
+
+ConfigOpt = Annotated[
+    Optional[Path],
+    typer.Option("--config", "-c", help="Host profile (TOML). Default: ./hostctl.toml, then /etc/hostctl/hostctl.toml.",
+                 dir_okay=False),
+]
+FactsOpt = Annotated[
+    Optional[Path],
+    typer.Option("--facts", help="Use this facts snapshot (from `hostctl facts --json`) instead of probing the host.",
+                 dir_okay=False),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one versioned JSON document instead of text.")]
+
+
+class Context:
+    """Global options, which may be given before or after the command name."""
+
+    def __init__(self, config: Path | None, facts: Path | None):
+        self.config_path = config
+        self.facts_path = facts
+
+    def merge(self, config: Path | None, facts: Path | None) -> "Context":
+        return Context(config or self.config_path, facts or self.facts_path)
+
+    def config(self) -> Config:
+        cfg = load_config(self.config_path)
+        for w in cfg.warnings:
+            err.print(f"warning: {w}")
+        return cfg
+
+    def facts(self, config: Config | None = None) -> HostFacts:
+        from hostctl.facts import collect, load_snapshot
+
+        if self.facts_path is not None:
+            return load_snapshot(self.facts_path)
+        requests = []
+        if config is not None:
+            from hostctl.plan import path_requests
+
+            requests = path_requests(config)
+        return collect(requests)
+
+    def refuse_snapshot(self, command: str) -> None:
+        if self.facts_path is not None:
+            raise InputError(
+                f"--facts cannot be used with `{command}`: it acts on this host, and a snapshot describes another",
+                fix=f"run `hostctl {command}` without --facts on the host itself",
+            )
+
+
+def _ctx(ctx: typer.Context, config: Path | None = None, facts: Path | None = None) -> Context:
+    base: Context = ctx.find_root().obj or Context(None, None)
+    return base.merge(config, facts)
+
+
+def _print_json(doc: dict) -> None:
+    sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+
+
+def _version(value: bool) -> None:
+    if value:
+        out.print(f"hostctl {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    ctx: typer.Context,
+    config: ConfigOpt = None,
+    facts: FactsOpt = None,
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+) -> None:
+    """Make a Linux GPU workstation a reliable local inference host for huge MoE models (vLLM-MoET).
+
+    facts -> plan -> render/provision -> up, with `doctor` to explain what is wrong.
+    --config and --facts may also be given after the command name.
+    """
+    ctx.obj = Context(config, facts)
+
+
+@app.command()
+def facts(ctx: typer.Context, json_: JsonOpt = False, config: ConfigOpt = None, facts: FactsOpt = None) -> None:
+    """Probe the host (GPUs, disks, memory, NUMA, IOMMU, Docker) and print what was found.
+
+    With a profile (--config, ./hostctl.toml or /etc/hostctl/hostctl.toml) the directories
+    it uses are described too. Whatever is absent is stated with its reason.
+    """
+    from hostctl.present import facts_text
+
+    c = _ctx(ctx, config, facts)
+    cfg = None
+    if c.facts_path is None:
+        try:
+            cfg = c.config()
+        except InputError as exc:
+            if c.config_path is not None or "no host profile found" not in exc.message:
+                raise
+    snapshot = c.facts(cfg)
+    if json_:
+        sys.stdout.write(snapshot.to_json())
+    else:
+        out.print(facts_text(snapshot), end="", markup=False)
+
+
+@app.command()
+def plan(ctx: typer.Context, json_: JsonOpt = False, config: ConfigOpt = None, facts: FactsOpt = None) -> None:
+    """Explain every decision for this host and recipe, with its reason. Changes nothing.
+
+    Exits 1 when the plan has errors (the host cannot serve the recipe as configured).
+    """
+    from hostctl.plan import build_plan
+    from hostctl.present import plan_text
+
+    c = _ctx(ctx, config, facts)
+    cfg = c.config()
+    result = build_plan(cfg, c.facts(cfg))
+    if json_:
+        sys.stdout.write(result.to_json())
+    else:
+        out.print(plan_text(result), end="", markup=False)
+    if result.errors:
+        raise typer.Exit(EXIT_FAILED)
+
+
+@app.command()
+def render(
+    ctx: typer.Context,
+    out_dir: Annotated[Optional[Path], typer.Option("--out", help="Directory to write into. Default: the profile's "
+                                                    "runtime.project_dir (/var/lib/hostctl/project).",
+                                                    file_okay=False)] = None,
+    hostctl_bin: Annotated[str, typer.Option("--hostctl-bin", help="hostctl path the systemd units call.")]
+    = "/usr/local/bin/hostctl",
+    config: ConfigOpt = None,
+    facts: FactsOpt = None,
+) -> None:
+    """Write compose.yaml, runtime.env and the systemd units for this host and recipe.
+
+    Nothing is written when the plan has errors. When Docker Compose is installed the
+    rendered project is checked with `docker compose config`.
+    """
+    from hostctl.plan import build_plan
+    from hostctl.service.compose import compose_check
+    from hostctl.service.render import render_files, write_files
+
+    c = _ctx(ctx, config, facts)
+    cfg = c.config()
+    result = build_plan(cfg, c.facts(cfg))
+    if result.errors:
+        raise FailedError(
+            "the plan has errors; nothing was rendered",
+            details=[f"[{p.area}] {p.message}" + (f" (fix: {p.fix})" if p.fix else "") for p in result.errors],
+            fix="fix the problems above (`hostctl plan` explains each decision)",
+        )
+    target = out_dir or Path(cfg.profile.runtime.project_dir)
+    written = write_files(render_files(result, hostctl_bin=hostctl_bin), target)
+    check = compose_check(target)
+    for path in written:
+        out.print(str(path), markup=False)
+    if check.checked and not check.ok:
+        raise FailedError("docker compose config rejected the rendered project", details=check.output.splitlines()[-10:])
+    err.print("checked with docker compose config" if check.checked else f"not checked: {check.output}")
+    for p in result.problems:
+        err.print(f"warning: [{p.area}] {p.message}", markup=False)
+
+
+def _not_yet(name: str) -> None:
+    raise NotAvailableError(f"`hostctl {name}` is not available yet in hostctl {__version__}",
+                            fix="see README.md for what works today (facts, plan, render)")
+
+
+@app.command()
+def provision(
+    ctx: typer.Context,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the exact commands and file edits; change nothing.")] = False,
+    yes: Annotated[bool, typer.Option("--yes", help="Consent to destructive steps on blank or hostctl-laid-out drives.")] = False,
+    erase: Annotated[Optional[list[str]], typer.Option("--erase", metavar="IDENTITY",
+                                                       help="Also allow erasing this drive's foreign contents.")] = None,
+    only: Annotated[Optional[str], typer.Option("--only", help="storage | gpu | system")] = None,
+    config: ConfigOpt = None,
+    facts: FactsOpt = None,
+) -> None:
+    """Make the host ready: NVMe swap and cache partitions, sysctl, GPU power limits, units."""
+    _ctx(ctx, config, facts).refuse_snapshot("provision")
+    if only is not None and only not in ("storage", "gpu", "system"):
+        raise InputError(f"--only: expected storage, gpu or system, got {only!r}")
+    _not_yet("provision")
+
+
+@store_app.command("split")
+def store_split(ctx: typer.Context, config: ConfigOpt = None, facts: FactsOpt = None) -> None:
+    """Copy each rank's expert-store files to the drive the plan assigns, verified byte for byte."""
+    _ctx(ctx, config, facts).refuse_snapshot("store split")
+    _not_yet("store split")
+
+
+@app.command()
+def up(
+    ctx: typer.Context,
+    timeout: Annotated[Optional[int], typer.Option("--timeout", help="Seconds to wait for ready (default: the recipe's load_timeout_s).")] = None,
+    keep_on_failure: Annotated[bool, typer.Option("--keep-on-failure", help="Leave a failed runtime running to inspect it.")] = False,
+    config: ConfigOpt = None,
+    facts: FactsOpt = None,
+) -> None:
+    """Start the runtime and exit 0 only when it is ready and the smoke tests pass."""
+    _ctx(ctx, config, facts).refuse_snapshot("up")
+    _not_yet("up")
+
+
+@app.command()
+def down(ctx: typer.Context, config: ConfigOpt = None, facts: FactsOpt = None) -> None:
+    """Stop and remove the runtime; caches stay."""
+    _ctx(ctx, config, facts).refuse_snapshot("down")
+    _not_yet("down")
+
+
+@app.command()
+def status(ctx: typer.Context, config: ConfigOpt = None, facts: FactsOpt = None) -> None:
+    """State, health, endpoint, uptime and the last smoke result of the runtime."""
+    _ctx(ctx, config, facts).refuse_snapshot("status")
+    _not_yet("status")
+
+
+@app.command()
+def logs(
+    ctx: typer.Context,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new lines.")] = False,
+    config: ConfigOpt = None,
+    facts: FactsOpt = None,
+) -> None:
+    """The runtime's logs."""
+    _ctx(ctx, config, facts).refuse_snapshot("logs")
+    _not_yet("logs")
+
+
+@app.command()
+def smoke(
+    ctx: typer.Context,
+    url: Annotated[Optional[str], typer.Option("--url", help="Endpoint to test (default: the profile's API address).")] = None,
+    config: ConfigOpt = None,
+    facts: FactsOpt = None,
+) -> None:
+    """Run the recipe's smoke suite against the running endpoint."""
+    _not_yet("smoke")
+
+
+@app.command()
+def verify(ctx: typer.Context, config: ConfigOpt = None, facts: FactsOpt = None) -> None:
+    """Read the host afresh and compare it with the plan (testinfra)."""
+    _ctx(ctx, config, facts).refuse_snapshot("verify")
+    _not_yet("verify")
+
+
+@app.command()
+def doctor(
+    ctx: typer.Context,
+    level: Annotated[str, typer.Option("--level", help="quick (read-only) or full (adds functional tests).")] = "quick",
+    json_: JsonOpt = False,
+    strict: Annotated[bool, typer.Option("--strict", help="Warnings fail too.")] = False,
+    log: Annotated[Optional[Path], typer.Option("--log", help="Classify a runtime log against known failures.")] = None,
+    bundle: Annotated[Optional[Path], typer.Option("--bundle", help="Write a redacted support archive.")] = None,
+    config: ConfigOpt = None,
+    facts: FactsOpt = None,
+) -> None:
+    """Every check, with evidence and the fix, in text or versioned JSON."""
+    if level not in ("quick", "full"):
+        raise InputError(f"--level: expected quick or full, got {level!r}")
+    _not_yet("doctor")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console entry point: maps errors to exit codes and keeps tracebacks for real bugs.
+
+    Typer's standalone mode already exits 2 on usage errors (bad flags) and 1 on an abort.
+    """
+    try:
+        app(args=argv, prog_name="hostctl")
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_FAILED)
+    except HostctlError as exc:
+        err.print(exc.render(), markup=False)
+        code = exc.exit_code
+    if argv is None:
+        sys.exit(code)
+    return code
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+"""Errors as values a user can act on, and the exit code each one maps to.
+
+Exit codes (DESIGN.md): 0 ok; 1 a check, gate or step failed (or a command is not
+available yet); 2 bad input, nothing changed; 3 refused for safety.
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_BAD_INPUT = 2
+EXIT_REFUSED = 3
+
+
+class HostctlError(Exception):
+    """An error the user can act on: what went wrong, and what to do about it."""
+
+    exit_code = EXIT_FAILED
+
+    def __init__(self, message: str, *, fix: str | None = None, details: list[str] | None = None):
+        super().__init__(message)
+        self.message = message
+        self.fix = fix
+        self.details = details or []
+
+    def render(self) -> str:
+        lines = [f"error: {self.message}"]
+        lines += [f"  {d}" for d in self.details]
+        if self.fix:
+            lines.append(f"fix: {self.fix}")
+        return "\n".join(lines)
+
+
+class InputError(HostctlError):
+    """Bad configuration, recipe, snapshot or flags. Nothing was changed."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
+class FailedError(HostctlError):
+    """A check, gate or step failed."""
+
+    exit_code = EXIT_FAILED
+
+
+class NotAvailableError(HostctlError):
+    """The command exists in the CLI contract but is not implemented in this version."""
+
+    exit_code = EXIT_FAILED
+
+
+class RefusedError(HostctlError):
+    """Refused for safety (a destructive guard held, or consent could not be asked)."""
+
+    exit_code = EXIT_REFUSED

@@ -1,0 +1,153 @@
+"""Facts: the only part of hostctl that reads the host. `collect()` runs every probe and returns
+one HostFacts; `load_snapshot()` reads a saved one (`hostctl facts --json > snap.json`).
+
+A probe that breaks unexpectedly becomes an absence or a note in the facts, never a crash:
+doctor must still be able to say what it could read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TypeVar
+
+from pydantic import ValidationError
+
+from hostctl.errors import InputError
+from hostctl.facts.disks import probe_disks
+from hostctl.facts.engine import probe_engine
+from hostctl.facts.gpu import probe_gpus
+from hostctl.facts.memory import probe_memory, read_swaps
+from hostctl.facts.model import (
+    FACTS_SCHEMA,
+    DiskFacts,
+    EngineFacts,
+    GpuFacts,
+    HostFacts,
+    IommuFacts,
+    KernelFacts,
+    MemoryFacts,
+    NumaFacts,
+    PathFacts,
+    StateFacts,
+)
+from hostctl.facts.mounts import probe_paths, read_mountinfo
+from hostctl.facts.state import probe_state
+from hostctl.facts.topology import CMDLINE, probe_iommu, probe_kernel, probe_numa
+
+__all__ = ["collect", "load_snapshot"]
+
+T = TypeVar("T")
+
+
+def _guarded(name: str, probe: Callable[[], T], fallback: Callable[[str], T], notes: list[str]) -> T:
+    try:
+        return probe()
+    except Exception as exc:  # a probe bug must not hide every other fact
+        why = f"{name} probe failed: {exc.__class__.__name__}: {exc}"
+        notes.append(why)
+        return fallback(why)
+
+
+def collect(path_requests: Sequence[tuple[str, bool]] = ()) -> HostFacts:
+    """Probe this host. path_requests: (directory, list_files) for each directory the plan relies on."""
+    notes: list[str] = []
+    mountinfo = read_mountinfo()
+    mounts = [line.entry for line in mountinfo]
+    swaps = read_swaps()
+    try:
+        cmdline = CMDLINE.read_text().strip()
+    except OSError:
+        cmdline = ""
+
+    # The slow probes wait on NVML, subprocesses and the Docker socket: overlap them.
+    with ThreadPoolExecutor(max_workers=4, thread_name_prefix="hostctl-facts") as pool:
+        engine_f = pool.submit(_guarded, "engine", probe_engine, lambda why: EngineFacts(available=False, reason=why), notes)
+        gpus_f = pool.submit(_guarded, "GPU", probe_gpus, lambda why: GpuFacts(available=False, reason=why), notes)
+        disks_f = pool.submit(
+            _guarded, "disk", lambda: probe_disks(mountinfo, swaps), lambda why: DiskFacts(available=False, reason=why), notes
+        )
+        kernel_f = pool.submit(
+            _guarded,
+            "kernel",
+            probe_kernel,
+            lambda why: KernelFacts(release=os.uname().release, cmdline=cmdline, virtualization_evidence=why),
+            notes,
+        )
+        memory = _guarded(
+            "memory",
+            lambda: probe_memory(swaps),
+            lambda why: MemoryFacts(mem_total_bytes=0, mem_available_bytes=0, swap_total_bytes=0, swap_free_bytes=0),
+            notes,
+        )
+        numa = _guarded("NUMA", probe_numa, lambda why: NumaFacts(cpu_count=os.cpu_count() or 1), notes)
+        iommu = _guarded("IOMMU", lambda: probe_iommu(cmdline), lambda why: IommuFacts(), notes)
+        paths = _guarded(
+            "path",
+            lambda: probe_paths(path_requests, mounts),
+            lambda why: [PathFacts(path=p, exists=os.path.isdir(p)) for p, _ in path_requests],
+            notes,
+        )
+        state, state_notes = _guarded("state", probe_state, lambda why: (StateFacts(), []), notes)
+        notes += state_notes
+        engine, gpus, disks, kernel = engine_f.result(), gpus_f.result(), disks_f.result(), kernel_f.result()
+
+    return HostFacts(
+        hostname=socket.gethostname(),
+        collected_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        notes=notes,
+        kernel=kernel,
+        gpus=gpus,
+        disks=disks,
+        memory=memory,
+        numa=numa,
+        iommu=iommu,
+        engine=engine,
+        mounts=mounts,
+        paths=paths,
+        state=state,
+    )
+
+
+def _field_path(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def load_snapshot(path: str | os.PathLike[str]) -> HostFacts:
+    """Read a facts snapshot; InputError names what is wrong (and for a field, where)."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except FileNotFoundError:
+        raise InputError(f"facts snapshot {p} does not exist", fix="make one with `hostctl facts --json > snap.json`") from None
+    except OSError as exc:
+        raise InputError(f"cannot read facts snapshot {p}: {exc.strerror or exc}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"facts snapshot {p} is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
+    if not isinstance(data, dict):
+        raise InputError(f"facts snapshot {p} must be a JSON object, not {type(data).__name__}")
+    schema = data.get("schema", FACTS_SCHEMA)
+    if schema != FACTS_SCHEMA:
+        raise InputError(
+            f"facts snapshot {p} has schema {schema!r}; this hostctl reads {FACTS_SCHEMA!r}",
+            fix="re-create it with this hostctl: `hostctl facts --json > snap.json`",
+        )
+    try:
+        return HostFacts.model_validate(data)
+    except ValidationError as exc:
+        problems = [f"{_field_path(e['loc'])}: {e['msg']}" for e in exc.errors()]
+        raise InputError(
+            f"facts snapshot {p} is not valid {FACTS_SCHEMA}: {problems[0]}"
+            + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""),
+            details=problems[1:20],
+        ) from None

@@ -1,0 +1,333 @@
+"""Disk facts: whole disks and their partitions, with the identity the profile names them by
+(serial, WWN, /dev/disk/by-id), what is on them (partition table, GPT names, filesystems) and
+what is using them (mounts, holders, active swap, the root filesystem).
+
+Identities and contents come from the udev database when udevd has populated it; without
+udevd (containers, CI) the database is empty, so identities come from sysfs attributes and
+contents from a low-level `blkid -p` probe of the device itself.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import stat
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from hostctl import runner
+from hostctl.facts.memory import read_swaps
+from hostctl.facts.model import Disk, DiskFacts, Partition, SwapDevice
+from hostctl.facts.mounts import MountLine, read_mountinfo
+
+SYS_BLOCK = Path("/sys/block")
+SYS_DEV_BLOCK = Path("/sys/dev/block")
+SYS_CLASS_BLOCK = Path("/sys/class/block")
+BY_ID = Path("/dev/disk/by-id")
+ROOT_MOUNTS = ("/", "/boot")
+# stacking devices (dm, md) are reported as holders of the disks they sit on, not as disks
+SKIP_PREFIXES = ("ram", "zram", "dm-", "md", "sr", "fd")
+SECTOR = 512
+
+_HEX_ESCAPE = re.compile(r"\\x([0-9a-fA-F]{2})")
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def _natural(name: str) -> list[object]:
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
+
+
+def _udev_decode(value: str | None) -> str | None:
+    """udev's *_ENC values and ID_PART_ENTRY_NAME escape bytes as \\xNN."""
+    if value is None:
+        return None
+    return _HEX_ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), value).strip() or None
+
+
+def disk_names(sys_block: Path = SYS_BLOCK) -> list[str]:
+    names = []
+    for name in os.listdir(sys_block):
+        d = sys_block / name
+        if name.startswith(SKIP_PREFIXES) or _read(d / "hidden") == "1":
+            continue
+        if name.startswith("loop") and not (d / "loop" / "backing_file").exists():
+            continue  # an unattached loop device
+        if (_read(d / "size") or "0") == "0":
+            continue  # empty drive or unattached nbd
+        names.append(name)
+    return sorted(names, key=_natural)
+
+
+def partition_names(disk: str, sys_block: Path = SYS_BLOCK) -> list[str]:
+    d = sys_block / disk
+    try:
+        return sorted((e for e in os.listdir(d) if (d / e / "partition").exists()), key=_natural)
+    except OSError:
+        return []
+
+
+# ---------------------------------------------------------------- udev
+
+
+def udev_properties(names: Iterable[str]) -> tuple[dict[str, dict[str, str]], str | None]:
+    """name -> udev properties for the devices udev has initialised, and why there are none."""
+    try:
+        import pyudev
+
+        context = pyudev.Context()
+    except Exception as exc:  # ImportError, or libudev.so.1 missing (OSError / ImportError)
+        return {}, f"pyudev unavailable ({exc.__class__.__name__}: {exc})"
+    out: dict[str, dict[str, str]] = {}
+    for name in names:
+        try:
+            dev = pyudev.Devices.from_name(context, "block", name)
+            if dev.is_initialized:
+                out[name] = dict(dev.properties)
+        except Exception:  # a device that vanished between listing and reading
+            continue
+    if not out:
+        return out, "the udev database has no block devices (udevd is not running here)"
+    return out, None
+
+
+# ---------------------------------------------------------------- blkid
+
+
+def parse_blkid_export(text: str) -> dict[str, dict[str, str]]:
+    """`blkid -o export` output (blank-line separated, shell-escaped values) -> DEVNAME -> tags."""
+    out: dict[str, dict[str, str]] = {}
+    for block in text.strip().split("\n\n"):
+        tags: dict[str, str] = {}
+        for line in block.splitlines():
+            try:
+                parts = shlex.split(line)
+            except ValueError:
+                parts = [line]
+            key, _, value = (parts[0] if parts else "").partition("=")
+            if key:
+                tags[key] = value
+        if "DEVNAME" in tags:
+            out[tags["DEVNAME"]] = tags
+    return out
+
+
+def blkid_probe(paths: Sequence[str]) -> tuple[dict[str, dict[str, str]], str | None]:
+    """One low-level probe (no cache, reads the devices) for all paths; what it could not read."""
+    if not paths:
+        return {}, None
+    result = runner.run(["blkid", "-p", "-o", "export", *paths], timeout=20)
+    if result.missing or result.timed_out:
+        return {}, result.why()
+    tags = parse_blkid_export(result.stdout)
+    # exit 2 alone only means some device carries no signature (a blank disk); errors name the device
+    failed = [ln.removeprefix("blkid: error: ") for ln in result.stderr.splitlines() if ln.strip()]
+    if failed:
+        return tags, "blkid -p: " + "; ".join(failed)
+    if not tags and result.returncode not in (0, 2):
+        return tags, result.why()
+    return tags, None
+
+
+# ---------------------------------------------------------------- usage: mounts, swap, root
+
+
+def _devnum(path: str) -> str | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    if not stat.S_ISBLK(st.st_mode):
+        return None
+    return f"{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}"
+
+
+def mounts_by_dev(mounts: Sequence[MountLine]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for m in mounts:
+        devs = {m.dev}
+        if m.dev.startswith("0:") and m.entry.source.startswith("/dev/"):
+            # btrfs and friends report an anonymous device number; the source names the real one
+            real = _devnum(m.entry.source)
+            if real:
+                devs.add(real)
+        for dev in devs:
+            targets = out.setdefault(dev, [])
+            if m.entry.target not in targets:
+                targets.append(m.entry.target)
+    return out
+
+
+def swaps_by_dev(swaps: Sequence[SwapDevice]) -> dict[str, SwapDevice]:
+    out = {}
+    for s in swaps:
+        if s.kind == "partition":
+            dev = _devnum(s.path)
+            if dev:
+                out[dev] = s
+    return out
+
+
+def base_disks(sysdir: Path, depth: int = 0) -> set[str]:
+    """The whole disks under a block device: a partition's parent, a dm/md device's slaves' disks."""
+    sysdir = sysdir.resolve()
+    if depth > 8:
+        return set()
+    if (sysdir / "partition").exists():
+        return {sysdir.parent.name}
+    try:
+        slaves = os.listdir(sysdir / "slaves")
+    except OSError:
+        slaves = []
+    if not slaves:
+        return {sysdir.name}
+    disks: set[str] = set()
+    for slave in slaves:
+        disks |= base_disks(SYS_CLASS_BLOCK / slave, depth + 1)
+    return disks
+
+
+def root_disks(mounts: Sequence[MountLine]) -> set[str]:
+    disks: set[str] = set()
+    for dev, targets in mounts_by_dev(mounts).items():
+        if any(t in ROOT_MOUNTS for t in targets) and not dev.startswith("0:"):
+            node = SYS_DEV_BLOCK / dev
+            if node.exists():
+                disks |= base_disks(node)
+    return disks
+
+
+def _holders(sysdir: Path) -> list[str]:
+    try:
+        return sorted(os.listdir(sysdir / "holders"))
+    except OSError:
+        return []
+
+
+def by_id_links(by_id: Path = BY_ID) -> dict[str, list[str]]:
+    """kernel name -> /dev/disk/by-id names pointing at it."""
+    out: dict[str, list[str]] = {}
+    try:
+        entries = sorted(os.listdir(by_id))
+    except OSError:
+        return out
+    for entry in entries:
+        target = os.path.basename(os.path.realpath(by_id / entry))
+        out.setdefault(target, []).append(entry)
+    return out
+
+
+# ---------------------------------------------------------------- assembling
+
+
+class _Probe:
+    def __init__(self, mounts: Sequence[MountLine], swaps: Sequence[SwapDevice]):
+        self.mounts = mounts_by_dev(mounts)
+        self.swaps = swaps_by_dev(swaps)
+        self.roots = root_disks(mounts)
+        self.by_id = by_id_links()
+        self.udev: dict[str, dict[str, str]] = {}
+        self.blkid: dict[str, dict[str, str]] = {}
+
+    def contents(self, name: str) -> dict[str, str | None]:
+        """Partition-table, GPT-entry and filesystem tags, from udev or else blkid."""
+        if name in self.udev:
+            u = self.udev[name]
+            return {
+                "table_type": u.get("ID_PART_TABLE_TYPE"),
+                "fs_type": u.get("ID_FS_TYPE") or None,
+                "fs_label": _udev_decode(u.get("ID_FS_LABEL_ENC")) or u.get("ID_FS_LABEL"),
+                "fs_uuid": u.get("ID_FS_UUID"),
+                "part_type": u.get("ID_PART_ENTRY_TYPE"),
+                "part_label": _udev_decode(u.get("ID_PART_ENTRY_NAME")),
+                "part_uuid": u.get("ID_PART_ENTRY_UUID"),
+            }
+        b = self.blkid.get(f"/dev/{name}", {})
+        return {
+            "table_type": b.get("PTTYPE"),
+            "fs_type": b.get("TYPE"),
+            "fs_label": b.get("LABEL"),
+            "fs_uuid": b.get("UUID"),
+            "part_type": b.get("PART_ENTRY_TYPE"),
+            "part_label": b.get("PART_ENTRY_NAME"),
+            "part_uuid": b.get("PART_ENTRY_UUID"),
+        }
+
+    def partition(self, disk: str, name: str) -> Partition:
+        sysdir = SYS_BLOCK / disk / name
+        dev = _read(sysdir / "dev") or ""
+        c = self.contents(name)
+        swap = self.swaps.get(dev)
+        number = _read(sysdir / "partition")
+        return Partition(
+            name=name,
+            path=f"/dev/{name}",
+            number=int(number) if number and number.isdigit() else None,
+            size_bytes=int(_read(sysdir / "size") or 0) * SECTOR,
+            part_type=c["part_type"],
+            part_label=c["part_label"],
+            part_uuid=c["part_uuid"],
+            fs_type=c["fs_type"],
+            fs_label=c["fs_label"],
+            fs_uuid=c["fs_uuid"],
+            mountpoints=self.mounts.get(dev, []),
+            holders=_holders(sysdir),
+            swap_active=swap is not None,
+            swap_priority=swap.priority if swap else None,
+        )
+
+    def disk(self, name: str) -> Disk:
+        sysdir = SYS_BLOCK / name
+        dev = _read(sysdir / "dev") or ""
+        u = self.udev.get(name, {})
+        c = self.contents(name)
+        parts = [self.partition(name, p) for p in partition_names(name)]
+        rotational = _read(sysdir / "queue" / "rotational")
+        removable = _read(sysdir / "removable")
+        return Disk(
+            name=name,
+            path=f"/dev/{name}",
+            model=_udev_decode(u.get("ID_MODEL_ENC")) or u.get("ID_MODEL") or _read(sysdir / "device" / "model") or None,
+            # virtio-blk keeps its serial on the disk, SCSI/NVMe on the device
+            serial=u.get("ID_SERIAL_SHORT") or _read(sysdir / "device" / "serial") or _read(sysdir / "serial") or None,
+            wwn=u.get("ID_WWN_WITH_EXTENSION") or u.get("ID_WWN") or _read(sysdir / "wwid") or _read(sysdir / "device" / "wwid") or None,
+            by_id=self.by_id.get(name, []),
+            size_bytes=int(_read(sysdir / "size") or 0) * SECTOR,
+            rotational=None if rotational is None else rotational == "1",
+            removable=None if removable is None else removable == "1",
+            table_type=c["table_type"],
+            fs_type=c["fs_type"],
+            mountpoints=self.mounts.get(dev, []),
+            holders=_holders(sysdir),
+            swap_active=dev in self.swaps,
+            is_root_disk=name in self.roots,
+            partitions=parts,
+        )
+
+
+def probe_disks(mounts: Sequence[MountLine] | None = None, swaps: Sequence[SwapDevice] | None = None) -> DiskFacts:
+    try:
+        names = disk_names()
+    except OSError as exc:
+        return DiskFacts(available=False, reason=f"cannot list {SYS_BLOCK}: {exc}")
+    probe = _Probe(read_mountinfo() if mounts is None else mounts, read_swaps() if swaps is None else swaps)
+    all_names = [n for d in names for n in (d, *partition_names(d))]
+    probe.udev, no_udev = udev_properties(all_names)
+    missing = [f"/dev/{n}" for n in all_names if n not in probe.udev]
+    probe.blkid, blkid_error = blkid_probe(missing)
+    if probe.udev:
+        source, reason = "udev", None
+        if missing:
+            reason = f"udev has not initialised {len(missing)} device(s); read them from sysfs and blkid -p"
+    else:
+        source, reason = "sysfs", f"{no_udev}: identities from sysfs, contents from blkid -p"
+    if blkid_error:
+        failed = f"{blkid_error} (contents of those devices unknown)"
+        reason = f"{reason}; {failed}" if reason else failed
+    return DiskFacts(source=source, source_reason=reason, devices=[probe.disk(n) for n in names])

@@ -1,0 +1,263 @@
+"""HostFacts: everything hostctl knows about a host, as one JSON-round-trippable snapshot.
+
+Only the probes in this package read the host; planners, renderers and checks read a
+HostFacts. Every part that could not be read says so (`available: false` and a `reason`)
+instead of being left empty, so a snapshot of a GPU-less, udev-less, Docker-less machine
+is still complete and honest.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+FACTS_SCHEMA = "hostctl.facts/v1"
+
+# nvmlGpuTopologyLevel names, nearest first (NVML_TOPOLOGY_INTERNAL .. SYSTEM), as nvidia-smi topo prints them.
+TOPOLOGY_ORDER = ("SELF", "NVLINK", "PIX", "PXB", "PHB", "NODE", "SYS")
+
+
+class Part(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Absence(Part):
+    available: bool = True
+    reason: str | None = None
+
+
+# ---------------------------------------------------------------- GPUs
+
+
+class PowerLimits(Part):
+    limit_w: float | None = None  # the configured limit (nvmlDeviceGetPowerManagementLimit)
+    default_w: float | None = None
+    min_w: float | None = None
+    max_w: float | None = None
+    enforced_w: float | None = None  # what the driver enforces now (lowest of all limiters)
+
+
+class PcieLink(Part):
+    gen_current: int | None = None
+    gen_max: int | None = None
+    width_current: int | None = None
+    width_max: int | None = None
+
+
+class Gpu(Part):
+    index: int
+    name: str
+    uuid: str
+    pci_bus_id: str  # sysfs form, e.g. 0000:01:00.0
+    memory_total_bytes: int
+    power: PowerLimits = Field(default_factory=PowerLimits)
+    persistence_mode: bool | None = None
+    pcie: PcieLink = Field(default_factory=PcieLink)
+    numa_node: int | None = None  # None when sysfs says -1: unknown, never guessed
+    numa_reason: str | None = None
+    local_cpus: list[int] | None = None
+    bar1_total_bytes: int | None = None
+
+
+class GpuPair(Part):
+    a: int
+    b: int
+    topology: str | None = None  # one of TOPOLOGY_ORDER, or None if NVML could not tell
+    p2p_read: str | None = None  # NVML P2P status: ok, chipset_not_supported, ...
+    p2p_write: str | None = None
+    nvlink: bool = False
+
+
+class GpuFacts(Absence):
+    driver_version: str | None = None
+    cuda_driver_version: str | None = None
+    nvml_version: str | None = None
+    kernel_module: Literal["open", "proprietary"] | None = None
+    devices: list[Gpu] = Field(default_factory=list)
+    pairs: list[GpuPair] = Field(default_factory=list)
+
+    def by_index(self, index: int) -> Gpu | None:
+        return next((g for g in self.devices if g.index == index), None)
+
+    def pair(self, a: int, b: int) -> GpuPair | None:
+        lo, hi = sorted((a, b))
+        return next((p for p in self.pairs if p.a == lo and p.b == hi), None)
+
+
+# ---------------------------------------------------------------- disks
+
+
+class Partition(Part):
+    name: str
+    path: str
+    number: int | None = None
+    size_bytes: int = 0
+    part_type: str | None = None  # GPT partition type GUID
+    part_label: str | None = None  # GPT partition name
+    part_uuid: str | None = None
+    fs_type: str | None = None
+    fs_label: str | None = None
+    fs_uuid: str | None = None
+    mountpoints: list[str] = Field(default_factory=list)
+    holders: list[str] = Field(default_factory=list)
+    swap_active: bool = False
+    swap_priority: int | None = None
+
+
+class Disk(Part):
+    name: str
+    path: str
+    model: str | None = None
+    serial: str | None = None
+    wwn: str | None = None
+    by_id: list[str] = Field(default_factory=list)
+    size_bytes: int = 0
+    rotational: bool | None = None
+    removable: bool | None = None
+    table_type: str | None = None  # gpt, dos, or None when blank / unknown
+    fs_type: str | None = None  # a filesystem written straight onto the whole disk
+    mountpoints: list[str] = Field(default_factory=list)
+    holders: list[str] = Field(default_factory=list)
+    swap_active: bool = False
+    is_root_disk: bool = False
+    partitions: list[Partition] = Field(default_factory=list)
+
+
+class DiskFacts(Absence):
+    source: Literal["udev", "sysfs"] = "sysfs"
+    source_reason: str | None = None
+    devices: list[Disk] = Field(default_factory=list)
+
+
+# ---------------------------------------------------------------- memory, NUMA, IOMMU, kernel
+
+
+class SwapDevice(Part):
+    path: str
+    kind: str  # partition or file
+    size_bytes: int
+    used_bytes: int
+    priority: int
+
+
+class MemoryFacts(Part):
+    mem_total_bytes: int
+    mem_available_bytes: int
+    swap_total_bytes: int
+    swap_free_bytes: int
+    swaps: list[SwapDevice] = Field(default_factory=list)
+    swappiness: int | None = None
+    page_cluster: int | None = None
+    memlock_limit_bytes: int | None = None  # None: unlimited
+    shm_total_bytes: int | None = None
+
+    @property
+    def ram_plus_swap(self) -> int:
+        return self.mem_total_bytes + self.swap_total_bytes
+
+
+class NumaNode(Part):
+    id: int
+    cpus: list[int]
+    mem_total_bytes: int | None = None
+
+
+class NumaFacts(Part):
+    nodes: list[NumaNode] = Field(default_factory=list)
+    cpu_count: int
+
+
+class IommuFacts(Part):
+    class_entries: list[str] = Field(default_factory=list)  # /sys/class/iommu
+    group_count: int = 0
+    default_domain_type: str | None = None  # identity (passthrough), DMA, DMA-FQ, ...
+    cmdline_flags: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.class_entries) or self.group_count > 0
+
+
+class KernelFacts(Part):
+    release: str
+    cmdline: str
+    virtualization: str | None = None  # systemd-detect-virt / DMI verdict; None on bare metal
+    virtualization_evidence: str | None = None
+
+
+class EngineFacts(Absence):
+    version: str | None = None
+    api_version: str | None = None
+    runtimes: list[str] = Field(default_factory=list)
+    default_runtime: str | None = None
+    cgroup_version: str | None = None
+    cgroup_driver: str | None = None
+    compose_version: str | None = None
+    compose_reason: str | None = None
+
+
+class MountEntry(Part):
+    source: str
+    target: str
+    fs_type: str
+    options: str
+
+
+class PathFacts(Part):
+    """A directory the plan relies on: where it lives and how much room it has."""
+
+    path: str
+    exists: bool
+    fs_type: str | None = None
+    mount_target: str | None = None
+    mount_source: str | None = None
+    free_bytes: int | None = None
+    total_bytes: int | None = None
+    files: list[tuple[str, int]] | None = None  # (name, size) for store directories
+
+
+class P2PVerdict(Part):
+    """The functional P2P verdict stored by `provision --only gpu`, with what it was measured under."""
+
+    verdict: Literal["ok", "hang", "wrong_data", "inconclusive", "not_applicable"]
+    measured_at: str
+    driver_version: str | None = None
+    kernel_cmdline: str | None = None
+    busbw_gbps: float | None = None
+    control_busbw_gbps: float | None = None
+
+
+class StateFacts(Part):
+    """What earlier hostctl runs left in /var/lib/hostctl."""
+
+    p2p: P2PVerdict | None = None
+
+
+class HostFacts(Part):
+    schema_: Literal["hostctl.facts/v1"] = Field(default=FACTS_SCHEMA, alias="schema")
+    hostname: str
+    collected_at: str
+    notes: list[str] = Field(default_factory=list)  # provenance, e.g. for a snapshot made from a field report
+    kernel: KernelFacts
+    gpus: GpuFacts
+    disks: DiskFacts
+    memory: MemoryFacts
+    numa: NumaFacts
+    iommu: IommuFacts
+    engine: EngineFacts
+    mounts: list[MountEntry] = Field(default_factory=list)
+    paths: list[PathFacts] = Field(default_factory=list)
+    state: StateFacts = Field(default_factory=StateFacts)
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    def path(self, path: str) -> PathFacts | None:
+        return next((p for p in self.paths if p.path == path), None)
+
+    def to_json(self) -> str:
+        return self.model_dump_json(by_alias=True, indent=2) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> "HostFacts":
+        return cls.model_validate_json(text)

@@ -1,0 +1,37 @@
+"""Where hostctl finds its bundled resources (templates, runtime recipes and hosts, systemd units)
+and where it keeps state that outlives a command."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+STATE_DIR = Path("/var/lib/hostctl")
+PROFILE_SEARCH = (Path("hostctl.toml"), Path("/etc/hostctl/hostctl.toml"))
+
+
+def resource_root() -> Path:
+    """The checkout (editable install) or the data prefix a wheel installed into."""
+    checkout = Path(__file__).resolve().parent.parent
+    if (checkout / "templates").is_dir():
+        return checkout
+    installed = Path(sys.prefix) / "share" / "hostctl"
+    if (installed / "templates").is_dir():
+        return installed
+    raise RuntimeError(f"hostctl resources not found in {checkout} or {installed}: reinstall hostctl")
+
+
+def templates_dir() -> Path:
+    return resource_root() / "templates"
+
+
+def recipes_dir() -> Path:
+    return resource_root() / "runtime" / "recipes"
+
+
+def hosts_dir() -> Path:
+    return resource_root() / "runtime" / "hosts"
+
+
+def golden_dir() -> Path:
+    return resource_root() / "compose"

@@ -1,0 +1,57 @@
+"""Pure planning: (Config, HostFacts) -> Plan. No I/O happens in this package."""
+
+from __future__ import annotations
+
+from hostctl.config import Config
+from hostctl.facts.model import HostFacts
+from hostctl.plan.memory import plan_memory
+from hostctl.plan.model import Plan
+from hostctl.plan.nccl import plan_nccl
+from hostctl.plan.placement import plan_placement
+from hostctl.plan.power import plan_power
+from hostctl.plan.runtime import plan_runtime
+from hostctl.plan.storage import plan_storage
+
+
+def build_plan(config: Config, facts: HostFacts) -> Plan:
+    memory = plan_memory(config, facts)
+    placement = plan_placement(config, facts)
+    nccl = plan_nccl(config, facts, placement)
+    storage = plan_storage(config, facts, world=max(len(placement.gpus), 1))
+    power = plan_power(config, facts)
+    runtime = plan_runtime(config, memory, placement, nccl, storage)
+    return Plan(
+        profile=config.profile.name,
+        recipe=config.recipe.id,
+        phase=config.profile.phase,
+        memory=memory,
+        placement=placement,
+        nccl=nccl,
+        storage=storage,
+        power=power,
+        runtime=runtime,
+        warnings=list(config.warnings),
+    )
+
+
+def path_requests(config: Config) -> list[tuple[str, bool]]:
+    """Directories the plan reads facts about: (path, list its files?)."""
+    from hostctl.plan.storage import ROLE_DIRS, rank_store_dir
+
+    profile = config.profile
+    out: list[tuple[str, bool]] = []
+    roles = profile.storage
+    for role in ("planes_cache", "expert_store", "compile_cache"):
+        target = getattr(roles, role)
+        if target is None:
+            continue
+        drive = profile.drive(target)
+        path = f"{drive.mount}/{ROLE_DIRS[role]}" if drive else target
+        out.append((path, role == "expert_store"))
+    for rank, name in enumerate(roles.rank_stores):
+        drive = profile.drive(name)
+        if drive is not None:
+            out.append((rank_store_dir(drive.mount, rank), True))
+    if profile.runtime.model_dir:
+        out.append((profile.runtime.model_dir, False))
+    return out

@@ -1,0 +1,155 @@
+"""Runtime spec: the container the plan describes — image, GPUs, network, memory caps, CPU set,
+volumes, environment and the server's argv — assembled from the other plan sections.
+
+Serve arguments come from the recipe, except the few hostctl owns because they describe
+this host (address, port, served name, context): a recipe that says `--host 0.0.0.0` is
+overridden by the profile, which binds 127.0.0.1 unless it opts in with an API key.
+"""
+
+from __future__ import annotations
+
+from hostctl.config import PLACEHOLDER_RE, Config, ServeArgs
+from hostctl.plan.model import MemoryPlan, NcclPlan, PlacementPlan, RuntimeSpec, StoragePlan, Volume
+from hostctl.units import docker_size
+
+SERVER = ["python3", "-m", "vllm.entrypoints.openai.api_server"]
+MODEL_IN_CONTAINER = "/model"
+MODELS_IN_CONTAINER = "/models"
+# Flags hostctl sets from the profile and recipe; the recipe's own copies are dropped.
+OWNED_FLAGS = ("--model", "--host", "--port", "--served-model-name", "--max-model-len", "--api-key")
+CACHE_ENV = {"VLLM_CACHE_ROOT": "/root/.cache/vllm", "TRITON_CACHE_DIR": "/root/.cache/triton"}
+NON_GPU_SHM = "1g"
+
+
+def _substitute(text: str, values: dict[str, str | None]) -> str | None:
+    """Fill {planes_cache}, {expert_store} and {model:NAME}; None when a placeholder has no value
+    (vLLM-MoET's serve_recipe.py then drops the knob, and so does hostctl)."""
+    missing = False
+
+    def repl(m) -> str:
+        nonlocal missing
+        key = m.group(1) if m.group(1) != "model" else f"model:{m.group(2)}"
+        value = values.get(key) if m.group(1) != "model" else (
+            f"{MODELS_IN_CONTAINER}/{m.group(2)}" if values.get("models_dir") else None)
+        if value is None:
+            missing = True
+            return ""
+        return value
+
+    out = PLACEHOLDER_RE.sub(repl, text)
+    return None if missing else out
+
+
+def plan_runtime(config: Config, memory: MemoryPlan, placement: PlacementPlan, nccl: NcclPlan,
+                 storage: StoragePlan) -> RuntimeSpec:
+    profile, recipe = config.profile, config.recipe
+    settings = profile.runtime
+    image = settings.image or recipe.image or ""
+    gpus = bool(placement.gpus)
+    spec = RuntimeSpec(
+        image=image,
+        api_host=settings.api_host,
+        api_port=settings.api_port,
+        api_key_env=settings.api_key_env,
+        ipc="host" if gpus else "private",
+        shm_size=None if gpus else NON_GPU_SHM,
+        health_start_period_s=recipe.load_timeout_s,
+        load_timeout_s=recipe.load_timeout_s,
+        gpu_uuids=[g.uuid for g in placement.gpus],
+        labels={"io.hostctl.profile": profile.name, "io.hostctl.recipe": recipe.id, "io.hostctl.phase": profile.phase},
+    )
+    if not image:
+        spec.problem("error", "no runtime image: the recipe names none and the profile does not override it",
+                     fix="set runtime.image in the profile")
+    spec.decide("image", image or "-", "profile runtime.image" if settings.image else "the recipe's image")
+    if gpus:
+        spec.decide("IPC", "host", "tensor-parallel workers and NCCL share memory through /dev/shm; Docker ignores "
+                    "shm_size under host IPC, so doctor checks the host's /dev/shm instead")
+    else:
+        spec.decide("IPC", f"private, shm {NON_GPU_SHM}", "no GPUs: a private IPC namespace with its own /dev/shm")
+    spec.decide("network", f"host, API on {settings.api_host}:{settings.api_port}",
+                "host networking (no Docker bridge); " + (
+                    "the profile opts in to an exposed address with an API key" if settings.exposed
+                    else "loopback only, so nothing outside this machine reaches the API"))
+
+    if memory.limit_bytes:
+        spec.mem_limit = docker_size(memory.limit_bytes)
+        spec.mem_reservation = docker_size(memory.reservation_bytes or memory.limit_bytes)
+        spec.memswap_limit = docker_size(memory.ram_swap_bytes or memory.limit_bytes)
+    spec.cpuset = placement.cpuset
+    spec.cap_add = dict(placement.cap_add)
+
+    # Volumes.
+    values: dict[str, str | None] = {"planes_cache": None, "expert_store": None, "models_dir": settings.models_dir}
+    model_path = recipe.model
+    if settings.model_dir:
+        spec.volumes.append(Volume(source=settings.model_dir, target=MODEL_IN_CONTAINER, read_only=True,
+                                   why="the checkpoint, read-only"))
+        model_path = MODEL_IN_CONTAINER
+    elif not recipe.model.startswith("/"):
+        spec.problem("error", f"the recipe's model {recipe.model!r} is not a path and the profile sets no runtime.model_dir",
+                     fix="set runtime.model_dir to the checkpoint's directory on the host")
+    if settings.models_dir:
+        spec.volumes.append(Volume(source=settings.models_dir, target=MODELS_IN_CONTAINER, read_only=True,
+                                   why="extra models named as {model:NAME}"))
+    for target in storage.roles:
+        spec.volumes.append(Volume(source=target.host_path, target=target.container_path,
+                                   why=target.role.replace("_", " ")))
+        if target.role in values:
+            values[target.role] = target.container_path
+    store = storage.role("expert_store")
+    for rank in storage.rank_stores:
+        for name in rank.files:
+            spec.volumes.append(Volume(source=f"{rank.host_dir}/{name}", target=f"{store.container_path}/{name}",
+                                       why=f"rank {rank.rank}'s store file, read from drive {rank.drive}"))
+    spec.required_mounts = list(storage.required_mounts)
+
+    # Environment: recipe first, then what this host's plan decides (it wins, and says so).
+    for key, raw in recipe.env.items():
+        value = _substitute(_env_text(raw), values)
+        if value is None:
+            spec.decide(f"env {key}", "dropped", "its placeholder has no value on this host (no such cache role)")
+            continue
+        spec.env[key] = value
+        spec.env_sources[key] = "recipe"
+    for source, env in (("nccl", nccl.env), ("placement", placement.env), ("cache", CACHE_ENV)):
+        for key, value in env.items():
+            if key in spec.env and spec.env[key] != value:
+                spec.decide(f"env {key}", value, f"the recipe says {spec.env[key]}; the {source} plan decides for this host")
+            spec.env[key] = value
+            spec.env_sources[key] = source
+
+    # Server argv.
+    args = recipe.args()
+    kept: list[tuple[str, str | None]] = []
+    for flag, value in args.pairs:
+        if flag in OWNED_FLAGS:
+            if flag == "--host" and value != settings.api_host:
+                spec.decide("--host", settings.api_host, f"the recipe asks for {value}; the profile decides the address")
+            continue
+        if value is not None:
+            value = _substitute(value, values)
+            if value is None:
+                spec.decide(flag, "dropped", "its placeholder has no value on this host")
+                continue
+        kept.append((flag, value))
+    for flag in nccl.serve_flags:
+        if flag not in {f for f, _ in kept}:
+            kept.append((flag, None))
+    spec.command = SERVER + [
+        "--model", model_path,
+        "--served-model-name", recipe.served_name,
+        "--host", settings.api_host,
+        "--port", str(settings.api_port),
+        "--max-model-len", str(recipe.context),
+    ] + ServeArgs(kept).argv()
+    if settings.api_key_env:
+        spec.decide("API key", f"${settings.api_key_env} -> VLLM_API_KEY",
+                    "passed through the environment at start, never written into rendered files")
+    return spec
+
+
+def _env_text(value: object) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)

@@ -1,0 +1,47 @@
+"""The one way hostctl runs external commands: argv lists (never a shell string), a timeout,
+captured output, and a result value instead of an exception for a non-zero exit."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Result:
+    argv: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+    missing: bool = False  # the program is not installed
+    timed_out: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.missing and not self.timed_out
+
+    def why(self) -> str:
+        """One line saying why this command did not succeed."""
+        if self.missing:
+            return f"{self.argv[0]} is not installed"
+        if self.timed_out:
+            return f"{' '.join(self.argv)} timed out"
+        tail = (self.stderr.strip() or self.stdout.strip()).splitlines()[-1:] or [""]
+        return f"{' '.join(self.argv)} exited {self.returncode}: {tail[0]}"
+
+
+def run(argv: list[str], *, timeout: float = 30.0, input_text: str | None = None, env: dict | None = None) -> Result:
+    if not argv:
+        raise ValueError("empty command")
+    if shutil.which(argv[0]) is None:
+        return Result(tuple(argv), 127, "", f"{argv[0]}: not found", missing=True)
+    try:
+        proc = subprocess.run(
+            argv, capture_output=True, text=True, timeout=timeout, input=input_text, env=env, check=False
+        )
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        err = exc.stderr.decode() if isinstance(exc.stderr, bytes) else (exc.stderr or "")
+        return Result(tuple(argv), 124, out, err, timed_out=True)
+    return Result(tuple(argv), proc.returncode, proc.stdout, proc.stderr)

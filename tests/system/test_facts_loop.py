@@ -1,0 +1,133 @@
+"""Disk and path facts on a real loop device with a real GPT: an ext4 partition (mounted for
+the test) and an active swap partition. Needs root; everything is undone afterwards."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from hostctl import runner
+from hostctl.facts import collect
+from hostctl.facts.disks import probe_disks
+from hostctl.facts.mounts import probe_paths
+
+pytestmark = pytest.mark.system
+
+LINUX_FS_GUID = "0fc63daf-8483-4772-8e79-3d69d8477de4"
+LINUX_SWAP_GUID = "0657fd6d-a4ab-43c4-84e5-0933c84b4f4f"
+SWAP_PRIORITY = 1  # low: the test swap must never be preferred over a real one
+TOOLS = {"losetup": "util-linux", "partx": "util-linux", "sgdisk": "gdisk", "mkfs.ext4": "e2fsprogs", "mkswap": "util-linux"}
+
+
+def _check(argv: list[str]) -> str:
+    result = runner.run(argv, timeout=60)
+    assert result.ok, result.why()
+    return result.stdout
+
+
+def _wait_for(paths: list[str], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not all(os.path.exists(p) for p in paths):
+        if time.monotonic() > deadline:
+            pytest.fail(f"partition nodes did not appear within {timeout}s: {paths}")
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def loop_disk(tmp_path: Path):
+    if os.geteuid() != 0:
+        pytest.skip("needs root to attach loop devices")
+    for tool, package in TOOLS.items():
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} is not installed (apt-get install -y {package})")
+    image = tmp_path / "disk.img"
+    with open(image, "wb") as f:
+        f.truncate(64 * 1024 * 1024)  # sparse
+    attach = runner.run(["losetup", "-P", "--find", "--show", str(image)], timeout=30)
+    if not attach.ok:
+        pytest.skip(f"cannot attach a loop device here: {attach.why()}")
+    dev = attach.stdout.strip()
+    mnt = tmp_path / "mnt"
+    mounted = swapped = False
+    try:
+        _check(
+            ["sgdisk", "-n1:0:+24M", "-t1:8300", "-c1:hostctl-test", "-n2:0:+16M", "-t2:8200", "-c2:hostctl-test-swap", dev]
+        )
+        _check(["partx", "-u", dev])
+        p1, p2 = f"{dev}p1", f"{dev}p2"
+        _wait_for([p1, p2])
+        fs_uuid, swap_uuid = str(uuid.uuid4()), str(uuid.uuid4())
+        _check(["mkfs.ext4", "-q", "-F", "-L", "hostctl-data", "-U", fs_uuid, p1])
+        _check(["mkswap", "-L", "hostctl-swap", "-U", swap_uuid, p2])
+        _check(["swapon", "-p", str(SWAP_PRIORITY), p2])
+        swapped = True
+        mnt.mkdir()
+        _check(["mount", "-t", "ext4", p1, str(mnt)])
+        mounted = True
+        (mnt / "b.bin").write_bytes(b"x" * 3000)
+        (mnt / "a.bin").write_bytes(b"y" * 10)
+        (mnt / "subdir").mkdir()
+        yield {"dev": dev, "name": os.path.basename(dev), "p1": p1, "p2": p2, "fs_uuid": fs_uuid, "swap_uuid": swap_uuid, "mnt": str(mnt)}
+    finally:
+        if mounted:
+            runner.run(["umount", str(mnt)], timeout=30)
+        if swapped:
+            runner.run(["swapoff", f"{dev}p2"], timeout=30)
+        runner.run(["losetup", "-d", dev], timeout=30)
+        image.unlink(missing_ok=True)
+
+
+def test_loop_disk_partitions_filesystems_and_swap(loop_disk):
+    facts = probe_disks()
+    disk = next((d for d in facts.devices if d.name == loop_disk["name"]), None)
+    assert disk is not None, f"{loop_disk['dev']} missing from {[d.name for d in facts.devices]}"
+    assert disk.size_bytes == 64 * 1024 * 1024
+    assert disk.table_type == "gpt"
+    assert disk.is_root_disk is False
+    assert disk.swap_active is False  # the swap is on a partition, not the whole disk
+    assert [p.name for p in disk.partitions] == [f"{loop_disk['name']}p1", f"{loop_disk['name']}p2"]
+
+    data, swap = disk.partitions
+    assert data.number == 1 and data.path == loop_disk["p1"]
+    assert data.size_bytes == 24 * 1024 * 1024
+    assert data.part_label == "hostctl-test"
+    assert data.part_type == LINUX_FS_GUID
+    assert data.part_uuid
+    assert (data.fs_type, data.fs_label, data.fs_uuid) == ("ext4", "hostctl-data", loop_disk["fs_uuid"])
+    assert data.mountpoints == [loop_disk["mnt"]]
+    assert data.swap_active is False and data.holders == []
+
+    assert swap.part_label == "hostctl-test-swap"
+    assert swap.part_type == LINUX_SWAP_GUID
+    assert (swap.fs_type, swap.fs_label, swap.fs_uuid) == ("swap", "hostctl-swap", loop_disk["swap_uuid"])
+    assert swap.swap_active is True
+    assert swap.swap_priority == SWAP_PRIORITY
+    assert swap.mountpoints == []
+
+
+def test_loop_disk_in_collected_facts(loop_disk):
+    facts = collect([(loop_disk["mnt"], True), (loop_disk["mnt"] + "/not-yet", False)])
+    disk = next(d for d in facts.disks.devices if d.name == loop_disk["name"])
+    assert disk.partitions[1].swap_active
+    swaps = {s.path: s for s in facts.memory.swaps}
+    assert swaps[loop_disk["p2"]].kind == "partition"
+    assert swaps[loop_disk["p2"]].priority == SWAP_PRIORITY
+    assert swaps[loop_disk["p2"]].size_bytes > 15 * 1024 * 1024
+
+    store, missing = facts.paths
+    assert store.exists and store.fs_type == "ext4"
+    assert (store.mount_target, store.mount_source) == (loop_disk["mnt"], loop_disk["p1"])
+    assert store.total_bytes and 0 < store.free_bytes <= store.total_bytes
+    assert store.files == [("a.bin", 10), ("b.bin", 3000)]  # sorted, regular files only
+    # a directory not made yet is described by the filesystem it would be created on
+    assert not missing.exists and missing.mount_target == loop_disk["mnt"] and missing.files is None
+
+
+def test_probe_paths_standalone(loop_disk):
+    (facts,) = probe_paths([(loop_disk["mnt"], False)])
+    assert facts.fs_type == "ext4" and facts.files is None

@@ -1,0 +1,130 @@
+"""The CLI contract: global options on either side of the command, exit codes, stdout vs
+stderr, --json documents, and commands that are not available yet failing honestly."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hostctl import paths
+from hostctl.cli import main
+
+HOSTS = paths.hosts_dir()
+DESKTOP = ["--config", str(HOSTS / "pro6000x2-desktop.toml"), "--facts", str(HOSTS / "pro6000x2-desktop.facts.json")]
+
+
+def run(argv, capsys):
+    code = main(argv)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_help_lists_every_command(capsys):
+    code, out, _ = run(["--help"], capsys)
+    assert code == 0
+    for command in ("facts", "plan", "render", "provision", "store", "up", "down", "status", "logs", "smoke",
+                    "verify", "doctor"):
+        assert command in out
+
+
+@pytest.mark.parametrize("order", ["before", "after"])
+def test_global_options_before_or_after_the_command(order, capsys):
+    argv = DESKTOP + ["plan", "--json"] if order == "before" else ["plan", "--json"] + DESKTOP
+    code, out, err = run(argv, capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["schema"] == "hostctl.plan/v1" and doc["profile"] == "pro6000x2-desktop"
+    assert doc["memory"]["limit_bytes"] == 34 * 1024**3
+
+
+def test_plan_text_explains_each_decision(capsys):
+    code, out, _ = run(["plan"] + DESKTOP, capsys)
+    assert code == 0
+    assert "NCCL P2P level: PHB" in out and "because" in out and "problems: none" in out
+
+
+def test_plan_with_errors_exits_1(tmp_path, capsys):
+    profile = tmp_path / "p.toml"
+    profile.write_text((HOSTS / "pro6000x2-desktop.toml").read_text().replace("power_limit_w = 300", "power_limit_w = 900"))
+    code, out, _ = run(["plan", "--config", str(profile), "--facts", str(HOSTS / "pro6000x2-desktop.facts.json")], capsys)
+    assert code == 1 and "outside its range 150-600 W" in out
+
+
+def test_facts_snapshot_round_trips_through_the_cli(capsys):
+    code, out, _ = run(["facts", "--json", "--facts", str(HOSTS / "pro6000x2-desktop.facts.json")], capsys)
+    assert code == 0
+    assert json.loads(out) == json.loads((HOSTS / "pro6000x2-desktop.facts.json").read_text())
+
+
+def test_live_facts_on_this_machine(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no ./hostctl.toml: facts needs no profile
+    monkeypatch.setattr(paths, "PROFILE_SEARCH", (Path("hostctl.toml"),))
+    code, out, err = run(["facts", "--json"], capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["schema"] == "hostctl.facts/v1"
+    if not doc["gpus"]["available"]:
+        assert doc["gpus"]["reason"]
+    if not doc["engine"]["available"]:
+        assert doc["engine"]["reason"]
+
+
+def test_bad_config_exits_2_names_the_field_and_writes_nothing(tmp_path, capsys):
+    profile = tmp_path / "p.toml"
+    profile.write_text((HOSTS / "pro6000x2-desktop.toml").read_text().replace("[memory]", "[memory]\nhost_reserv = 1"))
+    out_dir = tmp_path / "out"
+    code, out, err = run(["render", "--config", str(profile), "--facts", str(HOSTS / "pro6000x2-desktop.facts.json"),
+                          "--out", str(out_dir)], capsys)
+    assert code == 2 and out == ""
+    assert "memory.host_reserv: unknown key" in err
+    assert not out_dir.exists()
+
+
+def test_bad_snapshot_exits_2(tmp_path, capsys):
+    snap = tmp_path / "s.json"
+    snap.write_text('{"schema": "hostctl.facts/v1"}')
+    code, _, err = run(["plan", "--config", str(HOSTS / "demo-cpu.toml"), "--facts", str(snap)], capsys)
+    assert code == 2 and "hostname" in err
+
+
+def test_render_with_plan_errors_writes_nothing(tmp_path, capsys):
+    out_dir = tmp_path / "out"
+    code, _, err = run(["render", "--config", str(HOSTS / "pro6000x2-desktop.toml"),
+                        "--facts", str(HOSTS / "demo-cpu.facts.json"), "--out", str(out_dir)], capsys)
+    assert code == 1 and "nothing was rendered" in err and not out_dir.exists()
+
+
+def test_render_writes_the_project(tmp_path, capsys):
+    code, out, _ = run(["render", "--out", str(tmp_path)] + DESKTOP, capsys)
+    assert code == 0
+    assert sorted(Path(p).name for p in out.split()) == sorted(
+        ["compose.yaml", "runtime.env", "hostctl-runtime.service", "hostctl-power.service"])
+    assert (tmp_path / "compose.yaml").read_text() == (paths.golden_dir() / "pro6000x2-desktop" / "compose.yaml").read_text()
+
+
+@pytest.mark.parametrize("command", [["provision"], ["up"], ["down"], ["status"], ["logs"], ["verify"], ["store", "split"]])
+def test_commands_that_act_refuse_a_snapshot(command, capsys):
+    code, _, err = run(command + ["--facts", str(HOSTS / "demo-cpu.facts.json")], capsys)
+    assert code == 2 and "acts on this host" in err
+
+
+@pytest.mark.parametrize("command", [["provision"], ["up"], ["down"], ["status"], ["logs"], ["smoke"], ["verify"],
+                                     ["doctor"], ["store", "split"]])
+def test_commands_not_available_yet_fail_honestly(command, capsys):
+    code, out, err = run(command, capsys)
+    assert code == 1 and out == "" and "not available yet" in err
+
+
+def test_usage_errors_exit_2(capsys):
+    assert run(["plan", "--no-such-flag"], capsys)[0] == 2
+    assert run(["provision", "--only", "disks"], capsys)[0] == 2
+    assert run(["doctor", "--level", "deep"], capsys)[0] == 2
+
+
+def test_console_script_exit_codes():
+    ok = subprocess.run([sys.executable, "-m", "hostctl", "plan", "--json"] + DESKTOP, capture_output=True, text=True)
+    assert ok.returncode == 0 and json.loads(ok.stdout)["recipe"] == "dsv4-flash-0731-tp2-400k"
+    bad = subprocess.run([sys.executable, "-m", "hostctl", "up"], capture_output=True, text=True)
+    assert bad.returncode == 1 and bad.stdout == ""
