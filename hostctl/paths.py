@@ -3,11 +3,28 @@ and where it keeps state that outlives a command."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 STATE_DIR = Path("/var/lib/hostctl")
 PROFILE_SEARCH = (Path("hostctl.toml"), Path("/etc/hostctl/hostctl.toml"))
+# Tests point this at a temporary directory so files hostctl writes under /etc and /var/lib
+# land there; devices, mounts and swap are still the real ones.
+SYSROOT_ENV = "HOSTCTL_SYSROOT"
+
+
+def sysroot() -> Path:
+    return Path(os.environ.get(SYSROOT_ENV) or "/")
+
+
+def system_path(path: str | Path) -> Path:
+    """An absolute host path (/etc/fstab, /var/lib/hostctl/...) under the current sysroot."""
+    return sysroot() / str(path).lstrip("/")
+
+
+def state_dir() -> Path:
+    return system_path(STATE_DIR)
 
 
 def resource_root() -> Path:

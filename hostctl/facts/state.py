@@ -9,13 +9,14 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from hostctl.facts.model import P2PVerdict, StateFacts
-from hostctl.paths import STATE_DIR
+from hostctl import paths
 
 P2P_FILE = "p2p.json"
 
 
-def probe_state(state_dir: Path = STATE_DIR) -> tuple[StateFacts, list[str]]:
+def probe_state(state_dir: Path | None = None) -> tuple[StateFacts, list[str]]:
     """(state, notes); a file that cannot be read is ignored with a note, never fatal."""
+    state_dir = state_dir or paths.state_dir()
     notes: list[str] = []
     state = StateFacts()
     path = state_dir / P2P_FILE

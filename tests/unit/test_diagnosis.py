@@ -1,0 +1,112 @@
+"""The failure catalogue on captured log text, each with near-misses that must not match."""
+
+import pytest
+
+from hostctl.diagnosis import SIGNATURES, Evidence, classify
+
+TCPSTORE_LOG = """\
+(VllmWorker rank=1 pid=311) INFO 08-02 21:14:05 [parallel_state.py:1076] rank 1 in world size 2 is assigned as DP rank 0, PP rank 0, TP rank 1
+(VllmWorker rank=1 pid=311) INFO 08-02 21:52:41 [default_loader.py:262] Loading safetensors checkpoint shards:  44% Completed | 21/48
+[W802 21:58:13.102344 TCPStore.cpp:125] [c10d] recvValue failed on SocketImpl(fd=64, addr=[localhost]:47730, remote=[localhost]:40115): failed to recv, got 0 bytes
+(VllmWorker rank=1 pid=311) ERROR 08-02 21:58:13 torch.distributed.DistStoreError: sendBytes failed on SocketImpl(fd=64): Broken pipe
+"""
+KERNEL_HOST_OOM = """\
+[81234.551202] python3 invoked oom-killer: gfp_mask=0x140cca(GFP_HIGHUSER_MOVABLE|__GFP_COMP), order=0, oom_score_adj=0
+[81234.551310] oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),cpuset=/,mems_allowed=0,global_oom,task_memcg=/system.slice/docker-4f1e.scope,task=python3,pid=310,uid=0
+[81234.551377] Out of memory: Killed process 310 (python3) total-vm:212334112kB, anon-rss:44012345kB
+"""
+KERNEL_MEMCG_OOM = """\
+[1201.22] python3 invoked oom-killer: gfp_mask=0xcc0(GFP_KERNEL), order=0, oom_score_adj=0
+[1201.23] Memory cgroup out of memory: Killed process 5120 (python3) total-vm:9123456kB
+[1201.23] oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=docker-ab12,mems_allowed=0,oom_memcg=/docker/ab12,task=python3,pid=5120,uid=0
+"""
+NCCL_STUCK = """\
+INFO 08-01 10:02:11 [__init__.py:1753] vLLM is using nccl==2.28.9
+(VllmWorker rank=0 pid=201) INFO 08-01 10:02:12 [pynccl.py:70] vLLM is using nccl==2.28.9
+host:201:201 [0] NCCL INFO ncclCommInitRank comm 0x5581c0 rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 1000 commId 0x9a - Init START
+host:201:201 [0] NCCL INFO Channel 00/02 : 0 1
+"""
+IDS = [s.id for s in SIGNATURES]
+
+
+def ids(**kw):
+    return [f.id for f in classify(Evidence(**kw))]
+
+
+def test_catalogue_ids_are_unique_and_every_entry_explains_itself():
+    assert len(IDS) == len(set(IDS))
+    for s in SIGNATURES:
+        assert s.title and s.cause and s.fix
+
+
+def test_tcpstore_broken_pipe_is_a_host_oom():
+    findings = classify(Evidence(log=TCPSTORE_LOG, kernel_log=KERNEL_HOST_OOM))
+    assert [f.id for f in findings] == ["host-oom-tcpstore"]
+    assert any(line.startswith("kernel:") and "Killed process 310" in line for line in findings[0].lines)
+
+
+def test_tcpstore_without_kernel_log_still_points_at_oom():
+    assert ids(log=TCPSTORE_LOG) == ["host-oom-tcpstore"]
+
+
+@pytest.mark.parametrize("log, kernel", [
+    ("[c10d] TCPStore server started on port 29500\nINFO ready\n", ""),             # TCPStore but no broken pipe
+    ("BrokenPipeError: [Errno 32] Broken pipe while writing the response\n", ""),  # a client hung up
+    (TCPSTORE_LOG, "[12.0] nvme nvme0: I/O 12 QID 3 timeout, completion polled\n"),  # kernel log without an OOM
+])
+def test_tcpstore_near_misses(log, kernel):
+    assert "host-oom-tcpstore" not in ids(log=log, kernel_log=kernel)
+
+
+def test_container_oom_from_engine_state():
+    log = "INFO building moe_w2 delta tier: 24.0 GiB pool, 2048 slots\n"
+    findings = classify(Evidence(log=log, oom_killed=True, exit_code=137))
+    assert [f.id for f in findings] == ["container-oom"]
+    assert "moe_w2 delta tier" in findings[0].lines[-1]
+    assert ids(log=log, exit_code=137, kernel_log=KERNEL_MEMCG_OOM) == ["container-oom"]
+
+
+def test_exit_137_without_oom_is_not_a_container_oom():
+    # docker stop / kill also exits 137
+    assert ids(log="INFO shutting down\n", exit_code=137, oom_killed=False) == []
+
+
+def test_no_free_indices():
+    log = "  File \"sparse_mla.py\", line 88, in allocate\nAssertionError: No free indices\n"
+    assert ids(log=log) == ["no-free-indices"]
+    assert ids(log="DEBUG allocated free indices 0..1\n") == []
+
+
+def test_eager_loader_and_f8_e8m0():
+    log = "ValueError: Unsupported safetensors dtype F8_E8M0 with load strategy eager\n"
+    assert ids(log=log) == ["eager-f8-e8m0"]
+    assert ids(log="INFO checkpoint scale dtype F8_E8M0, using streamed loader\n") == []
+
+
+def test_deadlock_needs_nccl_init_and_a_stall_without_loading():
+    assert ids(log=NCCL_STUCK, stalled_s=900) == ["nccl-p2p-deadlock"]
+    assert ids(log=NCCL_STUCK) == []  # not (yet) stalled
+    loading = NCCL_STUCK + "INFO Loading safetensors checkpoint shards:   2% Completed | 1/48\n"
+    assert ids(log=loading, stalled_s=900) == []  # stalled later, but it did load: not the P2P deadlock
+    watchdog = "[rank0]:[E801 10:32:11 ProcessGroupNCCL.cpp:632] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE)\n"
+    assert ids(log=watchdog) == ["nccl-p2p-deadlock"]
+
+
+def test_nccl_shm_fallback():
+    assert ids(log="host:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via SHM/direct/direct\n") == ["nccl-shm-fallback"]
+    assert ids(log="host:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read\n") == []
+
+
+def test_gpu_oom_during_autotune_but_not_during_serving():
+    tuning = "INFO flashinfer autotuning fused_moe for 64 shapes\n" + "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+    assert ids(log=tuning) == ["autotune-oom-cold-cache"]
+    serving = "INFO Application startup complete.\nINFO 127.0.0.1 POST /v1/chat/completions 200\n" \
+              "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 9.00 GiB\n"
+    assert ids(log=serving) == []
+
+
+def test_enospc_and_xid():
+    assert ids(log="OSError: [Errno 28] No space left on device: '/planes/layer17.plane'\n") == ["enospc"]
+    assert ids(log="INFO /planes has 2.1 TiB of space left on device nvme1n1p2\n") == []
+    findings = classify(Evidence(kernel_log="[99.1] NVRM: Xid (PCI:0000:01:00): 79, pid=0, GPU has fallen off the bus.\n"))
+    assert [f.id for f in findings] == ["gpu-xid"] and "79" in findings[0].lines[0]
