@@ -221,7 +221,23 @@ def provision(
     _ctx(ctx, config, facts).refuse_snapshot("provision")
     if only is not None and only not in ("storage", "gpu", "system"):
         raise InputError(f"--only: expected storage, gpu or system, got {only!r}")
+    if only == "system":
+        _provision_system(_ctx(ctx, config, facts), dry_run)
+        return
     _not_yet("provision")
+
+
+def _provision_system(c: Context, dry_run: bool) -> None:
+    """`provision --only system`: the profile and the units under /etc (hostctl/provision/system.py)."""
+    from hostctl.plan import build_plan
+    from hostctl.provision.system import provision_system
+
+    cfg = c.config()
+    result = provision_system(cfg, build_plan(cfg, c.facts(cfg)), dry_run=dry_run)
+    for action in result.actions:
+        out.print(("would: " if dry_run else "done: ") + action.describe, markup=False)
+    if not result.actions:
+        out.print("system: nothing to change", markup=False)
 
 
 @store_app.command("split")
