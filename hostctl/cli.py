@@ -26,14 +26,15 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 app = typer.Typer(
     name="hostctl",
-    help="Make a Linux GPU workstation a reliable local inference host for huge MoE models (vLLM-MoET).",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Plain help: it reads the same in a terminal, a pipe and a man page.
+    rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 store_app = typer.Typer(help="Rank stores: per-rank expert-store files on the drives the plan assigns.",
-                        no_args_is_help=True)
+                        no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(store_app, name="store")
 
 ConfigOpt = Annotated[
