@@ -336,6 +336,8 @@ def provision_gpu(config: Config, facts: HostFacts, plan: Plan, *, dry_run: bool
             result.add("gpu/power", "skip", "the profile sets no power limits")
         return result
 
+    if configured and facts.gpus.available:
+        validate_power(plan.power.gpus)  # bad input changes nothing, the unit included
     if configured:
         install_power_unit(plan, config, result, dry_run=dry_run, hostctl_bin=hostctl_bin)
     else:

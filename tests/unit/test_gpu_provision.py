@@ -86,7 +86,7 @@ def test_out_of_range_is_bad_input_showing_the_range_and_nothing_is_set(tmp_path
     assert exc.value.exit_code == 2
     text = exc.value.render()
     assert "nothing was changed" in text and "700 W requested, this GPU accepts 150-600 W" in text
-    assert fake.sets == []
+    assert fake.sets == [] and not any(sysroot.rglob("*"))  # not even the unit was written
     with pytest.raises(InputError):
         provision(with_power(config, 100), facts, fake, dry_run=True)  # dry run validates too
     assert fake.sets == []
