@@ -215,14 +215,30 @@ def provision(
     erase: Annotated[Optional[list[str]], typer.Option("--erase", metavar="IDENTITY",
                                                        help="Also allow erasing this drive's foreign contents.")] = None,
     only: Annotated[Optional[str], typer.Option("--only", help="storage | gpu | system")] = None,
+    boot: Annotated[bool, typer.Option("--boot", help="With --only gpu, as hostctl-power.service runs it at boot: "
+                                       "wait up to 60 s for the driver, then apply only the power limits.")] = False,
     config: ConfigOpt = None,
     facts: FactsOpt = None,
 ) -> None:
     """Make the host ready: NVMe swap and cache partitions, sysctl, GPU power limits, units."""
-    _ctx(ctx, config, facts).refuse_snapshot("provision")
+    c = _ctx(ctx, config, facts)
+    c.refuse_snapshot("provision")
     if only is not None and only not in ("storage", "gpu", "system"):
         raise InputError(f"--only: expected storage, gpu or system, got {only!r}")
-    _not_yet("provision")
+    if boot and only != "gpu":
+        raise InputError("--boot goes with --only gpu (it is what hostctl-power.service runs)")
+    parts = [only] if only else ["storage", "gpu", "system"]
+    if any(p != "gpu" for p in parts):
+        _not_yet("provision" if only is None else f"provision --only {only}")
+    from hostctl.plan import build_plan
+    from hostctl.provision.gpu import provision_gpu
+
+    cfg = c.config()
+    host = c.facts(cfg)
+    result = provision_gpu(cfg, host, build_plan(cfg, host), dry_run=dry_run, yes=yes, boot=boot)
+    for line in result.lines():
+        out.print(line, markup=False)
+    result.raise_for_failure()
 
 
 @store_app.command("split")
