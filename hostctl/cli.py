@@ -26,14 +26,15 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 app = typer.Typer(
     name="hostctl",
-    help="Make a Linux GPU workstation a reliable local inference host for huge MoE models (vLLM-MoET).",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Plain help: it reads the same in a terminal, a pipe and a man page.
+    rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 store_app = typer.Typer(help="Rank stores: per-rank expert-store files on the drives the plan assigns.",
-                        no_args_is_help=True)
+                        no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(store_app, name="store")
 
 ConfigOpt = Annotated[
@@ -214,17 +215,34 @@ def provision(
     erase: Annotated[Optional[list[str]], typer.Option("--erase", metavar="IDENTITY",
                                                        help="Also allow erasing this drive's foreign contents.")] = None,
     only: Annotated[Optional[str], typer.Option("--only", help="storage | gpu | system")] = None,
+    boot: Annotated[bool, typer.Option("--boot", help="With --only gpu, as hostctl-power.service runs it at boot: "
+                                       "wait up to 60 s for the driver, then apply only the power limits.")] = False,
     config: ConfigOpt = None,
     facts: FactsOpt = None,
 ) -> None:
     """Make the host ready: NVMe swap and cache partitions, sysctl, GPU power limits, units."""
-    _ctx(ctx, config, facts).refuse_snapshot("provision")
+    c = _ctx(ctx, config, facts)
+    c.refuse_snapshot("provision")
     if only is not None and only not in ("storage", "gpu", "system"):
         raise InputError(f"--only: expected storage, gpu or system, got {only!r}")
-    if only == "system":
-        _provision_system(_ctx(ctx, config, facts), dry_run)
+    if boot and only != "gpu":
+        raise InputError("--boot goes with --only gpu (it is what hostctl-power.service runs)")
+    parts = [only] if only else ["storage", "gpu", "system"]
+    if "storage" in parts:
+        _not_yet("provision" if only is None else f"provision --only {only}")
+    if "system" in parts:
+        _provision_system(c, dry_run)
+    if "gpu" not in parts:
         return
-    _not_yet("provision")
+    from hostctl.plan import build_plan
+    from hostctl.provision.gpu import provision_gpu
+
+    cfg = c.config()
+    host = c.facts(cfg)
+    result = provision_gpu(cfg, host, build_plan(cfg, host), dry_run=dry_run, yes=yes, boot=boot)
+    for line in result.lines():
+        out.print(line, markup=False)
+    result.raise_for_failure()
 
 
 def _provision_system(c: Context, dry_run: bool) -> None:

@@ -2,7 +2,8 @@
 every pair's topology level and P2P status.
 
 All NVML calls sit behind NvmlAdapter, which speaks plain Python values, so a fake with the
-same methods can stand in for a machine we don't have. A getter NVML cannot answer
+same methods (hostctl/facts/gpu_fake.py) can stand in for a machine we don't have. The adapter
+has one write: the power limit, which only `provision --only gpu` calls. A getter NVML cannot answer
 (NotSupported on this GPU, in this VM, ...) leaves its one field None; only a missing driver
 or library makes the whole part unavailable.
 """
@@ -148,6 +149,15 @@ class NvmlAdapter:
 
     def p2p_status(self, h1: Any, h2: Any, caps_index: int) -> int:
         return self._nvml.nvmlDeviceGetP2PStatus(h1, h2, caps_index)
+
+    # ---- the write side (provision only; never called by facts or tests on a real GPU)
+
+    def set_power_limit_mw(self, h: Any, milliwatts: int) -> None:
+        self._nvml.nvmlDeviceSetPowerManagementLimit(h, int(milliwatts))
+
+    def is_no_permission(self, exc: BaseException) -> bool:
+        """Whether an error from a call above means "needs root" (NVML_ERROR_NO_PERMISSION)."""
+        return isinstance(exc, self._nvml.NVMLError_NoPermission)
 
 
 def sysfs_bus_id(nvml_bus_id: str) -> str:

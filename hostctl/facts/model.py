@@ -220,12 +220,15 @@ class PathFacts(Part):
 class P2PVerdict(Part):
     """The functional P2P verdict stored by `provision --only gpu`, with what it was measured under."""
 
-    verdict: Literal["ok", "hang", "wrong_data", "inconclusive", "not_applicable"]
+    # failed: the run with P2P exited with an error (e.g. an NCCL/CUDA error) while the control passed
+    verdict: Literal["ok", "hang", "wrong_data", "failed", "inconclusive", "not_applicable"]
     measured_at: str
     driver_version: str | None = None
     kernel_cmdline: str | None = None
     busbw_gbps: float | None = None
     control_busbw_gbps: float | None = None
+    gpu_uuids: list[str] = Field(default_factory=list)  # the GPUs it was measured on, in rank order
+    detail: str | None = None  # the reason, in words
 
 
 class StateFacts(Part):

@@ -66,6 +66,9 @@ def plan_nccl(config: Config, facts: HostFacts, placement: PlacementPlan) -> Ncc
         plan.decide("stored P2P verdict", "stale",
                     "measured under another driver or kernel command line; it no longer describes this host")
         verdict = None
+    if verdict is not None and verdict.gpu_uuids and verdict.gpu_uuids != [g.uuid for g in ranks]:
+        plan.decide("stored P2P verdict", "stale", "measured on other GPUs than the ones that serve now")
+        verdict = None
     in_vm = facts.kernel.virtualization
 
     if refused:

@@ -2,9 +2,11 @@
 renders, installed under /etc and enabled, so the host comes back by itself after a reboot.
 
 Owned here: /etc/hostctl/hostctl.toml (plus a recipe the profile names by a relative path,
-at the same place beside it), /etc/systemd/system/hostctl-*.service, their enablement, and
-the daemon-reload that makes a running systemd see them. The units call the profile at its
+at the same place beside it), /etc/systemd/system/hostctl-runtime.service, its enablement,
+and the daemon-reload that makes a running systemd see it. The unit calls the profile at its
 installed path, so what runs at boot does not depend on where provision was started from.
+The GPU power unit belongs to `provision --only gpu` (hostctl/provision/gpu.py); run that with
+--config /etc/hostctl/hostctl.toml after this, so both units read the installed profile.
 
 Every file is compared with what it should hold and written only when it differs; a unit is
 enabled only when `systemctl is-enabled` does not already say so. A re-run is a no-op.
@@ -28,9 +30,8 @@ from hostctl.service.render import INSTALLED_HOSTCTL, INSTALLED_PROFILE, render_
 
 UNIT_DIR = PurePosixPath("/etc/systemd/system")
 PROFILE_DIR = PurePosixPath(INSTALLED_PROFILE).parent
-# Every unit hostctl renders. The power unit carries ConditionPathExists on the NVIDIA driver,
-# so enabling it on a host without one is harmless: systemd skips it at boot.
-UNITS = ("hostctl-power.service", "hostctl-runtime.service")
+# The units this part installs (hostctl-power.service is the gpu part's).
+UNITS = ("hostctl-runtime.service",)
 SYSTEMCTL_TIMEOUT = 60
 
 

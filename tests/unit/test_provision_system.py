@@ -81,8 +81,9 @@ def test_dry_run_describes_exactly_and_changes_nothing(sysroot):
     assert not result.applied and _tree(sysroot) == before
     described = [a.describe for a in result.actions]
     assert described[0].startswith("create /etc/hostctl/hostctl.toml (")
-    assert f"systemctl --root={sysroot} enable hostctl-power.service" in described
     assert f"systemctl --root={sysroot} enable hostctl-runtime.service" in described
+    # the power unit is the gpu part's (provision --only gpu)
+    assert not any("hostctl-power" in d for d in described)
     # never a daemon-reload of the real systemd while working on a sysroot
     assert not any("daemon-reload" in d for d in described)
 

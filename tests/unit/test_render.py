@@ -82,7 +82,8 @@ def test_units_wait_for_cache_mounts_and_order_after_docker():
     assert "RequiresMountsFor=/mnt/hostctl/ssd1 /mnt/hostctl/ssd2" in unit
     assert "After=docker.service hostctl-power.service" in unit and "StartLimitBurst=3" in unit
     power = text["hostctl-power.service"]
-    assert "ConditionPathExists=/proc/driver/nvidia/version" in power
+    assert "ExecCondition=/bin/sh -c 'test -e /proc/driver/nvidia/version || modinfo nvidia" in power
+    assert "provision --only gpu --boot" in power and "TimeoutStartSec=150" in power
     assert "Before=docker.service" in power and "After=nvidia-persistenced.service" in power
 
 
