@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (CACHE_DIRS, DRIVES, INSTALLED_PROFILE, NOT_IMPLEMENTED, PAGE_CLUSTER, PROFILE, RECIPE, SPARE,
-                      SWAP_PRIORITY, SWAPPINESS, UNITS, by_id, hostctl, lsblk, mount_of, partition, sh, sha256, swaps)
+from conftest import (CACHE_DIRS, DRIVES, INSTALLED_PROFILE, NOT_IMPLEMENTED, PAGE_CLUSTER, PROFILE, RECIPE,
+                      SKIPPED_RESULT, SPARE, SWAP_PRIORITY, SWAPPINESS, UNITS, by_id, hostctl, lsblk, mount_of,
+                      partition, sh, sha256, swaps, unit_props)
 
 DRIVE_NAMES = sorted(DRIVES)
 
@@ -78,6 +79,14 @@ def test_provision_storage(shared):
 def test_provision_system():
     res = hostctl("--config", str(PROFILE), "provision", "--only", "system")
     assert res.returncode == 0, f"exit {res.returncode}\n{res.stdout}\n{res.stderr}"
+
+
+def test_provision_gpu_from_the_installed_profile():
+    """The recommended order: `--only system` installs the profile in /etc, then the gpu part
+    runs from there, so the power unit reads the same profile as the runtime unit."""
+    res = hostctl("--config", str(INSTALLED_PROFILE), "provision", "--only", "gpu", "--yes")
+    assert res.returncode == 0, f"exit {res.returncode}\n{res.stdout}\n{res.stderr}"
+    assert re.search(r"^skip\b.*no (NVIDIA )?driver", res.stdout, re.M | re.I), res.stdout
 
 
 # ---------------------------------------------------------------- storage, as provisioned
@@ -176,6 +185,7 @@ def test_power_unit_started_now_is_skipped_by_its_condition():
     """No NVIDIA driver in the guest: starting the unit is a clean skip, not a failure."""
     assert not Path("/proc/driver/nvidia/version").exists()
     sh(["systemctl", "start", "hostctl-power.service"])
-    props = dict(ln.split("=", 1) for ln in sh(["systemctl", "show", "-p", "ConditionResult,ActiveState,Result",
-                                                 "hostctl-power.service"]).stdout.split())
-    assert props == {"ConditionResult": "no", "ActiveState": "inactive", "Result": "success"}
+    p = unit_props("hostctl-power.service")
+    assert (p["ActiveState"], p["Result"]) == ("inactive", SKIPPED_RESULT), p
+    assert int(p["ExecMainStartTimestampMonotonic"]) == 0, f"ExecStart (hostctl) ran: {p}"
+    assert sh(["systemctl", "is-failed", "hostctl-power.service"], check=False).returncode != 0

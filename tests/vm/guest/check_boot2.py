@@ -12,15 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (CACHE_DIRS, DRIVES, PAGE_CLUSTER, PROFILE, SPARE, SWAP_PRIORITY, SWAPPINESS, UNITS, by_id,
-                      hostctl, mount_of, partition, sh, sha256, swaps, wait_until)
+from conftest import (CACHE_DIRS, DRIVES, INSTALLED_PROFILE, PAGE_CLUSTER, PROFILE, SKIPPED_RESULT, SPARE,
+                      SWAP_PRIORITY, SWAPPINESS, UNITS, by_id, hostctl, mount_of, partition, sh, sha256, swaps,
+                      unit_props, wait_until)
 
 DRIVE_NAMES = sorted(DRIVES)
-
-
-def _props(unit: str, *names: str) -> dict[str, str]:
-    out = sh(["systemctl", "show", "-p", ",".join(names), unit]).stdout
-    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 
 
 def test_this_is_a_second_boot(shared):
@@ -66,11 +62,11 @@ def test_units_still_enabled(host, unit):
 
 def test_power_unit_was_skipped_at_boot_by_its_condition():
     """Started by systemd at boot (multi-user.target wants it) and skipped: no NVIDIA driver."""
-    p = _props("hostctl-power.service", "ConditionResult", "ConditionTimestampMonotonic", "ActiveState", "Result",
-               "UnitFileState", "NRestarts")
+    p = unit_props("hostctl-power.service")
     assert p["UnitFileState"] == "enabled"
-    assert int(p["ConditionTimestampMonotonic"]) > 0, "the condition was never checked in this boot"
-    assert (p["ConditionResult"], p["ActiveState"], p["Result"]) == ("no", "inactive", "success"), p
+    assert int(p["InactiveExitTimestampMonotonic"]) > 0, f"systemd did not try it in this boot: {p}"
+    assert (p["ActiveState"], p["Result"]) == ("inactive", SKIPPED_RESULT), p
+    assert int(p["ExecMainStartTimestampMonotonic"]) == 0, f"ExecStart (hostctl) ran: {p}"
     failed = sh(["systemctl", "--failed", "--no-legend", "--plain"]).stdout
     assert "hostctl-power" not in failed
 
@@ -78,8 +74,7 @@ def test_power_unit_was_skipped_at_boot_by_its_condition():
 def test_runtime_unit_was_started_by_systemd_at_boot(shared):
     """Enabled means systemd starts it at boot. Whether `hostctl up` then succeeds is not this
     guest's question (it has no Docker); what it did is kept on the results disk."""
-    p = _props("hostctl-runtime.service", "UnitFileState", "LoadState", "ActiveState", "SubState", "Result",
-               "NRestarts", "ExecMainStartTimestampMonotonic", "ExecMainStatus")
+    p = unit_props("hostctl-runtime.service")
     shared["runtime_unit_at_boot2"] = p
     assert (p["UnitFileState"], p["LoadState"]) == ("enabled", "loaded")
     assert int(p["ExecMainStartTimestampMonotonic"]) > 0, f"systemd never started it in this boot: {p}"
@@ -124,6 +119,10 @@ def test_second_provision_changes_nothing(shared):
         assert res.returncode == 0, f"exit {res.returncode}\n{res.stdout}\n{res.stderr}"
     res = hostctl("--config", str(PROFILE), "provision", "--only", "system")
     assert res.returncode == 0 and res.stdout.strip() == "system: nothing to change", res.stdout + res.stderr
+    res = hostctl("--config", str(INSTALLED_PROFILE), "provision", "--only", "gpu", "--yes")
+    assert res.returncode == 0, f"exit {res.returncode}\n{res.stdout}\n{res.stderr}"
+    acted = [ln for ln in res.stdout.splitlines() if ln.split()[:1] in (["changed"], ["would"], ["fail"])]
+    assert acted == [], res.stdout
     after = _host_state()
     changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
     assert changed == [], "changed by the second provision: " + ", ".join(changed)

@@ -13,8 +13,9 @@ code GPU-based (no second "node of a PCI device" path to maintain) while the nod
 comes from real firmware tables.
 
 The process: the rendered compose file's `cpuset` becomes the cgroup's cpuset.cpus (what
-Docker writes for it), and the runtime entrypoint's numactl line (--cpunodebind/--membind
-from HOSTCTL_NUMA_NODE in runtime.env) runs the payload. Mems_allowed_list reflects a
+Docker writes for it), and the runtime images' entrypoint itself (runtime/entrypoint/
+hostctl-entrypoint, shipped in the wheel) runs the payload with HOSTCTL_NUMA_NODE from the
+rendered runtime.env: it execs numactl --cpunodebind/--membind. Mems_allowed_list reflects a
 cgroup's cpuset.mems, which Compose cannot set; so one check runs exactly what the runtime
 gets (CPU set in the cgroup, memory bound by numactl's policy: pages checked in numa_maps),
 and one also writes cpuset.mems (as `docker run --cpuset-mems` would).
@@ -36,6 +37,7 @@ from hostctl.config import load_config
 from hostctl.facts import collect
 from hostctl.facts.gpu import NvmlAdapter, probe_gpus, read_numa
 from hostctl.facts.topology import probe_numa
+from hostctl.paths import resource_root
 from hostctl.plan import build_plan
 from hostctl.plan.placement import MEMBIND_ENV
 from hostctl.service.render import render_files
@@ -46,6 +48,7 @@ NODE1_SERIAL, NODE0_SERIAL = "HCVMNUMA1", "HCVMNUMA0"  # behind pxb numa_node=1 
 ROOTBUS_SERIAL = "HCVMROOTBUS"  # on the root PCI bus: no proximity domain
 PROFILE = TESTS / "numa.toml"
 CGROUP = Path("/sys/fs/cgroup")
+ENTRYPOINT = resource_root() / "runtime/entrypoint/hostctl-entrypoint"
 BUFFER_MIB = 64
 
 # Runs inside the bound process: touch a buffer, then report where the kernel let it run and
@@ -157,8 +160,8 @@ def _rendered(serial: str) -> tuple[dict, dict]:
 
 
 def _run_bound(cpuset: str, node: str, mems: str | None) -> dict:
-    """Start the payload in a fresh cgroup with `cpuset` (and cpuset.mems when given), under the
-    runtime entrypoint's numactl line; return what it reports."""
+    """Start the payload in a fresh cgroup with `cpuset` (and cpuset.mems when given), through
+    the runtime entrypoint with HOSTCTL_NUMA_NODE=node; return what it reports."""
     (CGROUP / "cgroup.subtree_control").write_text("+cpuset")
     group = CGROUP / f"hostctl-vmtest-{uuid.uuid4().hex[:8]}"
     group.mkdir()
@@ -172,8 +175,9 @@ def _run_bound(cpuset: str, node: str, mems: str | None) -> dict:
             with open(procs, "w") as f:
                 f.write(str(os.getpid()))
 
-        argv = ["numactl", f"--cpunodebind={node}", f"--membind={node}", "--", sys.executable, "-c", PAYLOAD]
-        res = subprocess.run(argv, capture_output=True, text=True, timeout=300, preexec_fn=enter)
+        argv = ["sh", str(ENTRYPOINT), sys.executable, "-c", PAYLOAD]
+        env = dict(os.environ, **{MEMBIND_ENV: node})
+        res = subprocess.run(argv, capture_output=True, text=True, timeout=300, preexec_fn=enter, env=env)
         assert res.returncode == 0, res.stderr
         return json.loads(res.stdout)
     finally:

@@ -32,6 +32,11 @@ SWAPPINESS, PAGE_CLUSTER = 10, 0  # the profile's serving-phase swap sysctls
 CACHE_DIRS = {"planes_cache": "/mnt/hostctl/ssd1/moet-planes", "expert_store": "/mnt/hostctl/ssd2/moet-store",
               "compile_cache": "/var/lib/hostctl/compile-cache"}
 UNITS = ("hostctl-power.service", "hostctl-runtime.service")
+# What systemd reports for a service its ExecCondition= skipped (the power unit without a driver):
+# inactive, not failed, with this result.
+SKIPPED_RESULT = "exec-condition"
+UNIT_PROPS = ("UnitFileState", "LoadState", "ActiveState", "SubState", "Result", "ConditionResult",
+              "InactiveExitTimestampMonotonic", "ExecMainStartTimestampMonotonic", "ExecMainStatus", "NRestarts")
 NOT_IMPLEMENTED = "not available yet"
 
 
@@ -66,6 +71,14 @@ def hostctl(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
         log.write(f"### {' '.join(argv)}\n### exit {res.returncode} after {took:.1f} s\n"
                   f"--- stdout\n{res.stdout}--- stderr\n{res.stderr}\n")
     return res
+
+
+def unit_props(unit: str) -> dict[str, str]:
+    out = sh(["systemctl", "show", "-p", ",".join(UNIT_PROPS), unit]).stdout
+    props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    with open(OUT / f"{os.environ.get('HC_PHASE', 'guest')}-unit-props.log", "a") as log:
+        log.write(f"{unit}: {json.dumps(props)}\n")
+    return props
 
 
 def sha256(path: Path | str, chunk: int = 1 << 20) -> str:
