@@ -186,6 +186,6 @@ def test_power_unit_started_now_is_skipped_by_its_condition():
     assert not Path("/proc/driver/nvidia/version").exists()
     sh(["systemctl", "start", "hostctl-power.service"])
     p = unit_props("hostctl-power.service")
-    assert (p["ActiveState"], p["Result"]) == ("inactive", SKIPPED_RESULT), p
+    assert (p["ConditionResult"], p["ActiveState"], p["Result"]) == ("no", "inactive", SKIPPED_RESULT), p
     assert int(p["ExecMainStartTimestampMonotonic"]) == 0, f"ExecStart (hostctl) ran: {p}"
     assert sh(["systemctl", "is-failed", "hostctl-power.service"], check=False).returncode != 0

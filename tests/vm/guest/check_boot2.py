@@ -65,7 +65,7 @@ def test_power_unit_was_skipped_at_boot_by_its_condition():
     p = unit_props("hostctl-power.service")
     assert p["UnitFileState"] == "enabled"
     assert int(p["InactiveExitTimestampMonotonic"]) > 0, f"systemd did not try it in this boot: {p}"
-    assert (p["ActiveState"], p["Result"]) == ("inactive", SKIPPED_RESULT), p
+    assert (p["ConditionResult"], p["ActiveState"], p["Result"]) == ("no", "inactive", SKIPPED_RESULT), p
     assert int(p["ExecMainStartTimestampMonotonic"]) == 0, f"ExecStart (hostctl) ran: {p}"
     failed = sh(["systemctl", "--failed", "--no-legend", "--plain"]).stdout
     assert "hostctl-power" not in failed

@@ -33,7 +33,7 @@ CACHE_DIRS = {"planes_cache": "/mnt/hostctl/ssd1/moet-planes", "expert_store": "
               "compile_cache": "/var/lib/hostctl/compile-cache"}
 UNITS = ("hostctl-power.service", "hostctl-runtime.service")
 # What systemd reports for a service its ExecCondition= skipped (the power unit without a driver):
-# inactive, not failed, with this result.
+# ConditionResult=no, inactive (not failed), with this result.
 SKIPPED_RESULT = "exec-condition"
 UNIT_PROPS = ("UnitFileState", "LoadState", "ActiveState", "SubState", "Result", "ConditionResult",
               "InactiveExitTimestampMonotonic", "ExecMainStartTimestampMonotonic", "ExecMainStatus", "NRestarts")
