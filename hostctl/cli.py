@@ -217,18 +217,43 @@ def provision(
     config: ConfigOpt = None,
     facts: FactsOpt = None,
 ) -> None:
-    """Make the host ready: NVMe swap and cache partitions, sysctl, GPU power limits, units."""
-    _ctx(ctx, config, facts).refuse_snapshot("provision")
+    """Make the host ready: NVMe swap and cache partitions, sysctl, GPU power limits, units.
+
+    Prints every command and file edit first; --dry-run stops there. Destructive steps need
+    --yes or the drive's identity typed at a terminal; foreign contents also --erase IDENTITY.
+    """
+    c = _ctx(ctx, config, facts)
+    c.refuse_snapshot("provision")
     if only is not None and only not in ("storage", "gpu", "system"):
         raise InputError(f"--only: expected storage, gpu or system, got {only!r}")
-    _not_yet("provision")
+    cfg = c.config()
+    missing = []
+    for part in [only] if only else ["storage", "gpu", "system"]:
+        if part == "storage":
+            from hostctl.provision.apply import provision_storage
+
+            provision_storage(cfg, dry_run=dry_run, yes=yes, erase=tuple(erase or ()))
+        else:
+            missing.append(part)
+    if missing:
+        raise NotAvailableError(
+            f"`hostctl provision` part(s) {', '.join(missing)} are not available yet in hostctl {__version__}"
+            + (" (storage was provisioned above)" if not only else ""),
+            fix="run `hostctl provision --only storage` for what works today")
 
 
 @store_app.command("split")
 def store_split(ctx: typer.Context, config: ConfigOpt = None, facts: FactsOpt = None) -> None:
-    """Copy each rank's expert-store files to the drive the plan assigns, verified byte for byte."""
-    _ctx(ctx, config, facts).refuse_snapshot("store split")
-    _not_yet("store split")
+    """Copy each rank's expert-store files to the drive the plan assigns, verified byte for byte.
+
+    The originals stay in the shared store (the rollback); refused when the copy would land on
+    the shared store's own filesystem.
+    """
+    c = _ctx(ctx, config, facts)
+    c.refuse_snapshot("store split")
+    from hostctl.provision.rankstores import split_rank_stores
+
+    split_rank_stores(c.config())
 
 
 @app.command()
