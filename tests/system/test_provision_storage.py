@@ -21,7 +21,8 @@ from hostctl.provision import fstab, sysctl
 from hostctl.provision.apply import provision_storage, read_system_files, run_actions, storage_facts
 from hostctl.provision.storage import Options, plan_storage_provision
 
-from conftest import SWAP_PRIORITY, check, drive_toml, on_device, sha256, wait_for, write_profile
+from loopdrives import SWAP_PRIORITY, check, drive_toml, on_device, sha256, wait_for, write_profile
+from loopdrives import host, restore_sysctls, sysroot  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.system
 ROOT = Path(__file__).resolve().parents[2]

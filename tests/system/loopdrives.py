@@ -1,5 +1,7 @@
-"""Fixtures for system tests on real block devices: sparse-file loop drives, a temporary sysroot
+"""Helpers and fixtures for system tests on real block devices: sparse-file loop drives, a temporary sysroot
 for the files hostctl writes under /etc and /var/lib, and the swap sysctls restored afterwards.
+(Not a conftest.py: tests/conftest.py is imported as `conftest` by the unit tests. Test modules
+import the fixtures from here by name.)
 
 Nothing may outlive a test: every loop device is detached, every mount on it unmounted and every
 swap area on it swapped off by a finalizer, even when the test fails half-way.
