@@ -55,12 +55,14 @@ def sudo_owner(env: dict[str, str] | None = None) -> tuple[int, int] | None:
 
 
 def storage_facts(config: Config) -> HostFacts:
-    from hostctl.facts import collect
+    """Disks, mounts, swap, memory and the directories the storage plan names: all that storage
+    decisions read (a full collect would wait on NVML and the Docker socket, every round)."""
+    from hostctl.facts import collect_storage
     from hostctl.plan import path_requests
 
     requests = path_requests(config) + [(d, False) for d in dir_requests(config)]
     seen: set[str] = set()
-    return collect([(p, listing) for p, listing in requests if not (p in seen or seen.add(p))])
+    return collect_storage([(p, listing) for p, listing in requests if not (p in seen or seen.add(p))])
 
 
 def read_system_files(config: Config, facts: HostFacts) -> SystemFiles:

@@ -156,10 +156,10 @@ def drive_toml(name: str, dev: str, mount: Path, *, swap: str = "16MiB", priorit
 
 
 def write_profile(path: Path, drives: list[str], *, storage: str = "", recipe: str = "dsv4-flash-0731-tp2-400k",
-                  phase: str = "serving"):
+                  phase: str = "serving", extra: str = ""):
     """A profile naming the given [[drives]] blocks; returns the loaded Config."""
     path.write_text(f'name = "systest"\nrecipe = "{recipe}"\nphase = "{phase}"\n'
-                    f"[storage]\n{storage}\n" + "\n".join(drives))
+                    f"[storage]\n{storage}\n{extra}\n" + "\n".join(drives))
     return load_config(path)
 
 
