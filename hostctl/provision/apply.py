@@ -26,6 +26,7 @@ from hostctl.provision import consent, files, fstab, sysctl
 from hostctl.provision.actions import Action
 from hostctl.provision.storage import (
     DirState,
+    DriveVerdict,
     Options,
     StorageProvision,
     SystemFiles,
@@ -132,14 +133,22 @@ def _refusal(sp: StorageProvision, ran: int) -> RefusedError:
         message += f" (and {len(refused) - 1} more drive(s))"
     message += "; " + ("nothing was changed" if ran == 0 else f"{ran} earlier action(s) ran, nothing more was changed")
     details = []
-    for d in refused:
-        details += [f"{d.where()}: {r}" for r in d.reasons]
+    for i, d in enumerate(refused):
+        if i:
+            details += [f"drive {d.where()} refused: {r}" for r in d.reasons]
         if d.fix:
-            details.append(f"  fix for {d.drive.name}: {d.fix}")
-    return RefusedError(message, details=details if len(refused) > 1 or first.fix else [])
+            details.append(f"fix for {d.drive.name}: {d.fix}")
+    return RefusedError(message, details=details)
 
 
 # ---------------------------------------------------------------- running
+
+
+def _consent_request(d: DriveVerdict) -> consent.Request:
+    where = d.disk.path if d.disk else "?"
+    what = (f"ERASES {d.found.removeprefix('erase: ')} on {where}" if d.status == "erase"
+            else f"writes a partition table or filesystems on {where}")
+    return consent.Request(d.drive.name, str(d.drive.identity), d.drive.identity.value, what)
 
 
 @contextmanager
@@ -158,6 +167,11 @@ def _lock() -> Iterator[None]:
         os.close(fd)
 
 
+def _ran_before(i: int, total: int) -> str:
+    return (f"{i - 1} of {total} action(s) ran before this one failed; re-running `hostctl provision` "
+            "continues from what the host is now")
+
+
 def run_actions(actions: list[Action], err: TextIO) -> int:
     """Run in order, progress on stderr; stop at the first failure (a re-run continues from there)."""
     total = len(actions)
@@ -168,9 +182,11 @@ def run_actions(actions: list[Action], err: TextIO) -> int:
         try:
             a.run()
         except HostctlError as exc:
-            exc.details = [*exc.details, f"{i - 1} of {total} action(s) ran before this one failed; "
-                           "re-running `hostctl provision` continues from what the host is now"]
+            exc.details = [*exc.details, _ran_before(i, total)]
             raise
+        except OSError as exc:  # a directory or file edit (the commands report through the runner)
+            raise FailedError(f"{a.step}: {exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else ""),
+                              details=[_ran_before(i, total)]) from exc
         err.write(f"        done in {time.monotonic() - t0:.2f} s\n")
     return total
 
@@ -222,9 +238,7 @@ def provision_storage(
                 out.write("storage: no changes\n" if ran == 0 else f"storage: {ran} action(s) run; verified: "
                           "a fresh look at the host needs nothing more\n")
                 return Outcome(ran, round_no, sp)
-            need = [consent.Request(d.drive.name, str(d.drive.identity), d.drive.identity.value,
-                                    f"{'ERASES ' + d.found.removeprefix('erase: ') if d.status == 'erase' else 'writes a partition table or filesystems on ' + (d.disk.path if d.disk else '?')}")
-                    for d in sp.drives if d.destructive and d.drive.name not in consented]
+            need = [_consent_request(d) for d in sp.drives if d.destructive and d.drive.name not in consented]
             consent.obtain(need, yes=yes, stdin=stdin, stderr=err)
             consented |= {r.drive for r in need}
             ran += run_actions(sp.actions, err)

@@ -27,7 +27,7 @@ from typing import Literal
 
 from hostctl import paths, runner
 from hostctl.config import Config, Drive
-from hostctl.errors import FailedError, RefusedError
+from hostctl.errors import FailedError, InputError, RefusedError
 from hostctl.facts.disks import parse_blkid_export, table_entries
 from hostctl.facts.model import Disk, HostFacts, Partition
 from hostctl.plan.storage import plan_storage
@@ -534,8 +534,6 @@ def plan_storage_provision(config: Config, facts: HostFacts, system: SystemFiles
     on_drive, plain = role_dirs(config, facts)
     unknown = [a for a in opts.erase if not any(names_drive(a, d) for d in profile.drives)]
     if unknown:
-        from hostctl.errors import InputError
-
         raise InputError(f"--erase {unknown[0]}: names no drive in profile {profile.name} "
                          f"(its drives: {', '.join(str(d.identity) for d in profile.drives) or 'none'})",
                          fix="pass the identity exactly as the profile writes it, e.g. serial:XYZ")

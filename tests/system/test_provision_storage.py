@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from hostctl import cli, paths
-from hostctl.errors import RefusedError
 from hostctl.facts.memory import read_swaps
 from hostctl.facts.mounts import read_mountinfo
 from hostctl.provision import fstab, sysctl
