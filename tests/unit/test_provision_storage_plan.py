@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import itertools
+import os
 
 import pytest
 
@@ -444,3 +445,28 @@ def test_consent():
         consent.obtain([REQUEST], yes=False, stdin=Terminal(SERIAL1 + "\n", tty=False), stderr=err)
     with pytest.raises(RefusedError, match="consent for ssd1 not given"):
         consent.obtain([REQUEST], yes=False, stdin=Terminal("ssd1\n"), stderr=err)
+
+
+# ---------------------------------------------------------------- storage facts, verified copies
+
+
+def test_storage_facts_say_what_they_did_not_read(tmp_path):
+    from hostctl.facts import collect_storage
+
+    f = collect_storage([(str(tmp_path), True)])
+    assert not f.gpus.available and "not read" in f.gpus.reason and not f.engine.available
+    assert f.paths[0].exists and f.paths[0].files == [] and f.paths[0].owner_uid == os.getuid()
+    assert any("storage facts only" in n for n in f.notes)
+
+
+def test_copy_verified_keeps_the_originals_time_and_leaves_no_partial(tmp_path):
+    from hostctl.provision.rankstores import PARTIAL_PREFIX, _Progress, copy_verified
+
+    src, dst_dir = tmp_path / "a.rank0of2.pack", tmp_path / "rank0"
+    src.write_bytes(os.urandom(5 << 20))
+    os.utime(src, ns=(1_600_000_000_000_000_000, 1_600_000_000_123_456_789))
+    dst_dir.mkdir()
+    assert copy_verified(src, dst_dir / src.name, _Progress(io.StringIO()), "rank 0") == 5 << 20
+    assert (dst_dir / src.name).read_bytes() == src.read_bytes()
+    assert (dst_dir / src.name).stat().st_mtime_ns == src.stat().st_mtime_ns
+    assert not [n for n in os.listdir(dst_dir) if n.startswith(PARTIAL_PREFIX)]
