@@ -220,32 +220,54 @@ def provision(
     config: ConfigOpt = None,
     facts: FactsOpt = None,
 ) -> None:
-    """Make the host ready: NVMe swap and cache partitions, sysctl, GPU power limits, units."""
+    """Make the host ready: NVMe swap and cache partitions, sysctl, GPU power limits, units.
+
+    Prints every command and file edit first; --dry-run stops there. Destructive steps need
+    --yes or the drive's identity typed at a terminal; foreign contents also --erase IDENTITY.
+    """
     c = _ctx(ctx, config, facts)
     c.refuse_snapshot("provision")
     if only is not None and only not in ("storage", "gpu", "system"):
         raise InputError(f"--only: expected storage, gpu or system, got {only!r}")
     if boot and only != "gpu":
         raise InputError("--boot goes with --only gpu (it is what hostctl-power.service runs)")
-    parts = [only] if only else ["storage", "gpu", "system"]
-    if any(p != "gpu" for p in parts):
-        _not_yet("provision" if only is None else f"provision --only {only}")
-    from hostctl.plan import build_plan
-    from hostctl.provision.gpu import provision_gpu
-
     cfg = c.config()
-    host = c.facts(cfg)
-    result = provision_gpu(cfg, host, build_plan(cfg, host), dry_run=dry_run, yes=yes, boot=boot)
-    for line in result.lines():
-        out.print(line, markup=False)
-    result.raise_for_failure()
+    missing = []
+    for part in [only] if only else ["storage", "gpu", "system"]:
+        if part == "storage":
+            from hostctl.provision.apply import provision_storage
+
+            provision_storage(cfg, dry_run=dry_run, yes=yes, erase=tuple(erase or ()))
+        elif part == "gpu":
+            from hostctl.plan import build_plan
+            from hostctl.provision.gpu import provision_gpu
+
+            host = c.facts(cfg)
+            result = provision_gpu(cfg, host, build_plan(cfg, host), dry_run=dry_run, yes=yes, boot=boot)
+            for line in result.lines():
+                out.print(line, markup=False)
+            result.raise_for_failure()
+        else:
+            missing.append(part)
+    if missing:
+        raise NotAvailableError(
+            f"`hostctl provision` part(s) {', '.join(missing)} are not available yet in hostctl {__version__}"
+            + (" (the other parts ran above)" if not only else ""),
+            fix="run `hostctl provision --only storage` or `--only gpu` for what works today")
 
 
 @store_app.command("split")
 def store_split(ctx: typer.Context, config: ConfigOpt = None, facts: FactsOpt = None) -> None:
-    """Copy each rank's expert-store files to the drive the plan assigns, verified byte for byte."""
-    _ctx(ctx, config, facts).refuse_snapshot("store split")
-    _not_yet("store split")
+    """Copy each rank's expert-store files to the drive the plan assigns, verified byte for byte.
+
+    The originals stay in the shared store (the rollback); refused when the copy would land on
+    the shared store's own filesystem.
+    """
+    c = _ctx(ctx, config, facts)
+    c.refuse_snapshot("store split")
+    from hostctl.provision.rankstores import split_rank_stores
+
+    split_rank_stores(c.config())
 
 
 @app.command()

@@ -40,7 +40,7 @@ from hostctl.facts.mounts import probe_paths, read_mountinfo
 from hostctl.facts.state import probe_state
 from hostctl.facts.topology import CMDLINE, probe_iommu, probe_kernel, probe_numa
 
-__all__ = ["collect", "load_snapshot"]
+__all__ = ["collect", "collect_storage", "load_snapshot"]
 
 T = TypeVar("T")
 
@@ -111,6 +111,42 @@ def collect(path_requests: Sequence[tuple[str, bool]] = ()) -> HostFacts:
         mounts=mounts,
         paths=paths,
         state=state,
+    )
+
+
+def collect_storage(path_requests: Sequence[tuple[str, bool]] = ()) -> HostFacts:
+    """Only what storage provisioning decides on: disks, mounts, swap and memory, and the
+    directories asked for (milliseconds, where a full `collect` waits on NVML and the Docker
+    socket). The other parts say they were not read, so nothing mistakes them for absent."""
+    notes: list[str] = []
+    mountinfo = read_mountinfo()
+    mounts = [line.entry for line in mountinfo]
+    swaps = read_swaps()
+    why = "not read: storage provisioning reads only disks, mounts, memory and directories"
+    try:
+        cmdline = CMDLINE.read_text().strip()
+    except OSError:
+        cmdline = ""
+    disks = _guarded("disk", lambda: probe_disks(mountinfo, swaps), lambda w: DiskFacts(available=False, reason=w), notes)
+    memory = _guarded("memory", lambda: probe_memory(swaps),
+                      lambda w: MemoryFacts(mem_total_bytes=0, mem_available_bytes=0, swap_total_bytes=0,
+                                            swap_free_bytes=0), notes)
+    paths = _guarded("path", lambda: probe_paths(path_requests, mounts),
+                     lambda w: [PathFacts(path=p, exists=os.path.isdir(p)) for p, _ in path_requests], notes)
+    notes.append("storage facts only: GPUs, NUMA, IOMMU and the container engine were not read")
+    return HostFacts(
+        hostname=socket.gethostname(),
+        collected_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        notes=notes,
+        kernel=KernelFacts(release=os.uname().release, cmdline=cmdline),
+        gpus=GpuFacts(available=False, reason=why),
+        disks=disks,
+        memory=memory,
+        numa=NumaFacts(cpu_count=os.cpu_count() or 1),
+        iommu=IommuFacts(),
+        engine=EngineFacts(available=False, reason=why),
+        mounts=mounts,
+        paths=paths,
     )
 
 

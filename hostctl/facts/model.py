@@ -116,6 +116,9 @@ class Disk(Part):
     rotational: bool | None = None
     removable: bool | None = None
     table_type: str | None = None  # gpt, dos, or None when blank / unknown
+    # Entries in the on-disk partition table (partx --show). It can differ from `partitions`
+    # (what the kernel has loaded): a loop device after sgdisk, before `partx -u`.
+    table_entries: int | None = None
     fs_type: str | None = None  # a filesystem written straight onto the whole disk
     mountpoints: list[str] = Field(default_factory=list)
     holders: list[str] = Field(default_factory=list)
@@ -215,6 +218,8 @@ class PathFacts(Part):
     free_bytes: int | None = None
     total_bytes: int | None = None
     files: list[tuple[str, int]] | None = None  # (name, size) for store directories
+    owner_uid: int | None = None  # of the directory itself, when it exists
+    owner_gid: int | None = None
 
 
 class P2PVerdict(Part):

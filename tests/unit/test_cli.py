@@ -110,11 +110,24 @@ def test_commands_that_act_refuse_a_snapshot(command, capsys):
     assert code == 2 and "acts on this host" in err
 
 
-@pytest.mark.parametrize("command", [["provision"], ["up"], ["down"], ["status"], ["logs"], ["smoke"], ["verify"],
-                                     ["doctor"], ["store", "split"]])
+@pytest.mark.parametrize("command", [["up"], ["down"], ["status"], ["logs"], ["smoke"], ["verify"], ["doctor"]])
 def test_commands_not_available_yet_fail_honestly(command, capsys):
     code, out, err = run(command, capsys)
     assert code == 1 and out == "" and "not available yet" in err
+
+
+@pytest.mark.parametrize("part", ["system"])
+def test_provision_parts_not_available_yet_fail_honestly_and_touch_nothing(part, capsys):
+    code, out, err = run(["provision", "--only", part, "--config", str(HOSTS / "pro6000x2-desktop.toml")], capsys)
+    assert code == 1 and out == "" and f"part(s) {part} are not available yet" in err
+
+
+@pytest.mark.parametrize("command", [["provision", "--only", "storage"], ["store", "split"]])
+def test_provision_and_split_need_a_profile(command, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(paths, "PROFILE_SEARCH", (Path("hostctl.toml"),))
+    code, out, err = run(command, capsys)
+    assert code == 2 and "no host profile found" in err
 
 
 def test_usage_errors_exit_2(capsys):
