@@ -21,6 +21,21 @@ KMSG = Path("/dev/kmsg")
 MAX_KMSG_RECORDS = 200_000  # a bound, so a log that is being flooded cannot keep us reading
 
 
+def parse_kmsg_record(record: bytes) -> tuple[int, str] | None:
+    """One /dev/kmsg record ("prio,seq,usec,flags;message" plus " KEY=value" continuation lines)
+    -> (sequence number, the line as dmesg prints it: "[seconds] message")."""
+    head, sep, message = record.decode("utf-8", "replace").partition(";")
+    fields = head.split(",")
+    try:
+        seq, usec = int(fields[1]), int(fields[2])
+    except (IndexError, ValueError):
+        return None
+    if not sep:
+        return None
+    message = message.split("\n", 1)[0]  # continuation lines carry device metadata, not text
+    return seq, f"[{usec // 1_000_000:5d}.{usec % 1_000_000:06d}] {message}"
+
+
 def read_kmsg(path: Path = KMSG) -> tuple[list[str], int | None]:
     """(lines as dmesg prints them "[seconds] message", sequence number of the first record).
     Raises OSError when the device cannot be opened (no permission: dmesg_restrict)."""
@@ -39,17 +54,13 @@ def read_kmsg(path: Path = KMSG) -> tuple[list[str], int | None]:
                 raise
             if not record:
                 break
-            text = record.decode("utf-8", "replace")
-            head, _, message = text.partition(";")
-            fields = head.split(",")
-            try:
-                seq, usec = int(fields[1]), int(fields[2])
-            except (IndexError, ValueError):
+            parsed = parse_kmsg_record(record)
+            if parsed is None:
                 continue
+            seq, line = parsed
             if first_seq is None:
                 first_seq = seq
-            message = message.split("\n", 1)[0]  # continuation lines (" KEY=value") carry device metadata
-            lines.append(f"[{usec // 1_000_000:5d}.{usec % 1_000_000:06d}] {message}")
+            lines.append(line)
     finally:
         os.close(fd)
     return lines, first_seq

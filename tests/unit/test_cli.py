@@ -111,7 +111,7 @@ def test_commands_that_act_refuse_a_snapshot(command, capsys):
 
 
 @pytest.mark.parametrize("command", [["provision"], ["up"], ["down"], ["status"], ["logs"], ["smoke"], ["verify"],
-                                     ["doctor"], ["store", "split"]])
+                                     ["store", "split"]])
 def test_commands_not_available_yet_fail_honestly(command, capsys):
     code, out, err = run(command, capsys)
     assert code == 1 and out == "" and "not available yet" in err
