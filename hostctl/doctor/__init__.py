@@ -104,9 +104,11 @@ def build_report(opts: Options, err: TextIO | None = None):
     return report, config, facts, plan
 
 
-def run(opts: Options, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+def run(opts: Options, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """Run doctor and print its report; returns the exit code (0 ok, 1 a check failed)."""
     from hostctl.doctor import report as rep
+
+    out, err = out or sys.stdout, err or sys.stderr
 
     start = time.perf_counter()
     report, config, facts, plan = build_report(opts, err)

@@ -19,8 +19,8 @@ _PATTERNS: tuple[tuple[re.Pattern, str], ...] = (
     # --api-key VALUE, --api-key=VALUE, "--api-key", "VALUE" (an argv in JSON)
     (re.compile(r"(?i)(--(?:api-key|hf-token|token|password)(?:=|\s+|[\"']\s*,\s*[\"']))(?!-)[^\s\"',]+"),
      lambda m: m.group(1) + MASK),
-    # NAME=value, NAME: value, "NAME": "value", NAME = 'value'
-    (re.compile(rf"(?i)(\b{_SECRET_NAME}\"?'?\s*[:=]\s*[\"']?)(?![\"']?\s*(?:$|,|\}}))(?!\$\{{)[^\s\"',}}]+"),
+    # NAME=value, NAME: value, "NAME": "value", NAME = 'value' (not ${NAME:?...}, Compose interpolation)
+    (re.compile(rf"(?i)((?<!\$\{{)\b{_SECRET_NAME}\"?'?\s*[:=]\s*[\"']?)(?![\"']?\s*(?:$|,|\}}))(?!\$\{{)[^\s\"',}}]+"),
      lambda m: m.group(1) + MASK),
     # bare tokens that are secrets whatever surrounds them
     (re.compile(r"\bhf_[A-Za-z0-9]{20,}\b"), lambda m: "hf_" + MASK),

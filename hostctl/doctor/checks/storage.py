@@ -64,7 +64,9 @@ def _role_check(role: str):
             free = f", {fmt_gib(pf.free_bytes)} free of {fmt_gib(pf.total_bytes)}" if pf.free_bytes is not None else ""
             observed = (f"{target.host_path} on {pf.fs_type or 'unknown fs'} ({pf.mount_source or '?'} at "
                         f"{pf.mount_target or '?'}){free}")
-        r = _result([p for p in ctx.plan.storage.problems if target.host_path in p.message], observed, expected, source)
+        # the storage planner's problems about a role start with the role's name (plan/storage.py _check_path)
+        mine = [p for p in ctx.plan.storage.problems if p.message.startswith(label + " ") or target.host_path in p.message]
+        r = _result(mine, observed, expected, source)
         if r is not None:
             return r
         note = ""
