@@ -127,11 +127,13 @@ def write(path: Path, contents: BundleContents) -> dict[str, int]:
         redactions[name] = count(text)
         members.append((name, redact(text).encode()))
     manifest = ["hostctl support bundle", f"written {time.strftime('%Y-%m-%dT%H:%M:%S%z')}", "",
-                "files (secrets redacted: API keys, tokens, Authorization headers, --api-key values):"]
+                "files, each redacted (API keys, tokens, passwords, Authorization headers, API key arguments):"]
     manifest += [f"  {name}  ({len(data)} bytes, {redactions[name]} secret(s) redacted)" for name, data in members]
     if contents.missing:
         manifest += ["", "not included:"] + [f"  {m}" for m in contents.missing]
-    members.insert(0, ("MANIFEST.txt", redact("\n".join(manifest) + "\n").encode()))
+    # hostctl writes the manifest itself (names, sizes, reasons), so it is not redacted: that would
+    # only mangle its own words.
+    members.insert(0, ("MANIFEST.txt", ("\n".join(manifest) + "\n").encode()))
     root = path.name.removesuffix(".gz").removesuffix(".tar").removesuffix(".tgz") or "hostctl-bundle"
     fd, tmp = tempfile.mkstemp(prefix=".hostctl-bundle-", dir=path.parent)
     try:

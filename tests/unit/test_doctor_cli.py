@@ -165,6 +165,7 @@ def test_bundle_has_every_part_and_no_secret(tmp_path, capsys):
     assert json.loads(members["doctor.json"])["schema"] == "hostctl.doctor/v1"
     assert "kernel.log: the facts snapshot carries no kernel log" in members["MANIFEST.txt"]
     assert "runtime logs: facts from a snapshot" in members["MANIFEST.txt"]
+    assert MASK not in members["MANIFEST.txt"] and "rendered/runtime.env" in members["MANIFEST.txt"]
     assert oct(bundle.stat().st_mode & 0o777) == "0o600"
 
 
