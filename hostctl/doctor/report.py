@@ -1,6 +1,14 @@
 """Doctor's output: the versioned JSON document (`hostctl.doctor/v1`) and the text a person
 reads (grouped by area, one line per check, the fix under each warning and failure, colour
-only on a terminal). Both are built from the same Report and redacted."""
+only on a terminal). Both are built from the same Report and redacted.
+
+hostctl.doctor/v1: {schema, hostctl_version, host, level, strict, profile, recipe, phase,
+no_config_reason, facts: {source: "live" | snapshot path, collected_at, notes}, summary:
+{pass, warn, fail, skip}, exit_code, checks: [{id, title, area, level, status, summary,
+evidence: {observed, expected, source} | null, fix, seconds}], log: {source, lines,
+kernel_lines, findings: [{id, title, cause, fix, lines}]} | null, bundle, timings_s}.
+Check ids are stable; fields are only ever added within v1.
+"""
 
 from __future__ import annotations
 

@@ -8,7 +8,6 @@ goes through the SDK, which knows TLS and SSH.
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import re
@@ -17,7 +16,6 @@ import socket
 import struct
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from urllib.parse import quote
 
 from hostctl import runner
 from hostctl.facts.model import ContainerFacts, DaemonLimits, EngineFacts
@@ -40,27 +38,30 @@ class EngineApiError(Exception):
     pass
 
 
-class _UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path: str, timeout: float):
-        super().__init__("localhost", timeout=timeout)
-        self._path = path
+def _connection(socket_path: str, timeout: float):
+    """An http.client connection over a unix socket. http.client is imported here, not at the top:
+    it pulls in ssl and email (~10 ms), which every hostctl command would pay for importing facts."""
+    import http.client
 
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        try:
-            sock.connect(self._path)
-        except OSError:
-            sock.close()
-            raise
-        self.sock = sock
+    class UnixConnection(http.client.HTTPConnection):
+        def connect(self) -> None:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(self.timeout)
+            try:
+                sock.connect(socket_path)
+            except OSError:
+                sock.close()
+                raise
+            self.sock = sock
+
+    return UnixConnection("localhost", timeout=timeout)
 
 
 class EngineApi:
     """GET requests to a local Docker engine's API; one connection, reused."""
 
     def __init__(self, socket_path: str, timeout: float = API_TIMEOUT_S):
-        self._conn = _UnixConnection(socket_path, timeout)
+        self._conn = _connection(socket_path, timeout)
 
     def get(self, url: str) -> bytes:
         self._conn.request("GET", url, headers={"Host": "docker"})
@@ -234,6 +235,9 @@ def _container(summary: dict, inspect: dict | None) -> ContainerFacts:
 
 
 def _probe_local(path: str) -> EngineFacts:
+    import http.client
+    from urllib.parse import quote
+
     try:
         with EngineApi(path) as api:
             info = api.json("/info")

@@ -14,7 +14,6 @@ import os
 from pathlib import Path
 
 from hostctl import runner
-from hostctl.diagnosis import kernel_events
 from hostctl.facts.model import KernelEvent, KernelLogFacts
 
 KMSG = Path("/dev/kmsg")
@@ -67,6 +66,8 @@ def read_kmsg(path: Path = KMSG) -> tuple[list[str], int | None]:
 
 
 def _events(text: str) -> list[KernelEvent]:
+    from hostctl.diagnosis import kernel_events  # its patterns compile in ~10 ms: only when a log is read
+
     return [KernelEvent(kind=e.kind, line=e.line, time_s=e.time_s, process=e.process, cgroup=e.cgroup, xid=e.xid,
                         pci_bus_id=e.pci_bus_id, severity=e.severity) for e in kernel_events(text)]
 

@@ -205,3 +205,14 @@ def test_redaction_near_misses(text):
 def test_console_script_doctor_on_a_snapshot():
     done = subprocess.run([sys.executable, "-m", "hostctl", "doctor", "--json"] + DESKTOP, capture_output=True, text=True)
     assert done.returncode == 0 and json.loads(done.stdout)["schema"] == "hostctl.doctor/v1"
+
+
+def test_diagnose_for_up_uses_engine_state_and_redacts_lines():
+    from hostctl.doctor.diagnose import diagnose, diagnosis_text
+
+    log = f"INFO building moe_w2 delta tier: 24.0 GiB pool (--api-key {SECRETS['api']})\n"
+    d = diagnose(log, source="container hostctl-runtime", oom_killed=True, exit_code=137)
+    assert [f.id for f in d.findings] == ["container-oom"]
+    text = diagnosis_text(d)
+    assert "container hostctl-runtime" in text and "moe_w2 delta tier" in text and SECRETS["api"] not in text
+    assert diagnose("INFO ready\n", exit_code=0).findings == []
