@@ -12,7 +12,7 @@ import snapshots
 from hostctl import examples
 from hostctl.config import Config
 from hostctl.doctor import functional
-from hostctl.doctor.registry import REGISTRY, Context, Result, all_checks, run_checks
+from hostctl.doctor.registry import Check, Context, Result, all_checks, run_checks
 from hostctl.facts import load_snapshot
 from hostctl.facts.model import (
     ContainerFacts,
@@ -116,7 +116,7 @@ def test_every_check_answers_on_every_snapshot(name, with_config):
 
 
 def test_a_broken_check_is_reported_not_raised():
-    boom = REGISTRY[0].__class__("test.boom", "raises", "system", "quick", lambda ctx: 1 / 0)
+    boom = Check("test.boom", "raises", "system", "quick", lambda ctx: 1 / 0)
     _, facts = desktop()
     (outcome,) = run_checks(Context(facts=facts), [boom])
     assert outcome.result.status == "fail" and "ZeroDivisionError" in outcome.result.summary
@@ -412,6 +412,10 @@ def test_cache_directories_real_filesystem_and_free_space():
     assert result("storage.dir.compile_cache", facts, config).status == "warn"
     demo, demo_facts = examples.load("demo-cpu")
     assert result("storage.dir.expert_store", demo_facts, demo).summary == "the recipe uses no expert store"
+    no_store = with_profile(config, storage=config.profile.storage.model_copy(update={"expert_store": None,
+                                                                                       "rank_stores": []}))
+    r = result("storage.dir.expert_store", desktop()[1], no_store)
+    assert r.status == "fail" and "needs a expert store but the profile names none" in r.summary
 
 
 def test_rank_stores():

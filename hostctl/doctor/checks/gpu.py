@@ -10,7 +10,7 @@ import re
 from hostctl.doctor import functional
 from hostctl.doctor.registry import Context, Result, check, failed, passed, skipped, warned
 from hostctl.facts.model import Gpu, P2PVerdict
-from hostctl.plan.nccl import IOMMU_COST
+from hostctl.plan.nccl import IOMMU_COST, verdict_stale
 from hostctl.units import fmt_gib, format_cpulist
 
 NVML = "NVML"
@@ -84,11 +84,10 @@ def count(ctx: Context) -> Result:
         return skipped(f"the recipe {recipe.id} runs on the CPU" + (f" ({visible} GPU(s) visible)" if visible else ""))
     placement = ctx.plan.placement
     expected = f"{want} GPU(s)" + (f" with {recipe.requires.vram_gb:g} GB each" if recipe.requires.vram_gb else "")
-    if placement.problems:
-        p = placement.problems[0]
-        if "NUMA" not in p.message:  # NUMA problems belong to numa.placement
-            return failed(p.message, fix=p.fix or "choose a recipe for this host", observed=f"{visible} visible: {names or 'none'}",
-                          expected=expected, source=NVML)
+    mine = [p for p in placement.problems if "NUMA" not in p.message]  # NUMA problems belong to numa.placement
+    if mine:
+        return failed("; ".join(p.message for p in mine), fix=mine[0].fix or "choose a recipe for this host",
+                      observed=f"{visible} visible: {names or 'none'}", expected=expected, source=NVML)
     small = [d for d in _gpus(ctx) if recipe.requires.vram_gb and d.memory_total_bytes < recipe.requires.vram_gb * 1e9 * VRAM_SLACK]
     if small:
         return failed(", ".join(f"GPU {d.index} has {fmt_gib(d.memory_total_bytes)}" for d in small)
@@ -277,11 +276,7 @@ def _judge_verdict(ctx: Context, v: P2PVerdict, source: str, fresh: bool) -> Res
         return skipped(f"the functional check said not applicable (fewer than two GPUs), measured {v.measured_at}",
                        source=source)
     if not fresh:
-        stale = []
-        if v.driver_version != ctx.facts.gpus.driver_version:
-            stale.append(f"driver {v.driver_version} (now {ctx.facts.gpus.driver_version})")
-        if v.kernel_cmdline != ctx.facts.kernel.cmdline:
-            stale.append("another kernel command line")
+        stale = verdict_stale(v, ctx.facts)
         if stale:
             return warned(f"the stored verdict ({v.verdict}) was measured under {' and '.join(stale)}: the plan ignores it "
                           "and keeps NCCL P2P off", fix="re-measure: hostctl provision --only gpu",

@@ -50,6 +50,10 @@ def _role_check(role: str):
             return ctx.no_profile(f"no {label} to check")
         target = ctx.plan.storage.role(role)
         if target is None:
+            unnamed = [p for p in ctx.plan.storage.problems if f"needs a {label} but" in p.message]
+            if unnamed:
+                return failed(unnamed[0].message, fix=unnamed[0].fix or PROVISION, observed="no directory planned",
+                              source=ctx.config.source)
             return skipped(f"the recipe uses no {label}")
         pf = ctx.facts.path(target.host_path)
         source = f"stat/statvfs {target.host_path}; /proc/self/mountinfo"
