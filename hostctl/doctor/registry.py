@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from hostctl.config import Config
-from hostctl.facts.model import HostFacts
+from hostctl.facts.model import ContainerFacts, HostFacts
 from hostctl.plan.model import Plan
 
 Status = Literal["pass", "warn", "fail", "skip"]
@@ -77,6 +77,14 @@ class Context:
 
     def no_profile(self, what: str = "") -> Result:
         return skipped(f"{self.no_config_reason}" + (f": {what}" if what else ""))
+
+    def runtime_containers(self) -> list[ContainerFacts]:
+        """hostctl's runtime containers on this engine: those rendered for this profile (its name in
+        the io.hostctl.profile label), or any hostctl-rendered one when there is no profile."""
+        ours = [c for c in self.facts.engine.containers if c.labels.get("io.hostctl.profile")]
+        if self.config is not None:
+            ours = [c for c in ours if c.labels["io.hostctl.profile"] == self.config.profile.name]
+        return ours
 
     @property
     def serving_gpus(self) -> int | None:

@@ -103,6 +103,7 @@ def container(image):
 
 def _profile(tmp_path: Path) -> Path:
     text = (paths.hosts_dir() / "demo-cpu.toml").read_text()
+    text = text.replace('name = "demo-cpu"', 'name = "hc6-test"')  # the label our test containers carry
     text = text.replace("api_port = 8000", f"api_port = {PORT}")
     text = text.replace('recipe = "demo-cpu-tiny-moe"', f'recipe = "{paths.recipes_dir() / "demo-cpu-tiny-moe.yaml"}"')
     text = text.replace('compile_cache = "/var/lib/hostctl/compile-cache"', f'compile_cache = "{tmp_path}"')

@@ -470,6 +470,14 @@ def test_api_port():
     assert result("docker.api_port", facts, config).status == "pass"  # invisible holder, our runtime runs
     facts.engine.containers = []
     assert result("docker.api_port", facts, config).status == "fail"
+    # another profile's runtime is not ours, even when it is hostctl's
+    other = OURS.model_copy(update={"labels": {"io.hostctl.profile": "demo-cpu"}})
+    facts.engine.containers = [other]
+    facts.ports[0] = facts.ports[0].model_copy(update={"pid": 4242, "container_id": other.id})
+    assert result("docker.api_port", facts, config).status == "fail"
+    assert result("logs.runtime", facts, config).summary == ("no hostctl runtime container on this engine for profile "
+                                                             "pro6000x2-desktop")
+    assert result("logs.runtime", facts).status == "pass"  # without a profile every hostctl runtime counts
 
 
 # ---------------------------------------------------------------- logs

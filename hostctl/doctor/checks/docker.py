@@ -72,7 +72,7 @@ def api_port(ctx: Context) -> Result:
         return skipped(f"cannot tell whether {address} is taken: {pf.reason}", source=source)
     if not pf.listening:
         return passed(f"{address} is free", source=source)
-    ours = [c for c in ctx.facts.engine.containers if c.labels.get("io.hostctl.profile")]
+    ours = ctx.runtime_containers()
     holder = f"PID {pf.pid} ({pf.process or '?'})" if pf.pid else "a process hostctl cannot see"
     observed = f"{pf.listen_address}:{pf.port} listened on by {holder}" + (
         f" in container {pf.container_id[:12]}" if pf.container_id else "")

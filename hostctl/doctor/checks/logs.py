@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from hostctl.diagnosis import SIGNATURES, XID_MEANINGS, Evidence, classify
 from hostctl.doctor.registry import Context, Result, check, failed, passed, skipped, warned
-from hostctl.facts.model import ContainerFacts, KernelLogFacts
+from hostctl.facts.model import KernelLogFacts
 
 FIX = {s.id: s.fix for s in SIGNATURES}
 
@@ -76,18 +76,15 @@ def kernel_xid(ctx: Context) -> Result:
                   observed=observed, source=source)
 
 
-def _ours(ctx: Context) -> list[ContainerFacts]:
-    return [c for c in ctx.facts.engine.containers if c.labels.get("io.hostctl.profile")]
-
-
 @check("logs.runtime", "the runtime container did not die", area="logs")
 def runtime(ctx: Context) -> Result:
     e = ctx.facts.engine
     if not e.available:
         return skipped(f"the Docker engine is unreachable: {e.reason}")
-    containers = _ours(ctx)
+    containers = ctx.runtime_containers()
     if not containers:
-        return skipped("no hostctl runtime container on this engine")
+        return skipped("no hostctl runtime container on this engine" + (
+            f" for profile {ctx.config.profile.name}" if ctx.config is not None else ""))
     source = "Docker Engine API (/containers/<id>/json State)"
     c = next((c for c in containers if c.state == "running"), containers[0])
     observed = "; ".join(f"{x.name}: {x.state}" + (f" ({x.health})" if x.health else "")

@@ -15,6 +15,11 @@ MIN_SHM = 1 * GIB
 MIN_SHM_FREE = 512 * MIB
 
 
+def _size(n: int) -> str:
+    """GiB like the rest of hostctl, but a small swap (a test's, a zram) in the unit that shows it."""
+    return "0 GiB" if n == 0 else fmt_gib(n) if n >= GIB else fmt_bytes(n)
+
+
 def _about_container(p: Problem) -> bool:
     # The memory planner's problems are of two kinds: the container's own caps (they name the
     # container) and the host's RAM/RAM+swap against the recipe.
@@ -32,7 +37,7 @@ def _from_problems(problems: list[Problem], observed: str, expected: str | None,
 @check("memory.ram_swap", "host RAM+swap covers the recipe", area="memory")
 def ram_swap(ctx: Context) -> Result:
     m = ctx.facts.memory
-    observed = f"RAM {fmt_gib(m.mem_total_bytes)} + swap {fmt_gib(m.swap_total_bytes)} = {fmt_gib(m.ram_plus_swap)}"
+    observed = f"RAM {fmt_gib(m.mem_total_bytes)} + swap {_size(m.swap_total_bytes)} = {fmt_gib(m.ram_plus_swap)}"
     if ctx.plan is None:
         return skipped(f"{ctx.no_config_reason}: no recipe to compare {observed} with", source=MEMINFO)
     mp = ctx.plan.memory
@@ -51,7 +56,7 @@ def swap(ctx: Context) -> Result:
     m = ctx.facts.memory
     source = "/proc/swaps"
     want = [d for d in ctx.config.profile.drives if d.swap > 0] if ctx.config is not None else []
-    observed = "; ".join(f"{s.path} ({s.kind}) {fmt_gib(s.size_bytes)}, priority {s.priority}" for s in m.swaps) \
+    observed = "; ".join(f"{s.path} ({s.kind}) {_size(s.size_bytes)}, priority {s.priority}" for s in m.swaps) \
         or "no swap active"
     expected = (f"{len(want)} swap partition(s) at priority "
                 + "/".join(sorted({str(d.swap_priority) for d in want}))) if want else None
@@ -76,7 +81,7 @@ def swap(ctx: Context) -> Result:
         return warned(f"swap partitions at priority {prios[0]}; the profile says "
                       + "/".join(sorted({str(d.swap_priority) for d in want})), fix=fix,
                       observed=observed, expected=expected, source=source)
-    total = fmt_gib(sum(s.size_bytes for s in m.swaps))
+    total = _size(sum(s.size_bytes for s in m.swaps))
     what = (f"{len(parts)} partition(s) striped at priority {prios[0]}" if len(parts) > 1
             else f"{len(m.swaps)} swap area(s)")
     return passed(f"{total} of swap: {what}", observed, expected, source)
