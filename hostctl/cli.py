@@ -338,10 +338,21 @@ def doctor(
     config: ConfigOpt = None,
     facts: FactsOpt = None,
 ) -> None:
-    """Every check, with evidence and the fix, in text or versioned JSON."""
+    """Every check, with evidence and the fix, in text or versioned JSON.
+
+    Exits 0 when no check fails, 1 when one does (with --strict also on a warning, and with
+    --log when the log matches a known failure). Without a host profile the checks that need
+    one skip and say so.
+    """
+    from hostctl.doctor import Options, run
+
     if level not in ("quick", "full"):
         raise InputError(f"--level: expected quick or full, got {level!r}")
-    _not_yet("doctor")
+    c = _ctx(ctx, config, facts)
+    code = run(Options(config_path=c.config_path, facts_path=c.facts_path, level=level, json=json_, strict=strict,
+                       log=log, bundle=bundle))
+    if code:
+        raise typer.Exit(code)
 
 
 def main(argv: list[str] | None = None) -> int:

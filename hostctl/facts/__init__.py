@@ -22,6 +22,7 @@ from hostctl.errors import InputError
 from hostctl.facts.disks import probe_disks
 from hostctl.facts.engine import probe_engine
 from hostctl.facts.gpu import probe_gpus
+from hostctl.facts.kernel_log import probe_kernel_log
 from hostctl.facts.memory import probe_memory, read_swaps
 from hostctl.facts.model import (
     FACTS_SCHEMA,
@@ -31,12 +32,16 @@ from hostctl.facts.model import (
     HostFacts,
     IommuFacts,
     KernelFacts,
+    KernelLogFacts,
     MemoryFacts,
     NumaFacts,
     PathFacts,
+    ShmFacts,
     StateFacts,
 )
 from hostctl.facts.mounts import probe_paths, read_mountinfo
+from hostctl.facts.ports import probe_ports
+from hostctl.facts.shm import probe_shm
 from hostctl.facts.state import probe_state
 from hostctl.facts.topology import CMDLINE, probe_iommu, probe_kernel, probe_numa
 
@@ -54,8 +59,9 @@ def _guarded(name: str, probe: Callable[[], T], fallback: Callable[[str], T], no
         return fallback(why)
 
 
-def collect(path_requests: Sequence[tuple[str, bool]] = ()) -> HostFacts:
-    """Probe this host. path_requests: (directory, list_files) for each directory the plan relies on."""
+def collect(path_requests: Sequence[tuple[str, bool]] = (), port_requests: Sequence[tuple[str, int]] = ()) -> HostFacts:
+    """Probe this host. path_requests: (directory, list_files) for each directory the plan relies on;
+    port_requests: (address, port) for each TCP port it binds."""
     notes: list[str] = []
     mountinfo = read_mountinfo()
     mounts = [line.entry for line in mountinfo]
@@ -95,6 +101,9 @@ def collect(path_requests: Sequence[tuple[str, bool]] = ()) -> HostFacts:
         )
         state, state_notes = _guarded("state", probe_state, lambda why: (StateFacts(), []), notes)
         notes += state_notes
+        kernel_log = _guarded("kernel log", probe_kernel_log, lambda why: KernelLogFacts(available=False, reason=why), notes)
+        shm = _guarded("shared memory", probe_shm, lambda why: ShmFacts(available=False, reason=why), notes)
+        ports = _guarded("port", lambda: probe_ports(port_requests), lambda why: [], notes)
         engine, gpus, disks, kernel = engine_f.result(), gpus_f.result(), disks_f.result(), kernel_f.result()
 
     return HostFacts(
@@ -111,6 +120,9 @@ def collect(path_requests: Sequence[tuple[str, bool]] = ()) -> HostFacts:
         mounts=mounts,
         paths=paths,
         state=state,
+        kernel_log=kernel_log,
+        shm=shm,
+        ports=ports,
     )
 
 
