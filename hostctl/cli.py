@@ -220,37 +220,41 @@ def provision(
     config: ConfigOpt = None,
     facts: FactsOpt = None,
 ) -> None:
-    """Make the host ready: NVMe swap and cache partitions, sysctl, GPU power limits, units."""
+    """Make the host ready: NVMe swap and cache partitions, sysctl, GPU power limits, units.
+
+    Prints every command and file edit first; --dry-run stops there. Destructive steps need
+    --yes or the drive's identity typed at a terminal; foreign contents also --erase IDENTITY.
+    """
     c = _ctx(ctx, config, facts)
     c.refuse_snapshot("provision")
     if only is not None and only not in ("storage", "gpu", "system"):
         raise InputError(f"--only: expected storage, gpu or system, got {only!r}")
     if boot and only != "gpu":
         raise InputError("--boot goes with --only gpu (it is what hostctl-power.service runs)")
-    parts = [only] if only else ["storage", "gpu", "system"]
-    if "storage" in parts:
-        _not_yet("provision" if only is None else f"provision --only {only}")
-    if "system" in parts:
-        _provision_system(c, dry_run)
-    if "gpu" not in parts:
-        return
-    from hostctl.plan import build_plan
-    from hostctl.provision.gpu import provision_gpu
-
     cfg = c.config()
-    host = c.facts(cfg)
-    result = provision_gpu(cfg, host, build_plan(cfg, host), dry_run=dry_run, yes=yes, boot=boot)
-    for line in result.lines():
-        out.print(line, markup=False)
-    result.raise_for_failure()
+    for part in [only] if only else ["storage", "gpu", "system"]:
+        if part == "storage":
+            from hostctl.provision.apply import provision_storage
+
+            provision_storage(cfg, dry_run=dry_run, yes=yes, erase=tuple(erase or ()))
+        elif part == "gpu":
+            from hostctl.plan import build_plan
+            from hostctl.provision.gpu import provision_gpu
+
+            host = c.facts(cfg)
+            result = provision_gpu(cfg, host, build_plan(cfg, host), dry_run=dry_run, yes=yes, boot=boot)
+            for line in result.lines():
+                out.print(line, markup=False)
+            result.raise_for_failure()
+        else:
+            _provision_system(c, cfg, dry_run)
 
 
-def _provision_system(c: Context, dry_run: bool) -> None:
-    """`provision --only system`: the profile and the units under /etc (hostctl/provision/system.py)."""
+def _provision_system(c: Context, cfg: Config, dry_run: bool) -> None:
+    """`provision --only system`: the profile and the runtime unit under /etc (hostctl/provision/system.py)."""
     from hostctl.plan import build_plan
     from hostctl.provision.system import provision_system
 
-    cfg = c.config()
     result = provision_system(cfg, build_plan(cfg, c.facts(cfg)), dry_run=dry_run)
     for action in result.actions:
         out.print(("would: " if dry_run else "done: ") + action.describe, markup=False)
@@ -260,9 +264,16 @@ def _provision_system(c: Context, dry_run: bool) -> None:
 
 @store_app.command("split")
 def store_split(ctx: typer.Context, config: ConfigOpt = None, facts: FactsOpt = None) -> None:
-    """Copy each rank's expert-store files to the drive the plan assigns, verified byte for byte."""
-    _ctx(ctx, config, facts).refuse_snapshot("store split")
-    _not_yet("store split")
+    """Copy each rank's expert-store files to the drive the plan assigns, verified byte for byte.
+
+    The originals stay in the shared store (the rollback); refused when the copy would land on
+    the shared store's own filesystem.
+    """
+    c = _ctx(ctx, config, facts)
+    c.refuse_snapshot("store split")
+    from hostctl.provision.rankstores import split_rank_stores
+
+    split_rank_stores(c.config())
 
 
 @app.command()
@@ -333,10 +344,21 @@ def doctor(
     config: ConfigOpt = None,
     facts: FactsOpt = None,
 ) -> None:
-    """Every check, with evidence and the fix, in text or versioned JSON."""
+    """Every check, with evidence and the fix, in text or versioned JSON.
+
+    Exits 0 when no check fails, 1 when one does (with --strict also on a warning, and with
+    --log when the log matches a known failure). Without a host profile the checks that need
+    one skip and say so.
+    """
+    from hostctl.doctor import Options, run
+
     if level not in ("quick", "full"):
         raise InputError(f"--level: expected quick or full, got {level!r}")
-    _not_yet("doctor")
+    c = _ctx(ctx, config, facts)
+    code = run(Options(config_path=c.config_path, facts_path=c.facts_path, level=level, json=json_, strict=strict,
+                       log=log, bundle=bundle))
+    if code:
+        raise typer.Exit(code)
 
 
 def main(argv: list[str] | None = None) -> int:

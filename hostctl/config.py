@@ -27,6 +27,7 @@ Phase = Literal["converting", "serving"]
 ROLE_NAMES = ("planes_cache", "expert_store", "compile_cache")
 PLACEHOLDER_RE = re.compile(r"\{([a-z_]+)(?::([^{}]+))?\}")
 KNOWN_PLACEHOLDERS = {"planes_cache", "expert_store", "model"}
+XFS_NAME_MAX = 5  # "hcdata-" + 5 characters = xfs's 12-byte label
 
 
 class Strict(BaseModel):
@@ -67,12 +68,18 @@ class DriveIdentity(Strict):
 
 
 class Drive(Strict):
-    name: str = Field(pattern=r"^[a-z][a-z0-9-]{0,9}$", description="short name (<= 10 chars: it goes into 16-byte filesystem labels)")
+    # The name goes into filesystem labels: "hcdata-<name>" must fit ext4's 16 bytes (so <= 9
+    # characters) and, for xfs, its 12 bytes (<= 5 characters; checked below).
+    name: str = Field(pattern=r"^[a-z][a-z0-9-]{0,8}$", description="short name (<= 9 chars: it goes into 16-byte filesystem labels)")
     identity: DriveIdentity
     swap: int = Field(default=0, description="swap partition size in bytes (0: no swap partition)")
     swap_priority: int = Field(default=100, ge=-1, le=32767)
     filesystem: Literal["ext4", "xfs"] = "ext4"
     mountpoint: str | None = None
+    mount_options: list[str] = Field(
+        default_factory=list,
+        description="extra mount options for the data filesystem, added to defaults,noatime,nofail "
+        "(e.g. noinit_itable for sparse test images, discard)")
 
     @field_validator("identity", mode="before")
     @classmethod
@@ -90,6 +97,22 @@ class Drive(Strict):
         if v is not None and (not v.startswith("/") or v == "/"):
             raise ValueError(f"expected an absolute path other than /, got {v!r}")
         return v
+
+    @field_validator("mount_options")
+    @classmethod
+    def _options(cls, v: list[str]) -> list[str]:
+        for option in v:
+            if not re.match(r"^[A-Za-z0-9_.=:/+-]+$", option):
+                raise ValueError(f"mount option {option!r}: expected one option such as 'discard' "
+                                 "(letters, digits and _.=:/+- only; no commas or spaces)")
+        return v
+
+    @model_validator(mode="after")
+    def _label_fits(self) -> "Drive":
+        if self.filesystem == "xfs" and len(self.name) > XFS_NAME_MAX:
+            raise ValueError(f"name {self.name!r}: an xfs label holds 12 bytes, so a drive formatted as xfs needs a "
+                             f"name of at most {XFS_NAME_MAX} characters (its label is 'hcdata-<name>')")
+        return self
 
     @property
     def mount(self) -> str:

@@ -26,6 +26,13 @@ needs_root = _skip_unless(os.geteuid() == 0, "needs root")
 needs_systemd_analyze = _skip_unless(shutil.which("systemd-analyze") is not None, "systemd-analyze not installed")
 
 
+@pytest.fixture(autouse=True)
+def _private_sysroot(tmp_path_factory, monkeypatch):
+    """Every test writes hostctl's /etc and /var/lib files under its own temporary root unless it
+    sets HOSTCTL_SYSROOT itself: a test that forgets must not change this machine."""
+    monkeypatch.setenv("HOSTCTL_SYSROOT", str(tmp_path_factory.mktemp("sysroot")))
+
+
 @pytest.fixture
 def repo_root() -> Path:
     return ROOT

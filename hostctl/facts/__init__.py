@@ -22,6 +22,7 @@ from hostctl.errors import InputError
 from hostctl.facts.disks import probe_disks
 from hostctl.facts.engine import probe_engine
 from hostctl.facts.gpu import probe_gpus
+from hostctl.facts.kernel_log import probe_kernel_log
 from hostctl.facts.memory import probe_memory, read_swaps
 from hostctl.facts.model import (
     FACTS_SCHEMA,
@@ -31,16 +32,20 @@ from hostctl.facts.model import (
     HostFacts,
     IommuFacts,
     KernelFacts,
+    KernelLogFacts,
     MemoryFacts,
     NumaFacts,
     PathFacts,
+    ShmFacts,
     StateFacts,
 )
 from hostctl.facts.mounts import probe_paths, read_mountinfo
+from hostctl.facts.ports import probe_ports
+from hostctl.facts.shm import probe_shm
 from hostctl.facts.state import probe_state
 from hostctl.facts.topology import CMDLINE, probe_iommu, probe_kernel, probe_numa
 
-__all__ = ["collect", "load_snapshot"]
+__all__ = ["collect", "collect_storage", "load_snapshot"]
 
 T = TypeVar("T")
 
@@ -54,8 +59,9 @@ def _guarded(name: str, probe: Callable[[], T], fallback: Callable[[str], T], no
         return fallback(why)
 
 
-def collect(path_requests: Sequence[tuple[str, bool]] = ()) -> HostFacts:
-    """Probe this host. path_requests: (directory, list_files) for each directory the plan relies on."""
+def collect(path_requests: Sequence[tuple[str, bool]] = (), port_requests: Sequence[tuple[str, int]] = ()) -> HostFacts:
+    """Probe this host. path_requests: (directory, list_files) for each directory the plan relies on;
+    port_requests: (address, port) for each TCP port it binds."""
     notes: list[str] = []
     mountinfo = read_mountinfo()
     mounts = [line.entry for line in mountinfo]
@@ -95,6 +101,9 @@ def collect(path_requests: Sequence[tuple[str, bool]] = ()) -> HostFacts:
         )
         state, state_notes = _guarded("state", probe_state, lambda why: (StateFacts(), []), notes)
         notes += state_notes
+        kernel_log = _guarded("kernel log", probe_kernel_log, lambda why: KernelLogFacts(available=False, reason=why), notes)
+        shm = _guarded("shared memory", probe_shm, lambda why: ShmFacts(available=False, reason=why), notes)
+        ports = _guarded("port", lambda: probe_ports(port_requests), lambda why: [], notes)
         engine, gpus, disks, kernel = engine_f.result(), gpus_f.result(), disks_f.result(), kernel_f.result()
 
     return HostFacts(
@@ -111,6 +120,45 @@ def collect(path_requests: Sequence[tuple[str, bool]] = ()) -> HostFacts:
         mounts=mounts,
         paths=paths,
         state=state,
+        kernel_log=kernel_log,
+        shm=shm,
+        ports=ports,
+    )
+
+
+def collect_storage(path_requests: Sequence[tuple[str, bool]] = ()) -> HostFacts:
+    """Only what storage provisioning decides on: disks, mounts, swap and memory, and the
+    directories asked for (milliseconds, where a full `collect` waits on NVML and the Docker
+    socket). The other parts say they were not read, so nothing mistakes them for absent."""
+    notes: list[str] = []
+    mountinfo = read_mountinfo()
+    mounts = [line.entry for line in mountinfo]
+    swaps = read_swaps()
+    why = "not read: storage provisioning reads only disks, mounts, memory and directories"
+    try:
+        cmdline = CMDLINE.read_text().strip()
+    except OSError:
+        cmdline = ""
+    disks = _guarded("disk", lambda: probe_disks(mountinfo, swaps), lambda w: DiskFacts(available=False, reason=w), notes)
+    memory = _guarded("memory", lambda: probe_memory(swaps),
+                      lambda w: MemoryFacts(mem_total_bytes=0, mem_available_bytes=0, swap_total_bytes=0,
+                                            swap_free_bytes=0), notes)
+    paths = _guarded("path", lambda: probe_paths(path_requests, mounts),
+                     lambda w: [PathFacts(path=p, exists=os.path.isdir(p)) for p, _ in path_requests], notes)
+    notes.append("storage facts only: GPUs, NUMA, IOMMU and the container engine were not read")
+    return HostFacts(
+        hostname=socket.gethostname(),
+        collected_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        notes=notes,
+        kernel=KernelFacts(release=os.uname().release, cmdline=cmdline),
+        gpus=GpuFacts(available=False, reason=why),
+        disks=disks,
+        memory=memory,
+        numa=NumaFacts(cpu_count=os.cpu_count() or 1),
+        iommu=IommuFacts(),
+        engine=EngineFacts(available=False, reason=why),
+        mounts=mounts,
+        paths=paths,
     )
 
 

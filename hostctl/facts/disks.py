@@ -135,6 +135,15 @@ def blkid_probe(paths: Sequence[str]) -> tuple[dict[str, dict[str, str]], str | 
     return tags, None
 
 
+def table_entries(path: str) -> int | None:
+    """How many entries the partition table on the device itself holds (not what the kernel has
+    loaded); None when there is no readable table or partx is missing."""
+    result = runner.run(["partx", "--show", "--noheadings", "--output", "NR", path], timeout=20)
+    if not result.ok:
+        return None
+    return sum(1 for line in result.stdout.splitlines() if line.strip())
+
+
 # ---------------------------------------------------------------- usage: mounts, swap, root
 
 
@@ -302,6 +311,7 @@ class _Probe:
             rotational=None if rotational is None else rotational == "1",
             removable=None if removable is None else removable == "1",
             table_type=c["table_type"],
+            table_entries=table_entries(f"/dev/{name}") if c["table_type"] else None,
             fs_type=c["fs_type"],
             mountpoints=self.mounts.get(dev, []),
             holders=_holders(sysdir),

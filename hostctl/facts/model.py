@@ -116,6 +116,9 @@ class Disk(Part):
     rotational: bool | None = None
     removable: bool | None = None
     table_type: str | None = None  # gpt, dos, or None when blank / unknown
+    # Entries in the on-disk partition table (partx --show). It can differ from `partitions`
+    # (what the kernel has loaded): a loop device after sgdisk, before `partx -u`.
+    table_entries: int | None = None
     fs_type: str | None = None  # a filesystem written straight onto the whole disk
     mountpoints: list[str] = Field(default_factory=list)
     holders: list[str] = Field(default_factory=list)
@@ -186,6 +189,34 @@ class KernelFacts(Part):
     virtualization_evidence: str | None = None
 
 
+class DaemonLimits(Part):
+    """The engine daemon's own limits: what a container's `ulimits` start from."""
+
+    pid: int
+    memlock_soft_bytes: int | None = None  # None: unlimited
+    memlock_hard_bytes: int | None = None
+    nofile_soft: int | None = None
+    nofile_hard: int | None = None
+    cap_sys_resource: bool | None = None  # may raise limits above the hard ones (runc needs it for memlock -1)
+
+
+class ContainerFacts(Part):
+    """A container hostctl rendered (it carries the io.hostctl.profile label)."""
+
+    id: str
+    name: str
+    image: str | None = None
+    state: str  # created, running, exited, ...
+    status: str | None = None  # the engine's words, e.g. "Exited (137) 5 minutes ago"
+    health: str | None = None
+    exit_code: int | None = None
+    oom_killed: bool | None = None
+    pid: int | None = None  # the main process on the host, while running
+    started_at: str | None = None
+    finished_at: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
 class EngineFacts(Absence):
     version: str | None = None
     api_version: str | None = None
@@ -195,6 +226,9 @@ class EngineFacts(Absence):
     cgroup_driver: str | None = None
     compose_version: str | None = None
     compose_reason: str | None = None
+    daemon: DaemonLimits | None = None
+    daemon_reason: str | None = None
+    containers: list[ContainerFacts] = Field(default_factory=list)
 
 
 class MountEntry(Part):
@@ -215,6 +249,8 @@ class PathFacts(Part):
     free_bytes: int | None = None
     total_bytes: int | None = None
     files: list[tuple[str, int]] | None = None  # (name, size) for store directories
+    owner_uid: int | None = None  # of the directory itself, when it exists
+    owner_gid: int | None = None
 
 
 class P2PVerdict(Part):
@@ -229,6 +265,60 @@ class P2PVerdict(Part):
     control_busbw_gbps: float | None = None
     gpu_uuids: list[str] = Field(default_factory=list)  # the GPUs it was measured on, in rank order
     detail: str | None = None  # the reason, in words
+
+
+class PortFacts(Part):
+    """A TCP port the plan binds (the runtime's API): free, or who listens on it."""
+
+    host: str
+    port: int
+    listening: bool | None  # None: could not tell
+    listen_address: str | None = None
+    pid: int | None = None
+    process: str | None = None
+    container_id: str | None = None  # the holder's container, from its cgroup
+    reason: str | None = None
+
+
+class ShmSegment(Part):
+    name: str
+    size_bytes: int
+    used_bytes: int  # RAM it occupies (tmpfs pages)
+    uid: int
+    age_s: float  # since its last modification
+    in_use: bool | None  # mapped or open by a process; None: not every process could be read
+
+
+class ShmFacts(Absence):
+    """/dev/shm and the runtime segments in it (nccl-*, psm_*, vllm*, torch_*)."""
+
+    path: str = "/dev/shm"
+    total_bytes: int | None = None
+    free_bytes: int | None = None
+    segments: list[ShmSegment] = Field(default_factory=list)
+    scanned_processes: int = 0
+    unreadable_processes: int = 0
+
+
+class KernelEvent(Part):
+    """An OOM kill or a GPU Xid error in the kernel log (hostctl.diagnosis.kernel_events)."""
+
+    kind: Literal["host_oom", "memcg_oom", "xid"]
+    line: str
+    time_s: float | None = None  # seconds since boot
+    process: str | None = None
+    cgroup: str | None = None
+    xid: int | None = None
+    pci_bus_id: str | None = None
+    severity: str | None = None  # Xid: hardware, contained, application, unknown
+
+
+class KernelLogFacts(Absence):
+    source: str | None = None  # /dev/kmsg, dmesg or journalctl -k -b
+    records: int = 0
+    first_record_s: float | None = None
+    complete: bool | None = None  # False: the ring buffer dropped records since boot
+    events: list[KernelEvent] = Field(default_factory=list)
 
 
 class StateFacts(Part):
@@ -252,11 +342,18 @@ class HostFacts(Part):
     mounts: list[MountEntry] = Field(default_factory=list)
     paths: list[PathFacts] = Field(default_factory=list)
     state: StateFacts = Field(default_factory=StateFacts)
+    # Read live for doctor; absent (None / empty) in snapshots made before they existed.
+    kernel_log: KernelLogFacts | None = None
+    shm: ShmFacts | None = None
+    ports: list[PortFacts] = Field(default_factory=list)
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     def path(self, path: str) -> PathFacts | None:
         return next((p for p in self.paths if p.path == path), None)
+
+    def port(self, port: int) -> PortFacts | None:
+        return next((p for p in self.ports if p.port == port), None)
 
     def to_json(self) -> str:
         return self.model_dump_json(by_alias=True, indent=2) + "\n"

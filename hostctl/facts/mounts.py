@@ -94,6 +94,12 @@ def probe_path(path: str, list_files: bool, mounts: Sequence[MountEntry]) -> Pat
     anchor = Path(os.path.realpath(_nearest_existing(p.absolute())))
     mount = mount_for(str(anchor), mounts)
     facts = PathFacts(path=path, exists=exists)
+    if exists:
+        try:
+            st = p.stat()
+            facts.owner_uid, facts.owner_gid = st.st_uid, st.st_gid
+        except OSError:
+            pass
     if mount is not None:
         facts.fs_type, facts.mount_target, facts.mount_source = mount.fs_type, mount.target, mount.source
     try:

@@ -36,13 +36,15 @@ def build_plan(config: Config, facts: HostFacts) -> Plan:
 
 def path_requests(config: Config) -> list[tuple[str, bool]]:
     """Directories the plan reads facts about: (path, list its files?)."""
-    from hostctl.plan.storage import ROLE_DIRS, rank_store_dir
+    from hostctl.plan.storage import DEFAULT_COMPILE_CACHE, ROLE_DIRS, rank_store_dir
 
     profile = config.profile
     out: list[tuple[str, bool]] = []
     roles = profile.storage
     for role in ("planes_cache", "expert_store", "compile_cache"):
         target = getattr(roles, role)
+        if target is None and role == "compile_cache":
+            target = DEFAULT_COMPILE_CACHE  # the plan keeps it in the state directory when no drive is named
         if target is None:
             continue
         drive = profile.drive(target)

@@ -9,7 +9,7 @@ command line; otherwise it stays off and the plan says how to measure it.
 from __future__ import annotations
 
 from hostctl.config import Config
-from hostctl.facts.model import TOPOLOGY_ORDER, HostFacts
+from hostctl.facts.model import TOPOLOGY_ORDER, HostFacts, P2PVerdict
 from hostctl.plan.model import NcclPlan, PlacementPlan
 
 # NCCL uses P2P by itself only up to PXB (a shared PCIe switch); PHB and beyond need NCCL_P2P_LEVEL.
@@ -18,6 +18,17 @@ IOMMU_COST = (
     "turning IOMMU off (firmware, or intel_iommu=off / amd_iommu=off) removes DMA isolation between "
     "devices and breaks VFIO device passthrough to VMs; iommu=pt keeps passthrough for most devices"
 )
+
+
+def verdict_stale(verdict: P2PVerdict, facts: HostFacts) -> list[str]:
+    """Why a stored functional P2P verdict no longer describes this host (empty: it still does).
+    It holds only for the driver and kernel command line (IOMMU flags) it was measured under."""
+    why = []
+    if verdict.driver_version != facts.gpus.driver_version:
+        why.append(f"driver {verdict.driver_version} (now {facts.gpus.driver_version})")
+    if verdict.kernel_cmdline != facts.kernel.cmdline:
+        why.append("another kernel command line")
+    return why
 
 
 def _worse(a: str | None, b: str | None) -> str | None:
@@ -60,9 +71,7 @@ def plan_nccl(config: Config, facts: HostFacts, placement: PlacementPlan) -> Ncc
         if p is None or p.p2p_read != "ok" or p.p2p_write != "ok"
     ]
     verdict = facts.state.p2p
-    if verdict is not None and (
-        verdict.driver_version != facts.gpus.driver_version or verdict.kernel_cmdline != facts.kernel.cmdline
-    ):
+    if verdict is not None and verdict_stale(verdict, facts):
         plan.decide("stored P2P verdict", "stale",
                     "measured under another driver or kernel command line; it no longer describes this host")
         verdict = None

@@ -110,11 +110,26 @@ def test_commands_that_act_refuse_a_snapshot(command, capsys):
     assert code == 2 and "acts on this host" in err
 
 
-@pytest.mark.parametrize("command", [["provision"], ["up"], ["down"], ["status"], ["logs"], ["smoke"], ["verify"],
-                                     ["doctor"], ["store", "split"]])
+@pytest.mark.parametrize("command", [["up"], ["down"], ["status"], ["logs"], ["smoke"], ["verify"]])
 def test_commands_not_available_yet_fail_honestly(command, capsys):
     code, out, err = run(command, capsys)
     assert code == 1 and out == "" and "not available yet" in err
+
+
+def test_provision_system_refuses_a_plan_with_errors_and_touches_nothing(capsys, tmp_path, monkeypatch):
+    # the desktop profile on this machine (no GPUs, too little RAM): the plan has errors
+    monkeypatch.setenv(paths.SYSROOT_ENV, str(tmp_path))
+    code, out, err = run(["provision", "--only", "system", "--config", str(HOSTS / "pro6000x2-desktop.toml")], capsys)
+    assert code == 1 and out == "" and "the plan has errors; no unit was installed" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", [["provision", "--only", "storage"], ["store", "split"]])
+def test_provision_and_split_need_a_profile(command, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(paths, "PROFILE_SEARCH", (Path("hostctl.toml"),))
+    code, out, err = run(command, capsys)
+    assert code == 2 and "no host profile found" in err
 
 
 def test_usage_errors_exit_2(capsys):

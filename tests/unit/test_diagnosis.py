@@ -110,3 +110,49 @@ def test_enospc_and_xid():
     assert ids(log="INFO /planes has 2.1 TiB of space left on device nvme1n1p2\n") == []
     findings = classify(Evidence(kernel_log="[99.1] NVRM: Xid (PCI:0000:01:00): 79, pid=0, GPU has fallen off the bus.\n"))
     assert [f.id for f in findings] == ["gpu-xid"] and "79" in findings[0].lines[0]
+
+
+# ---------------------------------------------------------------- kernel log events (doctor's logs.kernel.*)
+
+from hostctl.diagnosis import XID_MEANINGS, kernel_events  # noqa: E402
+
+# Captured on this CI machine: a 16 MiB container that allocated 64 MiB (cgroup v1, kernel 6.18).
+KERNEL_MEMCG_OOM_REAL = """\
+[ 1498.155210] sh invoked oom-killer: gfp_mask=0xcc0(GFP_KERNEL), order=0, oom_score_adj=0
+[ 1498.155430] memory: usage 16384kB, limit 16384kB, failcnt 69
+[ 1498.155598] Memory cgroup out of memory: Killed process 7612 (sh) total-vm:20704kB, anon-rss:15360kB, file-rss:1456kB, shmem-rss:0kB, UID:0 pgtables:76kB oom_score_adj:0
+"""
+JOURNAL_XID = "Aug 02 21:58:13 desktop kernel: NVRM: Xid (PCI:0000:02:00): 13, pid=4123, name=python3, Graphics SM Warp Exception\n"
+
+
+def test_kernel_events_host_oom_with_its_cgroup():
+    (event,) = kernel_events(KERNEL_HOST_OOM)
+    assert event.kind == "host_oom" and event.process == "python3 (pid 310)"
+    assert event.cgroup == "/system.slice/docker-4f1e.scope" and event.time_s == pytest.approx(81234.551377)
+
+
+def test_kernel_events_memcg_oom_both_orders():
+    (event,) = kernel_events(KERNEL_MEMCG_OOM_REAL)
+    assert event.kind == "memcg_oom" and event.process == "sh (pid 7612)"
+    # the constraint line may come after the kill line (older kernels): still a cgroup kill
+    assert [e.kind for e in kernel_events(KERNEL_MEMCG_OOM)] == ["memcg_oom"]
+
+
+def test_kernel_events_xid_with_and_without_timestamps():
+    (fatal,) = kernel_events("[99.1] NVRM: Xid (PCI:0000:01:00): 79, pid=0, GPU has fallen off the bus.\n")
+    assert (fatal.xid, fatal.severity, fatal.pci_bus_id, fatal.time_s) == (79, "hardware", "0000:01:00", 99.1)
+    (app,) = kernel_events(JOURNAL_XID)
+    assert (app.xid, app.severity, app.time_s) == (13, "application", None)
+    assert XID_MEANINGS[79][0] == "GPU has fallen off the bus"
+
+
+@pytest.mark.parametrize("line", [
+    "[12.0] oom_reaper: reaped process 310 (python3), now anon-rss:0kB, file-rss:0kB",    # after a kill, not a kill
+    "[12.0] python3 invoked oom-killer: gfp_mask=0x140cca, order=0, oom_score_adj=0",      # the start, counted once at the kill
+    "[12.0] systemd[1]: Started Killed process monitor.",                                 # words, no pid
+    "[12.0] NVRM: GPU at PCI:0000:01:00: GPU-17807b50-eef5-86af-1c54-f9c9e81056a5",          # NVRM, no Xid
+    "[12.0] NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  580.159.04",
+    "INFO vLLM: Killed process group after timeout (pid 12)",                             # a runtime's own words
+])
+def test_kernel_events_near_misses(line):
+    assert kernel_events(line) == []

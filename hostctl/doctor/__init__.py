@@ -1,0 +1,129 @@
+"""`hostctl doctor`: every check with its evidence and fix, in text or versioned JSON.
+
+run() is what the CLI calls: it loads the profile when there is one (without one, the checks
+that need it skip and say so), reads the facts (live, or a --facts snapshot), builds the plan,
+runs the registered checks (registry.py, checks/), classifies a --log, writes a --bundle and
+prints the report (report.py). Checks only read facts and the plan; nothing here changes the
+host. For `up`: hostctl.doctor.diagnose.diagnose() classifies a failed start's log.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from hostctl.errors import InputError
+
+LEVELS = ("quick", "full")
+
+
+@dataclass(frozen=True)
+class Options:
+    config_path: Path | None = None
+    facts_path: Path | None = None
+    level: str = "quick"
+    json: bool = False
+    strict: bool = False
+    log: Path | None = None
+    bundle: Path | None = None
+
+
+def _load_config(opts: Options):
+    """(config or None, why there is none)."""
+    from hostctl.config import load_config
+
+    try:
+        return load_config(opts.config_path), None
+    except InputError as exc:
+        if opts.config_path is None and "no host profile found" in exc.message:
+            return None, "no host profile"
+        raise
+
+
+def port_requests(config) -> list[tuple[str, int]]:
+    rt = config.profile.runtime
+    return [(rt.api_host, rt.api_port)]
+
+
+def build_report(opts: Options, err: TextIO | None = None):
+    """Everything but printing: (report, config, facts, plan)."""
+    from hostctl.doctor.diagnose import diagnose_file
+    from hostctl.doctor.registry import Context, run_checks
+    from hostctl.doctor.report import Report
+
+    if opts.level not in LEVELS:
+        raise InputError(f"--level: expected quick or full, got {opts.level!r}")
+    if opts.log is not None and not opts.log.is_file():
+        raise InputError(f"--log {opts.log}: no such file", fix="save the runtime's log first, e.g. "
+                         "`docker logs hostctl-runtime > runtime.log 2>&1`")
+    # In-process phases; interpreter start-up and imports are what a process's wall time adds
+    # (benchmarks/doctor_quick.py measures both).
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    config, why = _load_config(opts)
+    for w in config.warnings if config is not None else []:
+        if err is not None:
+            err.write(f"warning: {w}\n")
+    t1 = time.perf_counter()
+    timings["config"] = t1 - t0
+    if opts.facts_path is not None:
+        from hostctl.facts import load_snapshot
+
+        facts, source = load_snapshot(opts.facts_path), str(opts.facts_path)
+    else:
+        from hostctl.facts import collect
+        from hostctl.plan import path_requests
+
+        facts = collect(path_requests(config) if config else (), port_requests(config) if config else ())
+        source = "live"
+    t2 = time.perf_counter()
+    timings["facts"] = t2 - t1
+    plan = None
+    if config is not None:
+        from hostctl.plan import build_plan
+
+        plan = build_plan(config, facts)
+    t3 = time.perf_counter()
+    timings["plan"] = t3 - t2
+    ctx = Context(facts=facts, config=config, plan=plan, level=opts.level, facts_source=source,
+                  no_config_reason=why or "no host profile")
+    outcomes = run_checks(ctx)
+    t4 = time.perf_counter()
+    timings["checks"] = t4 - t3
+    log = diagnose_file(opts.log, facts) if opts.log is not None else None
+    timings["log"] = time.perf_counter() - t4
+    report = Report(
+        host=facts.hostname, level=opts.level, strict=opts.strict, facts_source=source, collected_at=facts.collected_at,
+        outcomes=outcomes, profile=config.profile.name if config else None, recipe=config.recipe.id if config else None,
+        phase=config.profile.phase if config else None, no_config_reason=why, notes=list(facts.notes), log=log,
+        timings=timings,
+    )
+    return report, config, facts, plan
+
+
+def run(opts: Options, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    """Run doctor and print its report; returns the exit code (0 ok, 1 a check failed)."""
+    from hostctl.doctor import report as rep
+
+    out, err = out or sys.stdout, err or sys.stderr
+
+    start = time.perf_counter()
+    report, config, facts, plan = build_report(opts, err)
+    if opts.bundle is not None:
+        from hostctl.doctor import bundle
+
+        report.bundle = str(opts.bundle)
+        contents = bundle.gather(doctor_json=rep.json_text(report), facts=facts, plan=plan, config=config,
+                                 live=opts.facts_path is None, log_path=opts.log)
+        redactions = bundle.write(opts.bundle, contents)
+        err.write(f"wrote {opts.bundle} ({len(contents.files) + 1} files, {sum(redactions.values())} secret(s) "
+                  "redacted)\n")
+    report.timings["total"] = time.perf_counter() - start
+    if opts.json:
+        out.write(rep.json_text(report))
+    else:
+        out.write(rep.text(report, colour=rep.use_colour(out)))
+    return report.exit_code

@@ -1,0 +1,154 @@
+"""The support bundle (`doctor --bundle FILE`): one tar.gz with everything needed to help with a
+host from afar — doctor's JSON, the facts and the plan, the profile and recipe, the rendered
+Compose project and units, recent runtime logs, a kernel log excerpt, and the log given with
+--log — every file redacted (hostctl.doctor.redact) before it is packed.
+
+Each part that cannot be collected is listed with its reason in MANIFEST.txt; a bundle is
+still written.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import tarfile
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hostctl.config import Config
+from hostctl.doctor.redact import count, redact
+from hostctl.errors import InputError
+from hostctl.facts.model import HostFacts
+from hostctl.plan.model import Plan
+
+KERNEL_TAIL = 400  # kernel log lines kept besides every OOM and Xid line
+RUNTIME_TAIL = 2000
+LOG_TAIL_BYTES = 4 * 1024 * 1024
+
+
+@dataclass
+class BundleContents:
+    files: dict[str, str] = field(default_factory=dict)  # archive name -> text (not yet redacted)
+    missing: list[str] = field(default_factory=list)  # "what: why"
+
+    def add(self, name: str, text: str) -> None:
+        self.files[name] = text
+
+
+def _kernel_excerpt(facts: HostFacts, live: bool) -> tuple[str | None, str | None]:
+    """(text, why not)."""
+    k = facts.kernel_log
+    events = [e.line for e in k.events] if k is not None and k.available else []
+    tail: list[str] = []
+    if live:
+        from hostctl.facts.kernel_log import read_kmsg
+
+        try:
+            lines, _ = read_kmsg()
+            tail = lines[-KERNEL_TAIL:]
+        except OSError as exc:
+            from hostctl import runner
+
+            dmesg = runner.run(["dmesg"], timeout=10)
+            if dmesg.ok:
+                tail = dmesg.stdout.splitlines()[-KERNEL_TAIL:]
+            elif not events:
+                return None, f"kernel log unreadable: {exc.strerror or exc}; {dmesg.why()}"
+    elif not events:
+        return None, "the facts snapshot carries no kernel log"
+    head = ["# OOM kills and Xid errors since boot (hostctl.diagnosis.kernel_events)"] + (events or ["(none)"])
+    if tail:
+        head += ["", f"# the last {len(tail)} kernel log lines"] + tail
+    return "\n".join(head) + "\n", None
+
+
+def gather(*, doctor_json: str, facts: HostFacts, plan: Plan | None, config: Config | None, live: bool,
+           log_path: Path | None = None) -> BundleContents:
+    b = BundleContents()
+    b.add("doctor.json", doctor_json)
+    b.add("facts.json", facts.to_json())
+    if plan is not None:
+        b.add("plan.json", plan.to_json())
+        try:
+            from hostctl.service.render import render_files
+
+            for name, text in render_files(plan).items():
+                b.add(f"rendered/{name}", text)
+        except Exception as exc:  # a plan with errors may not render; the bundle still helps
+            b.missing.append(f"rendered files: {exc.__class__.__name__}: {exc}")
+    else:
+        b.missing.append("plan.json and rendered files: no host profile")
+    if config is not None:
+        src = Path(config.source)
+        try:
+            b.add(f"profile/{src.name}", src.read_text())
+        except OSError as exc:
+            b.missing.append(f"profile {src}: {exc.strerror or exc}")
+        b.add("profile/recipe.json", config.recipe.model_dump_json(indent=2) + "\n")
+    kernel, why = _kernel_excerpt(facts, live)
+    if kernel is not None:
+        b.add("kernel.log", kernel)
+    else:
+        b.missing.append(f"kernel.log: {why}")
+    ours = [c for c in facts.engine.containers if c.labels.get("io.hostctl.profile")]
+    if not live:
+        b.missing.append("runtime logs: facts from a snapshot, not this host's engine")
+    elif not facts.engine.available:
+        b.missing.append(f"runtime logs: Docker engine unreachable ({facts.engine.reason})")
+    elif not ours:
+        b.missing.append("runtime logs: no hostctl runtime container exists")
+    for c in ours:
+        try:
+            from hostctl.facts.engine import container_logs
+
+            b.add(f"runtime/{c.name}.log", container_logs(c.id, tail=RUNTIME_TAIL))
+        except Exception as exc:
+            b.missing.append(f"runtime/{c.name}.log: {exc.__class__.__name__}: {exc}")
+    if log_path is not None:
+        try:
+            from hostctl.doctor.diagnose import read_log
+
+            text = read_log(log_path)
+            b.add(f"input/{log_path.name}", text[-LOG_TAIL_BYTES:])
+        except InputError as exc:
+            b.missing.append(f"input log: {exc.message}")
+    return b
+
+
+def write(path: Path, contents: BundleContents) -> dict[str, int]:
+    """Redact every file and write the archive atomically; returns redactions per file."""
+    if not path.parent.is_dir():
+        raise InputError(f"--bundle {path}: the folder {path.parent} does not exist")
+    redactions: dict[str, int] = {}
+    members: list[tuple[str, bytes]] = []
+    for name, text in sorted(contents.files.items()):
+        redactions[name] = count(text)
+        members.append((name, redact(text).encode()))
+    manifest = ["hostctl support bundle", f"written {time.strftime('%Y-%m-%dT%H:%M:%S%z')}", "",
+                "files, each redacted (API keys, tokens, passwords, Authorization headers, API key arguments):"]
+    manifest += [f"  {name}  ({len(data)} bytes, {redactions[name]} secret(s) redacted)" for name, data in members]
+    if contents.missing:
+        manifest += ["", "not included:"] + [f"  {m}" for m in contents.missing]
+    # hostctl writes the manifest itself (names, sizes, reasons), so it is not redacted: that would
+    # only mangle its own words.
+    members.insert(0, ("MANIFEST.txt", ("\n".join(manifest) + "\n").encode()))
+    root = path.name.removesuffix(".gz").removesuffix(".tar").removesuffix(".tgz") or "hostctl-bundle"
+    fd, tmp = tempfile.mkstemp(prefix=".hostctl-bundle-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w:gz") as tar:
+            now = time.time()
+            for name, data in members:
+                info = tarfile.TarInfo(f"{root}/{name}")
+                info.size, info.mtime, info.mode = len(data), now, 0o600
+                tar.addfile(info, io.BytesIO(data))
+        os.chmod(tmp, 0o600)  # logs and configs: readable by the owner only
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return redactions

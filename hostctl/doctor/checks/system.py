@@ -1,0 +1,44 @@
+"""System checks: the profile and recipe load and the plan's remaining problems (the runtime
+section; every other section has its own checks), and whether the readings come from inside
+a virtual machine, where GPU topology, P2P and NUMA may not describe the hardware."""
+
+from __future__ import annotations
+
+from hostctl.doctor.registry import Context, Result, check, failed, passed, skipped, warned
+
+
+@check("system.config", "profile, recipe and plan", area="system")
+def config(ctx: Context) -> Result:
+    if ctx.config is None or ctx.plan is None:
+        return skipped(f"{ctx.no_config_reason}: profile-dependent checks skip (pass --config PATH)")
+    cfg, plan = ctx.config, ctx.plan
+    observed = f"profile {cfg.profile.name} from {cfg.source}: recipe {cfg.recipe.id}, {cfg.profile.phase} phase"
+    problems = plan.runtime.problems
+    errors = [p for p in problems if p.severity == "error"]
+    if errors:
+        return failed("; ".join(p.message for p in errors), fix=errors[0].fix or "see `hostctl plan`",
+                      observed=observed, source=cfg.source)
+    warnings = [p.message for p in problems] + list(cfg.warnings)
+    if warnings:
+        return warned("; ".join(warnings), fix=(problems[0].fix if problems and problems[0].fix else
+                                                "see `hostctl plan`; prefer serial:, wwn: or by-id: drive identities"),
+                      observed=observed, source=cfg.source)
+    n_errors = len(plan.errors)
+    return passed(f"{cfg.profile.name}: recipe {cfg.recipe.id}, {cfg.profile.phase} phase"
+                  + (f"; {n_errors} plan error(s), reported by the checks below" if n_errors else ""),
+                  observed=observed, source=cfg.source)
+
+
+@check("system.virtualization", "readings come from the host itself", area="system")
+def virtualization(ctx: Context) -> Result:
+    k = ctx.facts.kernel
+    source = k.virtualization_evidence or "systemd-detect-virt, DMI, /proc/cpuinfo"
+    if not k.virtualization:
+        return passed("not virtualised", observed=k.virtualization_evidence or "no hypervisor detected", source=source)
+    if ctx.facts.gpus.available and ctx.facts.gpus.devices:
+        return warned(f"running inside a VM ({k.virtualization}): GPU topology, P2P status, BAR1 size and NUMA nodes "
+                      "describe the virtual machine, not the hardware", fix="for placement and P2P decisions, run "
+                      "`hostctl facts` / `hostctl doctor` on the host itself", observed=k.virtualization_evidence or "",
+                      source=source)
+    return passed(f"virtualised ({k.virtualization}); no GPU readings to distrust", observed=k.virtualization_evidence or "",
+                  source=source)

@@ -1,0 +1,86 @@
+"""Log diagnosis: a runtime log (and what else is known: the kernel log's OOM and Xid lines, the
+container's exit) classified against the failure catalogue in hostctl.diagnosis.
+
+`doctor --log FILE` calls diagnose_file(); `up` calls diagnose() on a failed start with the
+container's log and state, then prints diagnosis_text(). Evidence lines are redacted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hostctl.diagnosis import Evidence, Finding, classify
+from hostctl.doctor.redact import redact
+from hostctl.errors import InputError
+from hostctl.facts.model import HostFacts
+
+MAX_LOG_BYTES = 64 * 1024 * 1024  # the tail of a bigger log is what matters
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    source: str  # the log's path, or what it came from ("container hostctl-runtime")
+    lines: int
+    findings: list[Finding] = field(default_factory=list)
+    kernel_lines: int = 0  # kernel log lines that took part
+
+    def to_dict(self) -> dict:
+        return {
+            "source": self.source,
+            "lines": self.lines,
+            "kernel_lines": self.kernel_lines,
+            "findings": [{"id": f.id, "title": f.title, "cause": f.cause, "fix": f.fix, "lines": list(f.lines)}
+                         for f in self.findings],
+        }
+
+
+def kernel_text(facts: HostFacts | None) -> str:
+    """The kernel log lines the catalogue needs (OOM kills, Xids) from the facts, if they carry any."""
+    if facts is None or facts.kernel_log is None or not facts.kernel_log.available:
+        return ""
+    return "\n".join(e.line for e in facts.kernel_log.events)
+
+
+def diagnose(log: str, *, source: str = "log", kernel_log: str = "", oom_killed: bool | None = None,
+             exit_code: int | None = None, stalled_s: float | None = None) -> Diagnosis:
+    findings = classify(Evidence(log=log, kernel_log=kernel_log, oom_killed=oom_killed, exit_code=exit_code,
+                                 stalled_s=stalled_s))
+    clean = [Finding(f.id, f.title, f.cause, f.fix, [redact(line) for line in f.lines]) for f in findings]
+    return Diagnosis(source=source, lines=len(log.splitlines()), findings=clean,
+                     kernel_lines=len(kernel_log.splitlines()))
+
+
+def read_log(path: Path) -> str:
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as f:
+            if size > MAX_LOG_BYTES:
+                f.seek(size - MAX_LOG_BYTES)
+            return f.read().decode("utf-8", "replace")
+    except FileNotFoundError:
+        raise InputError(f"--log {path}: no such file", fix="save the runtime's log first, e.g. "
+                         "`docker logs hostctl-runtime > runtime.log 2>&1`") from None
+    except IsADirectoryError:
+        raise InputError(f"--log {path} is a directory; expected a log file") from None
+    except OSError as exc:
+        raise InputError(f"--log {path}: cannot read it: {exc.strerror or exc}") from None
+
+
+def diagnose_file(path: Path, facts: HostFacts | None = None) -> Diagnosis:
+    return diagnose(read_log(path), source=str(path), kernel_log=kernel_text(facts))
+
+
+def diagnosis_text(d: Diagnosis) -> str:
+    kernel = f" with {d.kernel_lines} kernel log line(s)" if d.kernel_lines else ""
+    head = f"log diagnosis of {d.source} ({d.lines} lines{kernel}):"
+    if not d.findings:
+        return head + " no known failure signature matched\n"
+    out = [head]
+    for f in d.findings:
+        out.append(f"  {f.id}: {f.title}")
+        out.append(f"      cause: {f.cause}")
+        for line in f.lines:
+            out.append(f"      | {line}")
+        out.append(f"      fix: {f.fix}")
+    return "\n".join(out) + "\n"

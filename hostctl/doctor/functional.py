@@ -1,0 +1,57 @@
+"""The functional tests doctor's full level runs now: a P2P all-reduce over the serving GPUs and
+pinned host<->device copies, both through hostctl.gpu (child processes with hard timeouts).
+
+Doctor only reads: a verdict measured here is reported, never stored; `provision --only gpu`
+stores the one the plan uses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hostctl.facts.model import Gpu, HostFacts, P2PVerdict
+from hostctl.plan.model import Plan
+
+
+@dataclass(frozen=True)
+class Bandwidth:
+    """One GPU's pinned copy bandwidth against its link's capability."""
+
+    index: int
+    h2d_gbps: float
+    d2h_gbps: float
+    link_gbps: float  # what the link's maximum generation and width carry, raw
+
+
+def serving_gpus(facts: HostFacts, plan: Plan | None) -> list[Gpu]:
+    if plan is not None and plan.placement.gpus:
+        wanted = [g.index for g in plan.placement.gpus]
+        return [g for i in wanted for g in facts.gpus.devices if g.index == i]
+    return sorted(facts.gpus.devices, key=lambda g: g.index)
+
+
+def measure_p2p(facts: HostFacts, plan: Plan | None) -> tuple[P2PVerdict | None, str]:
+    """(a verdict measured now, or None with the reason it could not be measured)."""
+    from hostctl.gpu.p2p import run_ladder
+
+    ladder = run_ladder(facts, serving_gpus(facts, plan), measure=True, store=False, recheck=True)
+    if ladder.verdict is not None:
+        return ladder.verdict, ""
+    rung = ladder.rung("functional")
+    return None, rung.summary if rung else "the functional check did not run"
+
+
+def measure_bandwidth(facts: HostFacts) -> tuple[list[Bandwidth], list[str]]:
+    """(bandwidth per GPU that could be measured, why the others could not)."""
+    from hostctl.gpu.health import link_capability_gbps, measure_copy_bandwidth
+
+    results: list[Bandwidth] = []
+    errors: list[str] = []
+    for gpu in sorted(facts.gpus.devices, key=lambda g: g.index):
+        bw = measure_copy_bandwidth(gpu)
+        link = link_capability_gbps(gpu.pcie.gen_max, gpu.pcie.width_max)
+        if bw.error or bw.h2d_gbps is None or bw.d2h_gbps is None or link is None:
+            errors.append(f"GPU {gpu.index}: {bw.error or 'link generation/width unknown'}")
+            continue
+        results.append(Bandwidth(gpu.index, bw.h2d_gbps, bw.d2h_gbps, link))
+    return results, errors

@@ -1,0 +1,40 @@
+"""Secret redaction for everything doctor prints or packs: API keys, Hugging Face tokens,
+Authorization headers, `--api-key` arguments and any VAR=value whose name says it holds a
+secret. Each match keeps its name and loses its value, so a reader still sees *that* a key
+was set."""
+
+from __future__ import annotations
+
+import re
+
+MASK = "***REDACTED***"
+
+# A variable or key whose name says "secret". Names that only *point at* a secret
+# (api_key_env = "MY_KEY_VAR") keep their value: it is a variable name, not the key.
+_SECRET_NAME = r"[A-Za-z0-9_.-]*(?:API[_-]?KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?|PRIVATE[_-]?KEY)(?![A-Za-z0-9])(?<![_-]ENV)"
+_PATTERNS: tuple[tuple[re.Pattern, str], ...] = (
+    # Authorization: Bearer xyz / "authorization": "Basic xyz"
+    (re.compile(r"(?i)(\"?(?:proxy-)?authorization\"?\s*[:=]\s*\"?)(?:(bearer|basic|token)\s+)?[^\s\"',]+"),
+     lambda m: f"{m.group(1)}{(m.group(2) + ' ') if m.group(2) else ''}{MASK}"),
+    # --api-key VALUE, --api-key=VALUE, "--api-key", "VALUE" (an argv in JSON)
+    (re.compile(r"(?i)(--(?:api-key|hf-token|token|password)(?:=|\s+|[\"']\s*,\s*[\"']))(?!-)[^\s\"',]+"),
+     lambda m: m.group(1) + MASK),
+    # NAME=value, NAME: value, "NAME": "value", NAME = 'value' (not ${NAME:?...}, Compose interpolation)
+    (re.compile(rf"(?i)((?<!\$\{{)\b{_SECRET_NAME}\"?'?\s*[:=]\s*[\"']?)(?![\"']?\s*(?:$|,|\}}))(?!\$\{{)[^\s\"',}}]+"),
+     lambda m: m.group(1) + MASK),
+    # bare tokens that are secrets whatever surrounds them
+    (re.compile(r"\bhf_[A-Za-z0-9]{20,}\b"), lambda m: "hf_" + MASK),
+    (re.compile(r"\bsk-[A-Za-z0-9_-]{20,}\b"), lambda m: "sk-" + MASK),
+    (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}\b"), lambda m: m.group(0)[:4] + MASK),
+)
+
+
+def redact(text: str) -> str:
+    for pattern, repl in _PATTERNS:
+        text = pattern.sub(repl, text)
+    return text
+
+
+def count(text: str) -> int:
+    """How many secrets redact() would hide (for the bundle's manifest)."""
+    return sum(len(pattern.findall(text)) for pattern, _ in _PATTERNS)

@@ -1,0 +1,110 @@
+"""Kernel log facts: the OOM kills and GPU Xid errors since boot, classified by
+`hostctl.diagnosis.kernel_events`.
+
+The log is read from /dev/kmsg directly (one non-blocking pass, no subprocess: doctor's quick
+level must stay fast), else from `dmesg`, else from `journalctl -k -b`. The kernel's ring
+buffer drops its oldest records when it fills; the facts say when that happened, because
+then "no OOM kill since boot" is only "none since the oldest record kept".
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+from hostctl import runner
+from hostctl.facts.model import KernelEvent, KernelLogFacts
+
+KMSG = Path("/dev/kmsg")
+MAX_KMSG_RECORDS = 200_000  # a bound, so a log that is being flooded cannot keep us reading
+
+
+def parse_kmsg_record(record: bytes) -> tuple[int, str] | None:
+    """One /dev/kmsg record ("prio,seq,usec,flags;message" plus " KEY=value" continuation lines)
+    -> (sequence number, the line as dmesg prints it: "[seconds] message")."""
+    head, sep, message = record.decode("utf-8", "replace").partition(";")
+    fields = head.split(",")
+    try:
+        seq, usec = int(fields[1]), int(fields[2])
+    except (IndexError, ValueError):
+        return None
+    if not sep:
+        return None
+    message = message.split("\n", 1)[0]  # continuation lines carry device metadata, not text
+    return seq, f"[{usec // 1_000_000:5d}.{usec % 1_000_000:06d}] {message}"
+
+
+def read_kmsg(path: Path = KMSG) -> tuple[list[str], int | None]:
+    """(lines as dmesg prints them "[seconds] message", sequence number of the first record).
+    Raises OSError when the device cannot be opened (no permission: dmesg_restrict)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    lines: list[str] = []
+    first_seq: int | None = None
+    try:
+        for _ in range(MAX_KMSG_RECORDS):
+            try:
+                record = os.read(fd, 16384)
+            except BlockingIOError:
+                break  # read everything there is
+            except OSError as exc:
+                if exc.errno == errno.EPIPE:
+                    continue  # the record we were at was overwritten: the next read resumes at the oldest
+                raise
+            if not record:
+                break
+            parsed = parse_kmsg_record(record)
+            if parsed is None:
+                continue
+            seq, line = parsed
+            if first_seq is None:
+                first_seq = seq
+            lines.append(line)
+    finally:
+        os.close(fd)
+    return lines, first_seq
+
+
+def _events(text: str) -> list[KernelEvent]:
+    from hostctl.diagnosis import kernel_events  # its patterns compile in ~10 ms: only when a log is read
+
+    return [KernelEvent(kind=e.kind, line=e.line, time_s=e.time_s, process=e.process, cgroup=e.cgroup, xid=e.xid,
+                        pci_bus_id=e.pci_bus_id, severity=e.severity) for e in kernel_events(text)]
+
+
+def _first_time(lines: list[str]) -> float | None:
+    for line in lines:
+        if line.startswith("["):
+            try:
+                return float(line[1:line.index("]")])
+            except ValueError:
+                return None
+    return None
+
+
+def probe_kernel_log(kmsg: Path = KMSG) -> KernelLogFacts:
+    try:
+        lines, first_seq = read_kmsg(kmsg)
+    except OSError as exc:
+        kmsg_problem = f"{kmsg}: {exc.strerror or exc}"
+    else:
+        return KernelLogFacts(source=str(kmsg), records=len(lines), first_record_s=_first_time(lines),
+                              complete=first_seq == 0 if first_seq is not None else None,
+                              events=_events("\n".join(lines)))
+    dmesg = runner.run(["dmesg"], timeout=5)
+    if dmesg.ok:
+        lines = dmesg.stdout.splitlines()
+        first = _first_time(lines)
+        # dmesg cannot tell how many records were dropped; a first record well after boot means some were.
+        return KernelLogFacts(source="dmesg", records=len(lines), first_record_s=first,
+                              complete=None if first is None else first < 1.0, events=_events(dmesg.stdout))
+    journal = runner.run(["journalctl", "-k", "-b", "--no-pager", "-q", "-o", "short-monotonic"], timeout=10)
+    if journal.ok and journal.stdout.strip():
+        lines = journal.stdout.splitlines()
+        return KernelLogFacts(source="journalctl -k -b", records=len(lines), first_record_s=_first_time(lines),
+                              complete=True, events=_events(journal.stdout))
+    return KernelLogFacts(
+        available=False,
+        reason=f"kernel log unreadable: {kmsg_problem}; {dmesg.why()}; "
+        + (journal.why() if not journal.ok else "journalctl -k -b: no entries (no persistent journal)"),
+    )
