@@ -109,14 +109,13 @@ def _host_state() -> dict:
     return state
 
 
-def test_second_provision_changes_nothing(shared):
+@pytest.mark.usefixtures("storage_ready")
+def test_second_provision_changes_nothing():
     before = _host_state()
-    storage_implemented = shared.get("storage") == "provisioned"
     preview = hostctl("--config", str(PROFILE), "provision", "--only", "system", "--dry-run")
     assert preview.returncode == 0 and preview.stdout.strip() == "system: nothing to change", preview.stdout
-    if storage_implemented:
-        res = hostctl("--config", str(PROFILE), "provision", "--only", "storage", "--yes")
-        assert res.returncode == 0, f"exit {res.returncode}\n{res.stdout}\n{res.stderr}"
+    res = hostctl("--config", str(PROFILE), "provision", "--only", "storage", "--yes")
+    assert res.returncode == 0, f"exit {res.returncode}\n{res.stdout}\n{res.stderr}"
     res = hostctl("--config", str(PROFILE), "provision", "--only", "system")
     assert res.returncode == 0 and res.stdout.strip() == "system: nothing to change", res.stdout + res.stderr
     res = hostctl("--config", str(INSTALLED_PROFILE), "provision", "--only", "gpu", "--yes")
@@ -126,8 +125,6 @@ def test_second_provision_changes_nothing(shared):
     after = _host_state()
     changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
     assert changed == [], "changed by the second provision: " + ", ".join(changed)
-    if not storage_implemented:
-        pytest.skip("only the system part was re-run: `provision --only storage` is not implemented in this build")
 
 
 @pytest.mark.usefixtures("storage_ready")
