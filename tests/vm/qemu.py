@@ -13,6 +13,7 @@ is kept in the cache folder, keyed by what could change it.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
 import os
@@ -113,6 +114,13 @@ def _argv(image: GuestImage, shape: Shape, *, mode: str, accel: str, console: Pa
     return argv
 
 
+def _die_with_parent() -> None:
+    """In the QEMU child before exec: SIGKILL it if the test process dies (even by SIGKILL),
+    so no guest outlives the run that started it."""
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
 def boot(image: GuestImage, shape: Shape, *, mode: str, run_dir: Path, timeout_s: float,
          results: Path | None = None, reboot: bool = True, accel: str | None = None) -> Boot:
     """Boot until the guest powers itself off, or kill QEMU (by its PID) at the deadline."""
@@ -125,7 +133,8 @@ def boot(image: GuestImage, shape: Shape, *, mode: str, run_dir: Path, timeout_s
         # QEMU writes its snapshot overlay to TMPDIR: keep it in the run folder, cleaned with it.
         env = dict(os.environ, TMPDIR=str(run_dir))
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=_die_with_parent)
+        (run_dir / f"qemu-{mode}.pid").write_text(f"{proc.pid}\n")  # for a person who must stop it by hand
         timed_out = False
         try:
             proc.wait(timeout=timeout_s)

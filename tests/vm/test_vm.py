@@ -193,3 +193,18 @@ def test_numa_placement_checks_passed(numa_run):
     p = numa_run.phase("numa")
     assert len(p.cases) >= 8, p.report()
     assert not p.with_outcome("failed", "error", "skipped"), p.report()
+
+
+# ---------------------------------------------------------------- the deadline
+
+
+def test_a_guest_past_its_deadline_is_killed_and_leaves_nothing(guest_image, tmp_path):
+    b = boot(guest_image, Shape(memory_mib=512), mode="probe", run_dir=tmp_path, timeout_s=3, reboot=False)
+    assert b.timed_out and b.returncode is None
+    pid = int((tmp_path / "qemu-probe.pid").read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    # QEMU's snapshot overlay of the root disk lived in the run folder and went with the process
+    leftovers = sorted(p.name for p in tmp_path.iterdir()
+                       if p.suffix not in (".log", ".json", ".pid"))
+    assert leftovers == [], leftovers
