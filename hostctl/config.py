@@ -156,6 +156,8 @@ class RuntimeSettings(Strict):
     model_dir: str | None = Field(default=None, description="host directory of the checkpoint, mounted read-only")
     models_dir: str | None = Field(default=None, description="host directory holding extra models ({model:NAME})")
     project_dir: str = Field(default=str(paths.STATE_DIR / "project"), description="where the rendered project lives")
+    project: str = Field(default="hostctl", pattern=r"^[a-z0-9][a-z0-9_-]{0,40}$",
+                         description="Compose project name; the container is <project>-runtime")
 
     @field_validator("api_host")
     @classmethod
@@ -249,8 +251,30 @@ class SmokeTest(Strict):
     expect: str | None = None
     tool: dict[str, Any] | None = None
     expect_call: dict[str, Any] | None = None
-    tokens: int | None = Field(default=None, ge=1)
+    tokens: int | None = Field(default=None, ge=1, description="needle: prompt length in tokens")
     max_completion_tokens: int = Field(default=16, ge=1)
+
+    @model_validator(mode="after")
+    def _fields_for_kind(self) -> "SmokeTest":
+        need = {"chat": ("prompt", "expect"), "tool_call": ("prompt", "tool", "expect_call"),
+                "needle": ("expect", "tokens"), "models": ()}[self.kind]
+        missing = [f for f in need if getattr(self, f) is None]
+        if missing:
+            raise ValueError(f"smoke test {self.name!r} ({self.kind}) needs {', '.join(missing)}")
+        if self.kind == "tool_call":
+            if not self.openai_tool()["function"].get("name"):
+                raise ValueError(f"smoke test {self.name!r}: tool needs a name: write the function definition "
+                                 "{name, description, parameters} (or an OpenAI tool {type: function, function: ...})")
+            if not (self.expect_call or {}).get("name"):
+                raise ValueError(f"smoke test {self.name!r}: expect_call needs the function's name")
+        return self
+
+    def openai_tool(self) -> dict[str, Any]:
+        """The tool as the OpenAI API takes it; recipes may give just the function definition."""
+        tool = dict(self.tool or {})
+        if "function" in tool:
+            return {"type": tool.get("type", "function"), "function": dict(tool["function"])}
+        return {"type": "function", "function": tool}
 
 
 class Recipe(Strict):
@@ -263,6 +287,8 @@ class Recipe(Strict):
     requires: Requires
     context: int = Field(ge=1)
     load_timeout_s: int = Field(ge=1)
+    watchdog_s: int | None = Field(default=None, ge=1, description="hostctl: seconds without log progress before "
+                                   "`up` calls the runtime stuck (default: min(load_timeout_s, 600))")
     env: dict[str, Any] = Field(default_factory=dict)
     serve_args: list[str] = Field(default_factory=list)
     warmup: dict[str, Any] = Field(default_factory=dict)
