@@ -100,8 +100,9 @@ class MemoryPolicy(Strict):
     host_reserve: int = Field(default=8 * 1024**3, description="physical RAM kept outside the container")
     reservation_margin: int = Field(default=4 * 1024**3, description="soft limit this far below the hard cap")
     container_ram_swap: int | None = Field(default=None, description="container RAM+swap cap; default derived")
+    container_ram: int | None = Field(default=None, description="container RAM cap; default MemTotal minus host_reserve")
 
-    @field_validator("host_reserve", "reservation_margin", "container_ram_swap", mode="before")
+    @field_validator("host_reserve", "reservation_margin", "container_ram_swap", "container_ram", mode="before")
     @classmethod
     def _size(cls, v: Any) -> Any:
         return None if v is None else parse_size(v)

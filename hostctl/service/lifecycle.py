@@ -12,6 +12,7 @@ the project is taken down (unless --keep-on-failure), so nothing is left half-ru
 
 from __future__ import annotations
 
+import re
 import time
 from collections import deque
 from collections.abc import Callable
@@ -107,6 +108,9 @@ def up(config: Config, plan: Plan, facts, *, timeout: int | None, keep_on_failur
             first = failures[0]
             details = first.details + [f"also: {f.message} (fix: {f.fix})" for f in failures[1:]]
             raise FailedError(f"preflight: {first.message}", details=details + ["nothing was started"], fix=first.fix)
+        for p in plan.problems:
+            if p.severity == "warn":
+                say(f"warning: [{p.area}] {p.message}" + (f" (fix: {p.fix})" if p.fix else ""))
         say(f"preflight ok: {plan.runtime.image}, API {ep}, {len(plan.runtime.volumes)} bind mount(s) checked")
 
         target = project_dir(config)
@@ -178,8 +182,9 @@ def _watch(config: Config, plan: Plan, name: str, since: float, timeout: int, sa
                     say(f"  [{it.at - t0:5.1f} s] {msg}")
             elif it.kind == "event":
                 if it.text == "oom":
+                    if not oom:
+                        say(f"  [{it.at - t0:5.1f} s] engine event: oom (the container hit its memory cap)")
                     oom = True
-                    say(f"  [{it.at - t0:5.1f} s] engine event: oom (the container hit its memory cap)")
                 elif it.text == "die" and died is None:
                     code = it.attrs.get("exitCode") if it.attrs else None
                     died = (int(code) if code is not None else None, it.time_ns)
@@ -282,8 +287,33 @@ def _watch(config: Config, plan: Plan, name: str, since: float, timeout: int, sa
         feed.close()
 
 
+# An exception line: at the start of the line or of a log record's message ("...[core.py:12] ValueError: ..."),
+# not an exception named in passing inside a warning.
+ERROR_LINE = re.compile(r"(?:^|\] )\s*([A-Z][A-Za-z0-9_.]*(?:Error|Exception|Exit)):? ")
+
+
+def root_errors(log, limit: int = 3) -> list[str]:
+    """The first distinct exception lines: in a multi-process runtime the last traceback is
+    usually the parent reporting that a child failed; the child's own error comes first."""
+    seen: list[str] = []
+    for line in log:
+        m = ERROR_LINE.search(line)
+        if m:
+            text = line[m.start(1):].strip()
+            if text not in seen:
+                seen.append(text)
+        if len(seen) >= limit:
+            break
+    return seen
+
+
 def _fail(outcome: Outcome, ev: Evidence, fallback: Finding, log) -> Outcome:
     found = classify(ev)
+    if not found:
+        errors = root_errors(log)
+        if errors:
+            fallback = Finding(fallback.id, fallback.title, fallback.cause, fallback.fix,
+                               fallback.lines + [f"log error: {e}" for e in errors])
     outcome.cause = found[0] if found else fallback
     outcome.also = found[1:] if found else []
     outcome.log_tail = list(log)[-LOG_SHOWN:]

@@ -30,20 +30,20 @@ class Phase:
 
 
 PHASES: tuple[Phase, ...] = (
-    Phase("server", re.compile(r"vLLM API server version ([\w.+-]+)"), "vLLM {0} starting"),
+    Phase("server", re.compile(r"(?:vLLM API server version|\u2588\s+version) (\d[\w.+-]*)"), "vLLM {0} starting"),
     Phase("engine", re.compile(r"Initializing a V\d LLM engine"), "engine initialising"),
     Phase("shards", re.compile(r"Loading (?:safetensors|pt) checkpoint shards:\s+\d+% Completed \|\s*(\d+)/(\d+)"),
           "loading shards {0}/{1}", counter=True),
     Phase("weights", re.compile(r"(?:Loading weights took|Model loading took) ([\d.]+ \w+)"), "weights loaded ({0})"),
     Phase("convert", re.compile(r"converted layer (\d+)\s*/\s*(\d+)"), "converted layer {0}/{1}", counter=True),
     Phase("w2-tier", re.compile(r"moe_w2 delta tier"), "moe_w2 delta tier built"),
-    Phase("kv-cache", re.compile(r"(?:GPU|CPU)? ?KV cache size: " + _NUM + r" tokens"), "KV cache {0} tokens"),
+    Phase("kv-cache", re.compile(r"KV cache size: " + _NUM + r" tokens"), "KV cache {0} tokens"),
     Phase("concurrency", re.compile(r"Maximum concurrency for " + _NUM + r" tokens per request: ([\d.]+)x"),
           "max concurrency {1}x at {0} tokens"),
     Phase("graphs", re.compile(r"Capturing CUDA graphs?|Graph capturing finished in ([\d.]+) sec"), "graph capture"),
-    Phase("init", re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) seconds"),
+    Phase("init", re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s"),
           "engine ready ({0} s: profile, KV cache, warm-up)"),
-    Phase("api", re.compile(r"Starting vLLM API server|Application startup complete"), "API server listening"),
+    Phase("api", re.compile(r"Starting vLLM (?:API )?server|Application startup complete"), "API server listening"),
 )
 
 _SHAPE = re.compile(r"\d+")
@@ -99,28 +99,32 @@ class Tracker:
         self.last_progress = self.started
 
     def feed(self, line: str, now: float) -> str | None:
-        """Returns a progress message when the line starts or advances a phase."""
+        """Returns a progress message when the line starts or advances a phase (one line may
+        carry several: vLLM prints the KV cache size and the concurrency together)."""
         self.lines += 1
-        message = None
+        messages = []
+        matched = False
         for phase in PHASES:
             m = phase.pattern.search(line)
             if not m:
                 continue
+            matched = True
             groups = [g if g is not None else "" for g in m.groups()]
             self._record(phase, groups)
             if phase.counter:
                 done = int(groups[0])
                 if done > self._counters.get(phase.id, -1):
                     self._counters[phase.id] = done
-                    self.last_progress = now
-                    message = phase.label.format(*groups)
+                    messages.append(phase.label.format(*groups))
             elif phase.id not in self._seen_phases:
-                self.last_progress = now
-                message = phase.label.format(*groups)
+                messages.append(phase.label.format(*groups))
             self._seen_phases.add(phase.id)
-            if message:
-                self.last_phase = message
-            return message
+        if messages:
+            self.last_progress = now
+            self.last_phase = messages[-1]
+            return "; ".join(messages)
+        if matched:
+            return None
         s = shape(line)
         if s and s not in self._shapes:
             self._shapes.add(s)
