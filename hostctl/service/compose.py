@@ -42,7 +42,10 @@ def compose_up(project_dir: Path, project: str, *, timeout: float = 600) -> runn
                                                      "--remove-orphans"], timeout=timeout)
 
 
-def compose_down(project_dir: Path | None, project: str, *, timeout: float = 300) -> runner.Result:
-    """Stop and remove the project's containers. Volumes are binds to the caches: never removed.
-    Works without the rendered file (by project name), so it is idempotent."""
-    return runner.run(_base(project_dir, project) + ["down", "--remove-orphans", "--timeout", "30"], timeout=timeout)
+def compose_down(project_dir: Path | None, project: str, *, stop_timeout_s: int = 30,
+                 timeout: float = 300) -> runner.Result:
+    """Stop (SIGTERM, then SIGKILL after stop_timeout_s) and remove the project's containers.
+    Volumes are binds to the caches: never removed. Works without the rendered file (by
+    project name), so it is idempotent."""
+    return runner.run(_base(project_dir, project) + ["down", "--remove-orphans", "--timeout", str(stop_timeout_s)],
+                      timeout=timeout)

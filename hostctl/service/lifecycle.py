@@ -40,6 +40,7 @@ LOG_SHOWN = 15  # last log lines printed on failure
 POLL_S = 0.25
 HEALTH_EVERY_S = 1.0
 STATE_EVERY_S = 2.0
+FAILED_STOP_S = 5
 
 
 def _now_iso() -> str:
@@ -149,7 +150,8 @@ def up(config: Config, plan: Plan, facts, *, timeout: int | None, keep_on_failur
         if keep_on_failure:
             say(f"--keep-on-failure: {name} left as it is (inspect with `hostctl logs`, remove with `hostctl down`)")
         else:
-            down_res = compose_down(target, plan.runtime.project)
+            # A failed start has nothing to finish gracefully, and a stuck one may ignore SIGTERM.
+            down_res = compose_down(target, plan.runtime.project, stop_timeout_s=FAILED_STOP_S)
             say(f"took the project down ({'ok' if down_res.ok else down_res.why()}): nothing left running")
         return outcome
 

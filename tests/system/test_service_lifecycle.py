@@ -181,14 +181,34 @@ def test_memory_cap_below_need_is_detected_as_a_container_oom(demo_image, host_f
     assert "took the project down" in err and not h.container_exists()
 
 
+STUB_ENTRYPOINT = """#!/bin/sh
+# A stand-in runtime for lifecycle tests; HC5_MODE comes from the recipe's env.
+trap 'exit 143' TERM
+case "$HC5_MODE" in
+exit)
+    echo 'fatal: runtime refused to start (test image)' >&2
+    exit 3 ;;
+convert-then-stall)
+    # A first-start conversion: one layer every 2 s (slower than nothing, but always advancing),
+    # then a runtime that is alive and prints a heartbeat that never advances.
+    echo 'NCCL INFO comm 0x5 rank 0 nRanks 1 - Init COMPLETE'
+    i=1
+    while [ $i -le 8 ]; do sleep 2 & wait $!; echo "INFO moe_w2: converted layer $i/8"; i=$((i + 1)); done
+    while true; do sleep 1 & wait $!; echo "INFO waiting for the peer ($(date +%s))"; done ;;
+esac
+echo "unknown HC5_MODE" >&2
+exit 64
+"""
+
+
 @pytest.fixture(scope="session")
-def exit_image(demo_image):
+def stub_image(demo_image):
     from hostctl import images
 
-    tag = "hc5-exit-at-once:test"
-    ctx = Path(os.environ.get("TMPDIR", "/tmp")) / f"hc5-exit-{os.getpid()}"
+    tag = "hc5-stub-runtime:test"
+    ctx = Path(os.environ.get("TMPDIR", "/tmp")) / f"hc5-stub-{os.getpid()}"
     ctx.mkdir(exist_ok=True)
-    (ctx / "hostctl-entrypoint").write_text("#!/bin/sh\necho 'fatal: runtime refused to start (test image)' >&2\nexit 3\n")
+    (ctx / "hostctl-entrypoint").write_text(STUB_ENTRYPOINT)
     (ctx / "Dockerfile").write_text("ARG BASE_IMAGE\nFROM ${BASE_IMAGE}\n"
                                     "COPY hostctl-entrypoint /usr/local/bin/hostctl-entrypoint\n"
                                     "RUN chmod 0755 /usr/local/bin/hostctl-entrypoint\n")
@@ -200,13 +220,31 @@ def exit_image(demo_image):
     subprocess.run(["docker", "rmi", "-f", tag], capture_output=True)
 
 
-def test_entrypoint_that_exits_at_once(exit_image, host_factory):
-    h = host_factory("exit", 18540, image=exit_image)
+def stub_recipe(mode: str, **changes) -> dict:
+    return demo_recipe(env={"HC5_MODE": mode}, **changes)
+
+
+def test_entrypoint_that_exits_at_once(stub_image, host_factory):
+    h = host_factory("exit", 18540, image=stub_image, recipe=stub_recipe("exit"))
     rc, out, err, took = h.run("up")
     assert rc == 1 and out == "", err
     assert "[exit-during-load]" in err and "exited with code 3" in err
     assert "fatal: runtime refused to start" in err  # the log line that says why
     assert took < 60 and not h.container_exists()
+
+
+def test_watchdog_spares_an_advancing_conversion_and_stops_a_stall(stub_image, host_factory):
+    # Watchdog 5 s; the conversion takes 16 s in 2 s steps: it must run to the end, and the
+    # heartbeat after it (new lines, same shape) must not count as progress.
+    h = host_factory("stall", 18545, image=stub_image, recipe=stub_recipe("convert-then-stall", watchdog_s=5))
+    rc, out, err, took = h.run("up")
+    assert rc == 1 and out == "", err
+    assert "converted layer 8/8" in err  # every layer shown as progress, none killed
+    # NCCL initialised, but layers were converted after it: not the catalogue's NCCL deadlock
+    # (that one needs no load progress at all), a runtime stuck after its last phase.
+    assert "[no-progress]" in err and "last phase was converted layer 8/8" in err
+    assert 16 + 5 <= took < 45
+    assert "took the project down" in err and not h.container_exists()
 
 
 def test_port_already_taken(demo_image, host_factory):
