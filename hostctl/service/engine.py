@@ -26,6 +26,7 @@ def client():
 @dataclass
 class ContainerState:
     exists: bool
+    id: str | None = None
     status: str | None = None  # created, running, exited, ...
     exit_code: int | None = None
     oom_killed: bool | None = None
@@ -56,7 +57,7 @@ def container_state(name: str, dc=None) -> ContainerState:
     try:
         c = dc.containers.get(name)
         s = c.attrs.get("State", {})
-        return ContainerState(exists=True, status=s.get("Status"), exit_code=s.get("ExitCode"),
+        return ContainerState(exists=True, id=c.id, status=s.get("Status"), exit_code=s.get("ExitCode"),
                               oom_killed=s.get("OOMKilled"), started_at=_ts(s.get("StartedAt")),
                               finished_at=_ts(s.get("FinishedAt")), error=s.get("Error") or None)
     except docker.errors.NotFound:
@@ -78,9 +79,12 @@ class Item:
 class Feed:
     """Background readers of one container's engine events and logs, into one queue."""
 
-    def __init__(self, name: str, since: float):
+    def __init__(self, name: str, since: float, container_id: str | None = None):
         self.name = name
         self.since = since  # epoch seconds: events from this moment on
+        # A container of the same name may have died a moment before (the previous run): only
+        # this container's events count.
+        self.container_id = container_id
         self.q: queue.Queue[Item] = queue.Queue()
         self._dc = client()
         self._events = None
@@ -106,7 +110,7 @@ class Feed:
                     break
                 if ev.get("Type") != "container" or ev.get("Actor", {}).get("Attributes", {}).get("name") != self.name:
                     continue
-                if ev.get("time", 0) + 1 < self.since:
+                if self.container_id and ev.get("id") != self.container_id:
                     continue
                 self.q.put(Item("event", ev.get("Action") or ev.get("status") or "", time.monotonic(),
                                 attrs=ev.get("Actor", {}).get("Attributes", {}), time_ns=ev.get("timeNano")))

@@ -164,7 +164,7 @@ def _watch(config: Config, plan: Plan, name: str, since: float, timeout: int, sa
     limit = watchdog_s(config)
     tracker = Tracker(started=t0)
     log: deque[str] = deque(maxlen=LOG_KEEP)
-    feed = Feed(name, since)
+    feed = Feed(name, since, container_state(name).id)
     oom = False
     died: tuple[int | None, int | None] | None = None  # (exit code, engine time ns)
     healthy_at = None

@@ -118,7 +118,10 @@ def _chat(client: httpx.Client, base: str, served_name: str, test: SmokeTest, co
     r = client.post(f"{base}/v1/chat/completions", json=body)
     if r.status_code >= 400:
         raise httpx.HTTPStatusError(f"HTTP {r.status_code}: {r.text[:300]}", request=r.request, response=r)
-    return r.json()["choices"][0]["message"]
+    doc = r.json()
+    message = dict(doc["choices"][0]["message"])
+    message["_prompt_tokens"] = (doc.get("usage") or {}).get("prompt_tokens")
+    return message
 
 
 def _short(text: str | None, limit: int = 120) -> str:
@@ -174,7 +177,7 @@ def run_test(client: httpx.Client, base: str, recipe: Recipe, test: SmokeTest) -
             got = (msg.get("content") or "").strip()
             res.expected, res.got = f"{test.expect!r} in the answer", _short(got)
             res.ok = str(test.expect) in got
-            res.detail = f"prompt of about {test.tokens} tokens"
+            res.detail = f"prompt of {msg.get('_prompt_tokens') or '?'} tokens (asked for {test.tokens})"
     except (httpx.HTTPError, ValueError, KeyError, IndexError) as exc:
         res.ok = False
         res.got = res.got or f"request failed: {exc.__class__.__name__}: {str(exc)[:200]}"

@@ -148,6 +148,16 @@ def test_healthy_up_passes_the_smoke_gate_and_down_leaves_nothing(demo_image, ho
     assert rc == 0 and "passed 3/3" in out, out + err
     rc, out, _, _ = h.run("logs", timeout=60)
     assert rc == 0 and "vLLM" in out
+    # A long-context needle at a given token count, through the same endpoint. The tiny model
+    # cannot retrieve it (so the suite fails), but the request must be made at that length.
+    needle = demo_recipe(smoke=[{"name": "needle", "kind": "needle", "expect": "4417", "tokens": 1500,
+                                 "max_completion_tokens": 8}])
+    n = host_factory("needle", 18510, recipe=needle)
+    rc, out, err, _ = n.run("smoke", "--json", timeout=120)
+    (result,) = json.loads(out)["results"]
+    assert rc == 1 and not result["ok"] and "request failed" not in result["got"], out + err
+    prompt_tokens = int(result["detail"].split()[2])
+    assert 1400 <= prompt_tokens <= 1600, result["detail"]
 
     rc, out, err, _ = h.run("down", timeout=120)
     assert rc == 0 and "stopped and removed hc5-healthy-runtime" in out, err
@@ -266,3 +276,28 @@ def test_store_directory_missing(demo_image, host_factory, tmp_path):
     assert f"compile cache: {missing} does not exist" in err and "nothing was started" in err
     assert not missing.exists()  # never created behind the user's back
     assert not h.container_exists() and took < 30
+
+
+def test_events_of_an_earlier_container_with_the_same_name_are_ignored(demo_image):
+    from hostctl import images
+    from hostctl.service.engine import Feed, container_state
+
+    name = "hc5-feed-runtime"
+    base = images.base_tag()
+    try:
+        since = time.time() - 1
+        subprocess.run(["docker", "run", "-d", "--network", "none", "--name", name, base, "sleep", "30"],
+                       check=True, capture_output=True)
+        subprocess.run(["docker", "rm", "-f", name], check=True, capture_output=True)  # dies with 137 now
+        subprocess.run(["docker", "run", "-d", "--network", "none", "--name", name, base, "sh", "-c", "sleep 1; exit 5"],
+                       check=True, capture_output=True)
+        feed = Feed(name, since, container_state(name).id)
+        feed.start_events()
+        deadline = time.monotonic() + 20
+        dies = []
+        while not dies and time.monotonic() < deadline:
+            dies = [i for i in feed.drain(wait=0.5) if i.kind == "event" and i.text == "die"]
+        feed.close()
+        assert dies and dies[0].attrs["exitCode"] == "5"
+    finally:
+        subprocess.run(["docker", "rm", "-f", name], capture_output=True)

