@@ -6,13 +6,16 @@
      loop on /health (B1), and plain `docker compose up -d` plus the loop (B2) -- the fastest
      a person can learn the server answers, without checking any answer.
 
-  overhead = A - smoke(A) - B2: what hostctl adds beyond the smoke requests themselves.
+  overhead = A - smoke(A) - B2 (medians over the runs, alternating A, B1, B2): what hostctl
+  adds beyond the smoke requests themselves. vLLM's own start varies by a few seconds from
+  run to run on a 2-core machine, so the spread is printed too.
 
 Then the time from the container's death to `up` exiting with its diagnosis, for an
 entrypoint that exits at once and for an OOM kill (engine `die` event timestamp vs. the
 moment `up` exits).
 
-Run as root on a machine with Docker and the demo image:  python3 benchmarks/up_overhead.py
+Run as root on a machine with Docker and the demo image:
+    python3 benchmarks/up_overhead.py [--runs N] [--death-only]
 Ports 18580-18589; Compose projects hc5-bench*; everything started is removed.
 """
 
@@ -117,29 +120,34 @@ def die_to_exit(h: dict, container: str) -> tuple[float, str]:
     return ended - died[-1], cause
 
 
-def main() -> int:
+def main(argv: list[str]) -> int:
+    runs = int(argv[argv.index("--runs") + 1]) if "--runs" in argv else 2
+    only_death = "--death-only" in argv
     tag = images.ensure_demo()
     print(f"image {tag}", file=sys.stderr)
     tmp = Path(tempfile.mkdtemp(prefix="hc5-bench-"))
     rows = []
     try:
         h = make_host(tmp, "bench", 18580)
-        run_hostctl(h)  # warm-up: page cache, image layers (not counted)
+        run_hostctl(h)  # warm-up: page cache, image layers (not counted); renders the project B reuses
         a, b1, b2 = [], [], []
-        for _ in range(2):
+        for _ in range(0 if only_death else runs):
             a.append(run_hostctl(h))
             b1.append(run_plain(h, wait=True))
             b2.append(run_plain(h, wait=False))
-        med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
+            print(f"run: hostctl {a[-1]['total_s']:.2f} s (smoke {a[-1]['smoke_s']:.2f}), "
+                  f"compose --wait {b1[-1]:.2f} s, compose + loop {b2[-1]:.2f} s", file=sys.stderr, flush=True)
+        med = lambda xs: sorted(xs)[len(xs) // 2] if xs else float("nan")  # noqa: E731
         a_total = med([r["total_s"] for r in a])
         a_smoke = med([r["smoke_s"] for r in a])
         rows.append(("hostctl up -> exit 0 (ready, smoke passed)", a_total))
         rows.append(("  of which smoke requests", a_smoke))
         rows.append(("  of which to /health ok (from compose up)", med([r["health_s"] for r in a])))
+        rows.append(("  spread of hostctl up over runs (max - min)", (max(r["total_s"] for r in a) - min(r["total_s"] for r in a)) if a else float("nan")))
         rows.append(("docker compose up -d --wait + /health loop", med(b1)))
         rows.append(("docker compose up -d + /health loop", med(b2)))
         rows.append(("hostctl overhead beyond smoke (A - smoke - B2)", a_total - a_smoke - med(b2)))
-        kv = a[-1]["kv"] or {}
+        kv = (a[-1]["kv"] if a else None) or {}
 
         sys.path.insert(0, str(Path(__file__).parent))
         from exit_image import build_exit_image  # noqa: E402
@@ -169,4 +177,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -174,10 +174,14 @@ def _watch(config: Config, plan: Plan, name: str, since: float, timeout: int, sa
     outcome = Outcome(ready=False, endpoint=ep)
     client = httpx.Client(timeout=3.0, trust_env=False)
 
+    log_ended = False
+
     def collect(items) -> None:
-        nonlocal oom, died
+        nonlocal oom, died, log_ended
         for it in items:
-            if it.kind == "log":
+            if it.kind == "log-end":
+                log_ended = True
+            elif it.kind == "log":
                 log.append(it.text)
                 msg = tracker.feed(it.text, it.at)
                 if msg:
@@ -208,11 +212,8 @@ def _watch(config: Config, plan: Plan, name: str, since: float, timeout: int, sa
             if died is not None:
                 # Let the log reader deliver the last lines, then decide.
                 end = time.monotonic() + 2.0
-                while time.monotonic() < end:
-                    items = feed.drain(wait=0.2)
-                    collect(items)
-                    if any(i.kind == "log-end" for i in items):
-                        break
+                while not log_ended and time.monotonic() < end:
+                    collect(feed.drain(wait=0.1))
                 st = container_state(name)
                 oom = oom or bool(st.oom_killed)
                 outcome.died_ns = died[1]
