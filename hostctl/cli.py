@@ -284,23 +284,78 @@ def up(
     config: ConfigOpt = None,
     facts: FactsOpt = None,
 ) -> None:
-    """Start the runtime and exit 0 only when it is ready and the smoke tests pass."""
-    _ctx(ctx, config, facts).refuse_snapshot("up")
-    _not_yet("up")
+    """Start the runtime and exit 0 only when it is ready and the smoke tests pass.
+
+    Preflight (engine, plan, image, store directories, port) -> render -> docker compose up
+    -> watch (engine events, log phases, /health, /v1/models) -> smoke suite. Prints the
+    endpoint on stdout. On failure: the cause, the fix and the log lines; the project is
+    taken down unless --keep-on-failure; exit 1.
+    """
+    from hostctl.service import lifecycle
+
+    c = _ctx(ctx, config, facts)
+    c.refuse_snapshot("up")
+    if timeout is not None and timeout < 1:
+        raise InputError(f"--timeout: expected a positive number of seconds, got {timeout}")
+    cfg, plan_, host = _service_plan(c)
+    outcome = lifecycle.up(cfg, plan_, host, timeout=timeout, keep_on_failure=keep_on_failure,
+                           say=lambda m: err.print(m, markup=False), hostctl_bin=_hostctl_bin())
+    if not outcome.ready:
+        raise lifecycle.failure_error(outcome)
+    t = outcome.timings
+    err.print(f"ready in {t.get('total_s', 0):.1f} s (smoke {t.get('smoke_s', 0):.1f} s)", markup=False)
+    out.print(outcome.endpoint, markup=False)
+
+
+def _service_plan(c: Context):
+    """Config, plan and facts of this host for the lifecycle commands (facts probed live)."""
+    from hostctl.plan import build_plan
+
+    cfg = c.config()
+    host = c.facts(cfg)
+    return cfg, build_plan(cfg, host), host
+
+
+def _hostctl_bin() -> str:
+    found = shutil.which("hostctl")
+    return found or "/usr/local/bin/hostctl"
+
+
+def _lifecycle_plan(c: Context):
+    cfg, plan_, _host = _service_plan(c)
+    return cfg, plan_
 
 
 @app.command()
 def down(ctx: typer.Context, config: ConfigOpt = None, facts: FactsOpt = None) -> None:
-    """Stop and remove the runtime; caches stay."""
-    _ctx(ctx, config, facts).refuse_snapshot("down")
-    _not_yet("down")
+    """Stop and remove the runtime; caches stay. Safe to run when nothing is running."""
+    from hostctl.service import lifecycle
+
+    c = _ctx(ctx, config, facts)
+    c.refuse_snapshot("down")
+    cfg, plan_ = _lifecycle_plan(c)
+    what = lifecycle.down(cfg, plan_, say=lambda m: err.print(m, markup=False))
+    out.print(f"down: {what}", markup=False)
 
 
 @app.command()
-def status(ctx: typer.Context, config: ConfigOpt = None, facts: FactsOpt = None) -> None:
-    """State, health, endpoint, uptime and the last smoke result of the runtime."""
-    _ctx(ctx, config, facts).refuse_snapshot("status")
-    _not_yet("status")
+def status(ctx: typer.Context, json_: JsonOpt = False, config: ConfigOpt = None, facts: FactsOpt = None) -> None:
+    """State, health, endpoint, uptime and the last smoke result of the runtime.
+
+    Exits 0 when the runtime is running and /health answers, 1 otherwise.
+    """
+    from hostctl.service import lifecycle
+
+    c = _ctx(ctx, config, facts)
+    c.refuse_snapshot("status")
+    cfg, plan_ = _lifecycle_plan(c)
+    doc = lifecycle.status(cfg, plan_)
+    if json_:
+        _print_json(doc)
+    else:
+        out.print(lifecycle.status_text(doc), end="", markup=False)
+    if not (doc["state"] == "running" and doc["healthy"]):
+        raise typer.Exit(EXIT_FAILED)
 
 
 @app.command()
@@ -311,19 +366,52 @@ def logs(
     facts: FactsOpt = None,
 ) -> None:
     """The runtime's logs."""
-    _ctx(ctx, config, facts).refuse_snapshot("logs")
-    _not_yet("logs")
+    from hostctl.service import lifecycle
+
+    c = _ctx(ctx, config, facts)
+    c.refuse_snapshot("logs")
+    _cfg, plan_ = _lifecycle_plan(c)
+
+    def write(chunk: bytes) -> None:
+        sys.stdout.buffer.write(chunk)
+        sys.stdout.buffer.flush()
+
+    try:
+        lifecycle.stream_logs(plan_, follow, write)
+    except KeyboardInterrupt:
+        pass
 
 
 @app.command()
 def smoke(
     ctx: typer.Context,
     url: Annotated[Optional[str], typer.Option("--url", help="Endpoint to test (default: the profile's API address).")] = None,
+    json_: JsonOpt = False,
     config: ConfigOpt = None,
     facts: FactsOpt = None,
 ) -> None:
-    """Run the recipe's smoke suite against the running endpoint."""
-    _not_yet("smoke")
+    """Run the recipe's smoke suite against the running endpoint (loopback only).
+
+    Exits 0 when every test returns the expected answer, 1 otherwise; the result is kept for
+    `hostctl status`.
+    """
+    from hostctl.service import preflight, state
+    from hostctl.service.smoke import check_loopback, run_suite
+
+    c = _ctx(ctx, config, facts)
+    cfg, plan_ = _lifecycle_plan(c)
+    target = check_loopback(url) if url else preflight.endpoint(plan_)
+    report = run_suite(target, cfg.recipe, api_key_env=plan_.runtime.api_key_env)
+    try:
+        state.save_smoke(report.to_dict())
+    except OSError as exc:
+        err.print(f"warning: smoke result not saved: {exc}", markup=False)
+    if json_:
+        _print_json(report.to_dict())
+    else:
+        out.print(report.text(), end="", markup=False)
+    if not report.ok:
+        raise typer.Exit(EXIT_FAILED)
 
 
 @app.command()

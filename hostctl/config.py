@@ -123,8 +123,9 @@ class MemoryPolicy(Strict):
     host_reserve: int = Field(default=8 * 1024**3, description="physical RAM kept outside the container")
     reservation_margin: int = Field(default=4 * 1024**3, description="soft limit this far below the hard cap")
     container_ram_swap: int | None = Field(default=None, description="container RAM+swap cap; default derived")
+    container_ram: int | None = Field(default=None, description="container RAM cap; default MemTotal minus host_reserve")
 
-    @field_validator("host_reserve", "reservation_margin", "container_ram_swap", mode="before")
+    @field_validator("host_reserve", "reservation_margin", "container_ram_swap", "container_ram", mode="before")
     @classmethod
     def _size(cls, v: Any) -> Any:
         return None if v is None else parse_size(v)
@@ -179,6 +180,8 @@ class RuntimeSettings(Strict):
     model_dir: str | None = Field(default=None, description="host directory of the checkpoint, mounted read-only")
     models_dir: str | None = Field(default=None, description="host directory holding extra models ({model:NAME})")
     project_dir: str = Field(default=str(paths.STATE_DIR / "project"), description="where the rendered project lives")
+    project: str = Field(default="hostctl", pattern=r"^[a-z0-9][a-z0-9_-]{0,40}$",
+                         description="Compose project name; the container is <project>-runtime")
 
     @field_validator("api_host")
     @classmethod
@@ -272,8 +275,30 @@ class SmokeTest(Strict):
     expect: str | None = None
     tool: dict[str, Any] | None = None
     expect_call: dict[str, Any] | None = None
-    tokens: int | None = Field(default=None, ge=1)
+    tokens: int | None = Field(default=None, ge=1, description="needle: prompt length in tokens")
     max_completion_tokens: int = Field(default=16, ge=1)
+
+    @model_validator(mode="after")
+    def _fields_for_kind(self) -> "SmokeTest":
+        need = {"chat": ("prompt", "expect"), "tool_call": ("prompt", "tool", "expect_call"),
+                "needle": ("expect", "tokens"), "models": ()}[self.kind]
+        missing = [f for f in need if getattr(self, f) is None]
+        if missing:
+            raise ValueError(f"smoke test {self.name!r} ({self.kind}) needs {', '.join(missing)}")
+        if self.kind == "tool_call":
+            if not self.openai_tool()["function"].get("name"):
+                raise ValueError(f"smoke test {self.name!r}: tool needs a name: write the function definition "
+                                 "{name, description, parameters} (or an OpenAI tool {type: function, function: ...})")
+            if not (self.expect_call or {}).get("name"):
+                raise ValueError(f"smoke test {self.name!r}: expect_call needs the function's name")
+        return self
+
+    def openai_tool(self) -> dict[str, Any]:
+        """The tool as the OpenAI API takes it; recipes may give just the function definition."""
+        tool = dict(self.tool or {})
+        if "function" in tool:
+            return {"type": tool.get("type", "function"), "function": dict(tool["function"])}
+        return {"type": "function", "function": tool}
 
 
 class Recipe(Strict):
@@ -286,6 +311,8 @@ class Recipe(Strict):
     requires: Requires
     context: int = Field(ge=1)
     load_timeout_s: int = Field(ge=1)
+    watchdog_s: int | None = Field(default=None, ge=1, description="hostctl: seconds without log progress before "
+                                   "`up` calls the runtime stuck (default: min(load_timeout_s, 600))")
     env: dict[str, Any] = Field(default_factory=dict)
     serve_args: list[str] = Field(default_factory=list)
     warmup: dict[str, Any] = Field(default_factory=dict)

@@ -138,8 +138,9 @@ SIGNATURES: tuple[Signature, ...] = (
         "container-oom",
         "the container hit its own memory cap (OOMKilled)",
         "the cgroup's RAM cap is below what this phase needs (often right after the moe_w2 delta tier is built)",
-        "raise the container's RAM cap in 2 GiB steps (lower memory.host_reserve by 2 GiB) while leaving the host "
-        "enough RAM, or let it page further (memory.container_ram_swap)",
+        "raise the container's RAM cap in 2 GiB steps (lower memory.host_reserve by 2 GiB, or raise "
+        "memory.container_ram where the profile sets it) while leaving the host enough RAM, or let it page further "
+        "(memory.container_ram_swap)",
         _container_oom,
     ),
     Signature(

@@ -31,24 +31,37 @@ def plan_memory(config: Config, facts: HostFacts) -> MemoryPlan:
     ram, swap = facts.memory.mem_total_bytes, facts.memory.swap_total_bytes
     plan = MemoryPlan(host_ram_bytes=ram, host_swap_bytes=swap, host_reserve_bytes=policy.host_reserve)
 
-    limit = _floor_gib(ram - policy.host_reserve)
-    if limit < MIN_CONTAINER_RAM:
-        plan.problem(
-            "error",
-            f"host RAM {fmt_gib(ram)} minus the host reserve {fmt_gib(policy.host_reserve)} leaves "
-            f"{fmt_gib(max(limit, 0))} for the container; at least {fmt_gib(MIN_CONTAINER_RAM)} is needed",
-            fix="lower memory.host_reserve in the profile, or add RAM",
+    if policy.container_ram is not None:
+        limit = policy.container_ram
+        plan.limit_bytes = limit
+        plan.decide("container RAM cap", docker_size(limit), "set in the profile (memory.container_ram)")
+        if limit < MIN_CONTAINER_RAM:
+            plan.problem("warn", f"memory.container_ram {fmt_gib(limit)} is below {fmt_gib(MIN_CONTAINER_RAM)}: the "
+                         "runtime will most likely be OOM-killed while it starts",
+                         fix="raise memory.container_ram (or remove it to derive the cap from host_reserve)")
+        if limit > ram - policy.host_reserve:
+            plan.problem("warn", f"memory.container_ram {fmt_gib(limit)} leaves less than the host reserve "
+                         f"{fmt_gib(policy.host_reserve)} of this host's {fmt_gib(ram)} RAM",
+                         fix="lower memory.container_ram or memory.host_reserve")
+    else:
+        limit = _floor_gib(ram - policy.host_reserve)
+        if limit < MIN_CONTAINER_RAM:
+            plan.problem(
+                "error",
+                f"host RAM {fmt_gib(ram)} minus the host reserve {fmt_gib(policy.host_reserve)} leaves "
+                f"{fmt_gib(max(limit, 0))} for the container; at least {fmt_gib(MIN_CONTAINER_RAM)} is needed",
+                fix="lower memory.host_reserve in the profile, or add RAM",
+            )
+            return plan
+        plan.limit_bytes = limit
+        plan.decide(
+            "container RAM cap",
+            docker_size(limit),
+            f"MemTotal {fmt_gib(ram)} minus host reserve {fmt_gib(policy.host_reserve)}, rounded down to whole GiB: "
+            "the cgroup kills the runtime before the kernel's OOM killer picks a desktop process",
         )
-        return plan
-    plan.limit_bytes = limit
-    plan.decide(
-        "container RAM cap",
-        docker_size(limit),
-        f"MemTotal {fmt_gib(ram)} minus host reserve {fmt_gib(policy.host_reserve)}, rounded down to whole GiB: "
-        "the cgroup kills the runtime before the kernel's OOM killer picks a desktop process",
-    )
 
-    reservation = max(limit - policy.reservation_margin, MIN_CONTAINER_RAM)
+    reservation = min(limit, max(limit - policy.reservation_margin, MIN_CONTAINER_RAM))
     plan.reservation_bytes = reservation
     plan.decide(
         "container RAM reservation",

@@ -47,6 +47,7 @@ def plan_runtime(config: Config, memory: MemoryPlan, placement: PlacementPlan, n
     image = settings.image or recipe.image or ""
     gpus = bool(placement.gpus)
     spec = RuntimeSpec(
+        project=settings.project,
         image=image,
         api_host=settings.api_host,
         api_port=settings.api_port,

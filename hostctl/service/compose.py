@@ -27,3 +27,25 @@ def compose_check(project_dir: Path) -> ComposeCheck:
     res = runner.run(["docker", "compose", "--project-directory", str(project_dir),
                       "-f", str(project_dir / "compose.yaml"), "config", "--quiet"], timeout=30)
     return ComposeCheck(checked=True, ok=res.ok, output=(res.stderr or res.stdout).strip())
+
+
+def _base(project_dir: Path | None, project: str) -> list[str]:
+    argv = ["docker", "compose", "--project-name", project]
+    if project_dir is not None and (project_dir / "compose.yaml").is_file():
+        argv += ["--project-directory", str(project_dir), "-f", str(project_dir / "compose.yaml")]
+    return argv
+
+
+def compose_up(project_dir: Path, project: str, *, timeout: float = 600) -> runner.Result:
+    """Create and start the runtime detached; readiness is hostctl's job, not Compose's."""
+    return runner.run(_base(project_dir, project) + ["up", "--detach", "--no-build", "--pull", "never",
+                                                     "--remove-orphans"], timeout=timeout)
+
+
+def compose_down(project_dir: Path | None, project: str, *, stop_timeout_s: int = 30,
+                 timeout: float = 300) -> runner.Result:
+    """Stop (SIGTERM, then SIGKILL after stop_timeout_s) and remove the project's containers.
+    Volumes are binds to the caches: never removed. Works without the rendered file (by
+    project name), so it is idempotent."""
+    return runner.run(_base(project_dir, project) + ["down", "--remove-orphans", "--timeout", str(stop_timeout_s)],
+                      timeout=timeout)

@@ -156,3 +156,18 @@ def test_kernel_events_xid_with_and_without_timestamps():
 ])
 def test_kernel_events_near_misses(line):
     assert kernel_events(line) == []
+
+
+def test_up_reads_only_kernel_events_since_it_began(monkeypatch):
+    from hostctl.facts.model import KernelEvent, KernelLogFacts
+    from hostctl.service import lifecycle
+
+    old = KernelEvent(kind="host_oom", line="[100.0] Out of memory: Killed process 7 (python3)", time_s=100.0)
+    new = KernelEvent(kind="host_oom", line="[900.0] Out of memory: Killed process 310 (python3)", time_s=900.0)
+    monkeypatch.setattr("hostctl.facts.kernel_log.probe_kernel_log",
+                        lambda: KernelLogFacts(source="test", records=2, events=[old, new]))
+    text = lifecycle._kernel_events_since(500.0)
+    assert "process 310" in text and "process 7 " not in text
+    # With that line, the TCPStore broken pipe of a dead rank is a host OOM; the kernel line is evidence.
+    findings = classify(Evidence(log=TCPSTORE_LOG, kernel_log=text))
+    assert findings[0].id == "host-oom-tcpstore" and any("process 310" in ln for ln in findings[0].lines)

@@ -1,0 +1,159 @@
+"""The runtime container as the Docker engine sees it (docker SDK): its state, and a live feed
+of its engine events (`oom`, `die` with the exit code) and log lines for the watcher.
+
+Events are read from just before `docker compose up`, so a container that dies at once is
+still seen; the container's state is polled as well, in case the event stream hiccups.
+"""
+
+from __future__ import annotations
+
+import queue
+import re
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+API_TIMEOUT_S = 10
+
+
+def client():
+    import docker
+
+    return docker.from_env(version="auto", timeout=API_TIMEOUT_S)
+
+
+@dataclass
+class ContainerState:
+    exists: bool
+    id: str | None = None
+    status: str | None = None  # created, running, exited, ...
+    exit_code: int | None = None
+    oom_killed: bool | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    error: str | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.status == "running"
+
+
+def _ts(text: str | None) -> datetime | None:
+    if not text or text.startswith("0001-"):
+        return None
+    m = re.match(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?", text)
+    if not m:
+        return None
+    frac = (m.group(2) or ".0")[:7]
+    return datetime.strptime(m.group(1) + frac, "%Y-%m-%dT%H:%M:%S.%f").replace(tzinfo=timezone.utc)
+
+
+def container_state(name: str, dc=None) -> ContainerState:
+    import docker.errors
+
+    own = dc is None
+    dc = dc or client()
+    try:
+        c = dc.containers.get(name)
+        s = c.attrs.get("State", {})
+        return ContainerState(exists=True, id=c.id, status=s.get("Status"), exit_code=s.get("ExitCode"),
+                              oom_killed=s.get("OOMKilled"), started_at=_ts(s.get("StartedAt")),
+                              finished_at=_ts(s.get("FinishedAt")), error=s.get("Error") or None)
+    except docker.errors.NotFound:
+        return ContainerState(exists=False)
+    finally:
+        if own:
+            dc.close()
+
+
+@dataclass
+class Item:
+    kind: str  # "event" | "log" | "log-end"
+    text: str  # event action, or the log line
+    at: float  # time.monotonic() when received
+    attrs: dict | None = None
+    time_ns: int | None = None  # the engine's own timestamp for events
+
+
+class Feed:
+    """Background readers of one container's engine events and logs, into one queue."""
+
+    def __init__(self, name: str, since: float, container_id: str | None = None):
+        self.name = name
+        self.since = since  # epoch seconds: events from this moment on
+        # A container of the same name may have died a moment before (the previous run): only
+        # this container's events count.
+        self.container_id = container_id
+        self.q: queue.Queue[Item] = queue.Queue()
+        self._dc = client()
+        self._events = None
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    def start_events(self) -> None:
+        self._events = self._dc.events(decode=True, since=int(self.since),
+                                       filters={"type": "container", "container": self.name})
+        t = threading.Thread(target=self._read_events, name="hostctl-events", daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    def start_logs(self) -> None:
+        t = threading.Thread(target=self._read_logs, name="hostctl-logs", daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    def _read_events(self) -> None:
+        try:
+            for ev in self._events:
+                if self._stop.is_set():
+                    break
+                if ev.get("Type") != "container" or ev.get("Actor", {}).get("Attributes", {}).get("name") != self.name:
+                    continue
+                if self.container_id and ev.get("id") != self.container_id:
+                    continue
+                self.q.put(Item("event", ev.get("Action") or ev.get("status") or "", time.monotonic(),
+                                attrs=ev.get("Actor", {}).get("Attributes", {}), time_ns=ev.get("timeNano")))
+        except Exception:  # the stream closes when we stop it, or when the engine goes away
+            pass
+
+    def _read_logs(self) -> None:
+        buf = b""
+        try:
+            c = self._dc.containers.get(self.name)
+            for chunk in c.logs(stream=True, follow=True, stdout=True, stderr=True):
+                if self._stop.is_set():
+                    break
+                buf += chunk
+                # tqdm progress bars rewrite one line with \r: treat each update as a line.
+                *lines, buf = re.split(rb"\r\n|\r|\n", buf)
+                for raw in lines:
+                    if raw.strip():
+                        self.q.put(Item("log", raw.decode(errors="replace"), time.monotonic()))
+        except Exception:
+            pass
+        if buf.strip():
+            self.q.put(Item("log", buf.decode(errors="replace"), time.monotonic()))
+        self.q.put(Item("log-end", "", time.monotonic()))
+
+    def drain(self, wait: float = 0.0) -> list[Item]:
+        items: list[Item] = []
+        try:
+            items.append(self.q.get(timeout=wait) if wait else self.q.get_nowait())
+            while True:
+                items.append(self.q.get_nowait())
+        except queue.Empty:
+            pass
+        return items
+
+    def close(self) -> None:
+        self._stop.set()
+        try:
+            if self._events is not None:
+                self._events.close()
+        except Exception:
+            pass
+        try:
+            self._dc.close()
+        except Exception:
+            pass

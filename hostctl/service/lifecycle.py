@@ -1,0 +1,459 @@
+"""The runtime's lifecycle: `up` (preflight -> render -> compose up -> watch -> smoke gate),
+`down`, `status`, `logs` and `smoke`.
+
+`up` declares the service ready only when /health answers, /v1/models lists the served name
+with max_model_len equal to the recipe's context, and every smoke test returns the right
+answer. Until then it watches three things at once: the engine's events for the container
+(an `oom` event, a `die` with its exit code), the log (named phases shown as progress; the
+no-progress watchdog), and the clock (the load timeout). Any failure is classified against
+the failure catalogue (hostctl.diagnosis), printed with its cause, fix and log lines, and
+the project is taken down (unless --keep-on-failure), so nothing is left half-running.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import httpx
+
+from hostctl import paths
+from hostctl.config import Config
+from hostctl.diagnosis import Evidence, Finding, classify
+from hostctl.errors import FailedError
+from hostctl.plan.model import Plan
+from hostctl.service import preflight, state
+from hostctl.service.compose import compose_down, compose_up
+from hostctl.service.engine import Feed, container_state
+from hostctl.service.lock import LifecycleLock
+from hostctl.service.progress import Tracker
+from hostctl.service.smoke import SmokeReport, check_models, run_suite
+
+Say = Callable[[str], None]
+LOG_KEEP = 5000  # log lines kept for the diagnosis
+LOG_SHOWN = 15  # last log lines printed on failure
+POLL_S = 0.25
+HEALTH_EVERY_S = 1.0
+STATE_EVERY_S = 2.0
+FAILED_STOP_S = 5
+
+
+def _uptime_s() -> float | None:
+    try:
+        return float(Path("/proc/uptime").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _kernel_events_since(uptime_at_start: float | None) -> str:
+    """The kernel's OOM-kill and Xid lines logged since this `up` began: a host OOM that killed a
+    rank is what sits behind a TCPStore broken pipe (field report 001); older ones are not ours."""
+    from hostctl.facts.kernel_log import probe_kernel_log
+
+    kernel = probe_kernel_log()
+    if not kernel.available:
+        return ""
+    return "\n".join(e.line for e in kernel.events
+                     if uptime_at_start is None or e.time_s is None or e.time_s >= uptime_at_start)
+
+
+def _now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def project_dir(config: Config) -> Path:
+    return paths.system_path(config.profile.runtime.project_dir)
+
+
+def container_name(plan: Plan) -> str:
+    return f"{plan.runtime.project}-{plan.runtime.service}"
+
+
+def watchdog_s(config: Config) -> int:
+    r = config.recipe
+    if r.watchdog_s is not None:
+        return r.watchdog_s
+    # A converting start is watched per converted layer; otherwise ten silent minutes is stuck.
+    return min(r.load_timeout_s, 600)
+
+
+@dataclass
+class Outcome:
+    ready: bool
+    endpoint: str
+    cause: Finding | None = None
+    also: list[Finding] = field(default_factory=list)
+    smoke: SmokeReport | None = None
+    kv: dict | None = None
+    log_tail: list[str] = field(default_factory=list)
+    died_ns: int | None = None  # the engine's timestamp of the container's death
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def _finding(id_: str, title: str, cause: str, fix: str, lines: list[str] | None = None) -> Finding:
+    return Finding(id_, title, cause, fix, lines or [])
+
+
+# ---------------------------------------------------------------- up
+
+
+def up(config: Config, plan: Plan, facts, *, timeout: int | None, keep_on_failure: bool, say: Say,
+       hostctl_bin: str = "/usr/local/bin/hostctl") -> Outcome:
+    from hostctl.service.compose import compose_check
+    from hostctl.service.render import render_files, write_files
+
+    with LifecycleLock("up"):
+        t_start = time.monotonic()
+        name = container_name(plan)
+        ep = preflight.endpoint(plan)
+        failures = preflight.check_engine(facts)
+        if not failures:
+            failures += preflight.check_plan(plan)
+            image_checks = preflight.check_image(plan.runtime.image)
+            for f in image_checks:
+                if f.id.endswith("-warning"):
+                    say(f"warning: {f.message} ({f.fix})")
+                else:
+                    failures.append(f)
+            failures += preflight.check_dirs(config, plan)
+            own = container_state(name)
+            if not own.running:
+                failures += preflight.check_port(plan)
+        if failures:
+            first = failures[0]
+            details = first.details + [f"also: {f.message} (fix: {f.fix})" for f in failures[1:]]
+            raise FailedError(f"preflight: {first.message}", details=details + ["nothing was started"], fix=first.fix)
+        for p in plan.problems:
+            if p.severity == "warn":
+                say(f"warning: [{p.area}] {p.message}" + (f" (fix: {p.fix})" if p.fix else ""))
+        say(f"preflight ok: {plan.runtime.image}, API {ep}, {len(plan.runtime.volumes)} bind mount(s) checked")
+
+        target = project_dir(config)
+        write_files(render_files(plan, hostctl_bin=hostctl_bin, config_path=str(Path(config.source).resolve())), target)
+        check = compose_check(target)
+        if check.checked and not check.ok:
+            raise FailedError("docker compose config rejected the rendered project",
+                              details=check.output.splitlines()[-10:] + ["nothing was started"])
+        say(f"rendered {target}")
+
+        since = time.time() - 1
+        res = compose_up(target, plan.runtime.project)
+        t_compose = time.monotonic()
+        if not res.ok:
+            compose_down(target, plan.runtime.project)
+            raise FailedError("docker compose up failed", details=(res.stderr or res.stdout).strip().splitlines()[-10:],
+                              fix="read the error above; the project was taken down again")
+        say(f"started {name} ({t_compose - t_start:.1f} s); waiting for it to load "
+            f"(timeout {timeout or config.recipe.load_timeout_s} s, watchdog {watchdog_s(config)} s without progress)")
+        outcome = _watch(config, plan, name, since, timeout or config.recipe.load_timeout_s, say)
+        outcome.timings["preflight_render_s"] = t_compose - t_start
+        outcome.timings["total_s"] = time.monotonic() - t_start
+
+        if outcome.ready:
+            state.save_service({"state": "ready", "profile": config.profile.name, "recipe": config.recipe.id,
+                                "endpoint": ep, "container": name, "project": plan.runtime.project,
+                                "project_dir": str(target), "ready_at": _now_iso(), "kv": outcome.kv,
+                                "timings": outcome.timings})
+            return outcome
+
+        state.save_service({"state": "failed", "profile": config.profile.name, "recipe": config.recipe.id,
+                            "endpoint": ep, "container": name, "project": plan.runtime.project,
+                            "project_dir": str(target), "failed_at": _now_iso(),
+                            "cause": outcome.cause.id if outcome.cause else None,
+                            "kept": keep_on_failure})
+        if keep_on_failure:
+            say(f"--keep-on-failure: {name} left as it is (inspect with `hostctl logs`, remove with `hostctl down`)")
+        else:
+            # A failed start has nothing to finish gracefully, and a stuck one may ignore SIGTERM.
+            down_res = compose_down(target, plan.runtime.project, stop_timeout_s=FAILED_STOP_S)
+            say(f"took the project down ({'ok' if down_res.ok else down_res.why()}): nothing left running")
+        return outcome
+
+
+def _watch(config: Config, plan: Plan, name: str, since: float, timeout: int, say: Say) -> Outcome:
+    recipe = config.recipe
+    ep = preflight.endpoint(plan)
+    t0 = time.monotonic()
+    uptime_at_start = _uptime_s()
+    deadline = t0 + timeout
+    limit = watchdog_s(config)
+    tracker = Tracker(started=t0)
+    log: deque[str] = deque(maxlen=LOG_KEEP)
+    feed = Feed(name, since, container_state(name).id)
+    oom = False
+    died: tuple[int | None, int | None] | None = None  # (exit code, engine time ns)
+    healthy_at = None
+    next_health = next_state = t0
+    feed.start_events()
+    feed.start_logs()
+    outcome = Outcome(ready=False, endpoint=ep)
+    client = httpx.Client(timeout=3.0, trust_env=False)
+
+    log_ended = False
+
+    def collect(items) -> None:
+        nonlocal oom, died, log_ended
+        for it in items:
+            if it.kind == "log-end":
+                log_ended = True
+            elif it.kind == "log":
+                log.append(it.text)
+                msg = tracker.feed(it.text, it.at)
+                if msg:
+                    say(f"  [{it.at - t0:5.1f} s] {msg}")
+            elif it.kind == "event":
+                if it.text == "oom":
+                    if not oom:
+                        say(f"  [{it.at - t0:5.1f} s] engine event: oom (the container hit its memory cap)")
+                    oom = True
+                elif it.text == "die" and died is None:
+                    code = it.attrs.get("exitCode") if it.attrs else None
+                    died = (int(code) if code is not None else None, it.time_ns)
+                    say(f"  [{it.at - t0:5.1f} s] engine event: die, exit code {died[0]}")
+
+    try:
+        while True:
+            collect(feed.drain(wait=POLL_S))
+            now = time.monotonic()
+            if died is None and now >= next_state:
+                next_state = now + STATE_EVERY_S
+                st = container_state(name)
+                if not st.exists or (st.status not in ("running", "created", "restarting")):
+                    # The event may still be in flight: give it a moment before trusting the poll.
+                    collect(feed.drain(wait=0.5))
+                    if died is None:
+                        died = (st.exit_code, None)
+                        oom = oom or bool(st.oom_killed)
+            if died is not None:
+                # Let the log reader deliver the last lines, then decide.
+                end = time.monotonic() + 2.0
+                while not log_ended and time.monotonic() < end:
+                    collect(feed.drain(wait=0.1))
+                st = container_state(name)
+                oom = oom or bool(st.oom_killed)
+                outcome.died_ns = died[1]
+                ev = Evidence(log="\n".join(log), kernel_log=_kernel_events_since(uptime_at_start),
+                              oom_killed=oom, exit_code=died[0])
+                phase = tracker.last_phase or "before any phase"
+                fallback = _finding(
+                    "exit-during-load", f"the runtime exited with code {died[0]} before it was ready",
+                    f"the server process ended during start-up (last phase: {phase}); the log lines below say why "
+                    "(a bad argument, a missing model file, an import error)",
+                    "fix what the log names in the recipe, image or profile; `hostctl up --keep-on-failure` keeps "
+                    "the container to inspect", [f"engine: die, exit code {died[0]}, OOMKilled={oom}"])
+                return _fail(outcome, ev, fallback, log)
+            if healthy_at is None and now >= next_health:
+                next_health = now + HEALTH_EVERY_S
+                try:
+                    if client.get(f"{ep}/health").status_code == 200:
+                        healthy_at = now
+                        outcome.timings["health_s"] = now - t0
+                        say(f"  [{now - t0:5.1f} s] /health ok")
+                except httpx.HTTPError:
+                    pass
+            if healthy_at is not None:
+                ok, expected, got = check_models(client, ep, recipe.served_name, recipe.context)
+                if not ok:
+                    return _fail(outcome, Evidence(log="\n".join(log)), _finding(
+                        "models-mismatch", "/v1/models does not list the recipe's model as configured",
+                        f"expected {expected}; the runtime lists {got}",
+                        "the served name and context come from the recipe (served_name, context): check that the "
+                        "image serves this recipe and that nothing else answers on this port"), log)
+                say(f"  [{time.monotonic() - t0:5.1f} s] /v1/models: {recipe.served_name}, max_model_len {recipe.context}")
+                outcome.kv = tracker.kv.to_dict(recipe.context)
+                say("  " + tracker.kv.describe(recipe.context))
+                t_smoke = time.monotonic()
+                report = run_suite(ep, recipe, api_key_env=plan.runtime.api_key_env)
+                outcome.timings["smoke_s"] = time.monotonic() - t_smoke
+                outcome.timings["ready_s"] = time.monotonic() - t0
+                state.save_smoke(report.to_dict())
+                outcome.smoke = report
+                for line in report.text().splitlines()[1:]:
+                    say(line)
+                collect(feed.drain())
+                st = container_state(name)
+                if not st.running:
+                    died = (st.exit_code, None)
+                    oom = oom or bool(st.oom_killed)
+                    continue  # diagnosed as a death above, not as wrong answers
+                if not report.ok:
+                    bad = report.failures
+                    return _fail(outcome, Evidence(log="\n".join(log)), _finding(
+                        "smoke-failed", f"the smoke gate failed: {len(bad)} of {len(report.results)} test(s) wrong",
+                        "the runtime loaded and answers, but not correctly: "
+                        + "; ".join(f"{r.name}: expected {r.expected}, got {r.got}" for r in bad),
+                        "check the recipe's model (right checkpoint, complete caches), its chat template and "
+                        "--tool-call-parser; `hostctl smoke` re-runs the suite against a kept runtime",
+                        [r.line() for r in bad]), log)
+                outcome.ready = True
+                return outcome
+            stalled = tracker.stalled_for(now)
+            if stalled > limit:
+                ev = Evidence(log="\n".join(log), stalled_s=stalled)
+                return _fail(outcome, ev, _finding(
+                    "no-progress", f"no progress for {stalled:.0f} s while the container was alive",
+                    f"the last phase was {tracker.last_phase or 'none'}; nothing new appeared in the log since "
+                    "(a runtime that is alive but stuck: a deadlock, a hung collective, a blocked read)",
+                    "look at the last phase and the log below; if this step legitimately runs silent for longer, "
+                    "raise watchdog_s in the recipe"), log)
+            if now > deadline:
+                return _fail(outcome, Evidence(log="\n".join(log)), _finding(
+                    "load-timeout", f"not ready after {timeout} s (the load timeout)",
+                    f"it was still making progress (last phase: {tracker.last_phase or 'none'}) but did not become "
+                    "ready in time", "raise load_timeout_s in the recipe or `hostctl up --timeout S`"), log)
+    finally:
+        client.close()
+        feed.close()
+
+
+# An exception line: at the start of the line or of a log record's message ("...[core.py:12] ValueError: ..."),
+# not an exception named in passing inside a warning.
+ERROR_LINE = re.compile(r"(?:^|\] )\s*([A-Z][A-Za-z0-9_.]*(?:Error|Exception|Exit)):? ")
+
+
+def root_errors(log, limit: int = 3) -> list[str]:
+    """The first distinct exception lines: in a multi-process runtime the last traceback is
+    usually the parent reporting that a child failed; the child's own error comes first."""
+    seen: list[str] = []
+    for line in log:
+        m = ERROR_LINE.search(line)
+        if m:
+            text = line[m.start(1):].strip()
+            if text not in seen:
+                seen.append(text)
+        if len(seen) >= limit:
+            break
+    return seen
+
+
+def _fail(outcome: Outcome, ev: Evidence, fallback: Finding, log) -> Outcome:
+    found = classify(ev)
+    if not found:
+        errors = root_errors(log)
+        if errors:
+            fallback = Finding(fallback.id, fallback.title, fallback.cause, fallback.fix,
+                               fallback.lines + [f"log error: {e}" for e in errors])
+    outcome.cause = found[0] if found else fallback
+    outcome.also = found[1:] if found else []
+    outcome.log_tail = list(log)[-LOG_SHOWN:]
+    return outcome
+
+
+def failure_error(outcome: Outcome) -> FailedError:
+    c = outcome.cause
+    assert c is not None
+    details = [f"cause: {c.cause}"]
+    details += [f"evidence: {line}" for line in c.lines]
+    details += [f"also matched: {f.title} (fix: {f.fix})" for f in outcome.also]
+    if outcome.log_tail:
+        details.append("last log lines:")
+        details += [f"  | {line}" for line in outcome.log_tail]
+    return FailedError(f"hostctl up failed [{c.id}]: {c.title}", details=details, fix=c.fix)
+
+
+# ---------------------------------------------------------------- down, status, logs
+
+
+def down(config: Config, plan: Plan, say: Say) -> str:
+    with LifecycleLock("down"):
+        target = project_dir(config)
+        name = container_name(plan)
+        before = container_state(name)
+        res = compose_down(target if target.is_dir() else None, plan.runtime.project)
+        if not res.ok:
+            raise FailedError("docker compose down failed", details=(res.stderr or res.stdout).strip().splitlines()[-10:])
+        after = container_state(name)
+        if after.exists:
+            raise FailedError(f"{name} still exists after docker compose down",
+                              fix=f"remove it by hand: docker rm -f {name}")
+        doc = state.load_service() or {}
+        if doc.get("container") == name:
+            state.save_service({**doc, "state": "down", "down_at": _now_iso()})
+        caches = ", ".join(v.source for v in plan.runtime.volumes if not v.read_only) or "none"
+        what = f"stopped and removed {name}" if before.exists else f"{name} was not running"
+        say(f"caches kept: {caches}")
+        return what
+
+
+def status(config: Config, plan: Plan) -> dict:
+    name = container_name(plan)
+    ep = preflight.endpoint(plan)
+    st = container_state(name)
+    doc: dict = {"schema": "hostctl.status/v1", "container": name, "endpoint": ep, "image": plan.runtime.image}
+    if not st.exists:
+        doc["state"] = "down"
+    else:
+        doc["state"] = st.status
+        if st.started_at and st.running:
+            doc["uptime_s"] = int((datetime.now(timezone.utc) - st.started_at).total_seconds())
+        if not st.running:
+            doc["exit_code"], doc["oom_killed"] = st.exit_code, st.oom_killed
+    health = None
+    if st.running:
+        try:
+            with httpx.Client(timeout=3.0, trust_env=False) as c:
+                health = c.get(f"{ep}/health").status_code == 200
+        except httpx.HTTPError:
+            health = False
+    doc["healthy"] = health
+    service = state.load_service()
+    if service and service.get("container") == name:
+        doc["last_up"] = {k: service.get(k) for k in ("state", "ready_at", "failed_at", "down_at", "cause", "kv")
+                          if service.get(k) is not None}
+    smoke = state.load_smoke()
+    if smoke:
+        doc["last_smoke"] = {"at": smoke.get("started_at"), "ok": smoke.get("ok"), "url": smoke.get("url"),
+                             "results": [{"name": r["name"], "ok": r["ok"], "latency_s": round(r["latency_s"], 3)}
+                                         for r in smoke.get("results", [])]}
+    return doc
+
+
+def status_text(doc: dict) -> str:
+    lines = [f"{doc['container']}: {doc['state']}"
+             + (f", up {doc['uptime_s'] // 60} min {doc['uptime_s'] % 60} s" if "uptime_s" in doc else "")
+             + (f", exit code {doc.get('exit_code')}" + (", OOM-killed" if doc.get("oom_killed") else "")
+                if doc["state"] not in ("running", "down") else "")]
+    lines.append(f"  endpoint: {doc['endpoint']}  health: "
+                 + {True: "ok", False: "not answering", None: "-"}[doc["healthy"]])
+    lines.append(f"  image: {doc['image']}")
+    last = doc.get("last_up")
+    if last:
+        when = last.get("ready_at") or last.get("failed_at") or last.get("down_at")
+        lines.append(f"  last up: {last.get('state')} at {when}" + (f" ({last['cause']})" if last.get("cause") else ""))
+        kv = last.get("kv") or {}
+        if kv.get("tokens") is not None or kv.get("full_context_requests") is not None:
+            lines.append(f"  KV cache: {kv.get('tokens') or '?'} tokens, {kv.get('full_context_requests')} "
+                         f"full-context ({kv.get('context')}-token) requests at once")
+    smoke = doc.get("last_smoke")
+    if smoke:
+        parts = ", ".join(f"{r['name']} {'ok' if r['ok'] else 'FAIL'} {r['latency_s'] * 1000:.0f} ms" for r in smoke["results"])
+        lines.append(f"  last smoke: {'passed' if smoke['ok'] else 'FAILED'} at {smoke['at']}: {parts}")
+    else:
+        lines.append("  last smoke: none recorded")
+    return "\n".join(lines) + "\n"
+
+
+def stream_logs(plan: Plan, follow: bool, write: Callable[[bytes], None]) -> None:
+    import docker.errors
+
+    from hostctl.service.engine import client
+
+    name = container_name(plan)
+    dc = client()
+    try:
+        try:
+            c = dc.containers.get(name)
+        except docker.errors.NotFound:
+            raise FailedError(f"no runtime container {name}", fix="start it with `hostctl up`") from None
+        if follow:
+            for chunk in c.logs(stream=True, follow=True):
+                write(chunk)
+        else:
+            write(c.logs())
+    finally:
+        dc.close()

@@ -1,0 +1,159 @@
+"""Checks `hostctl up` makes before it starts anything: the engine and Compose answer, the plan
+has no errors, the image is here, every directory the container binds exists on a real
+filesystem (not overlayfs or tmpfs, where a store would silently live in RAM or a container
+layer) with room to write, and the API port is free. Each failure says what was found and
+what to do; nothing has been started when one fails.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+from dataclasses import dataclass, field
+
+from hostctl.config import Config
+from hostctl.facts.model import HostFacts
+from hostctl.facts.mounts import probe_path, read_mountinfo
+from hostctl.plan.model import Plan
+from hostctl.plan.storage import NOT_A_REAL_FS
+from hostctl.units import GIB, fmt_gib
+
+MIN_FREE_WRITABLE = 1 * GIB  # compile caches and logs need some room even when serving
+
+
+@dataclass
+class Failure:
+    id: str
+    message: str
+    fix: str
+    details: list[str] = field(default_factory=list)
+
+
+def api_address(plan: Plan) -> tuple[str, int]:
+    host = plan.runtime.api_host
+    return ("127.0.0.1" if host in ("0.0.0.0", "::") else host), plan.runtime.api_port
+
+
+def endpoint(plan: Plan) -> str:
+    host, port = api_address(plan)
+    return f"http://{'[' + host + ']' if ':' in host else host}:{port}"
+
+
+def port_owner(host: str, port: int) -> str | None:
+    """None when the port can be bound; otherwise who holds it, as well as can be told."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    bind_host = "0.0.0.0" if host in ("0.0.0.0",) else host
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        # SO_REUSEADDR: a port in TIME_WAIT after the last run is free; a listener is not.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((bind_host, port))
+            return None
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                return f"cannot bind {host}:{port}: {exc.strerror}"
+    try:
+        import psutil
+
+        for conn in psutil.net_connections(kind="tcp"):
+            if conn.laddr and conn.laddr.port == port and conn.status == psutil.CONN_LISTEN:
+                if conn.pid:
+                    try:
+                        p = psutil.Process(conn.pid)
+                        return f"pid {conn.pid} ({p.name()}: {' '.join(p.cmdline())[:100]})"
+                    except psutil.Error:
+                        return f"pid {conn.pid}"
+    except Exception:
+        pass
+    return "another process"
+
+
+def check_engine(facts: HostFacts) -> list[Failure]:
+    e = facts.engine
+    out = []
+    if not e.available:
+        out.append(Failure("docker-unreachable", f"the Docker engine does not answer: {e.reason}",
+                           "start it (systemctl start docker, or .ci/start-docker on a test machine)"))
+    if not e.compose_version:
+        out.append(Failure("compose-missing", f"Docker Compose v2 is not available: {e.compose_reason}",
+                           "install the Compose v2 CLI plugin (docker-compose-plugin, or see .ci/run)"))
+    return out
+
+
+def check_plan(plan: Plan) -> list[Failure]:
+    if not plan.errors:
+        return []
+    return [Failure("plan-errors", "the plan has errors: the host cannot serve this recipe as configured",
+                    "fix the problems listed (`hostctl plan` explains each decision)",
+                    [f"[{p.area}] {p.message}" + (f" (fix: {p.fix})" if p.fix else "") for p in plan.errors])]
+
+
+def check_image(image: str) -> list[Failure]:
+    import docker.errors
+
+    from hostctl.images import DEMO_REPO, demo_staleness
+    from hostctl.service.engine import client
+
+    dc = client()
+    try:
+        dc.images.get(image)
+    except docker.errors.ImageNotFound:
+        fix = ("build it: python3 -m hostctl.images build" if image.startswith(DEMO_REPO + ":")
+               else "build the runtime image (runtime/sm120/Dockerfile, see runtime/README.md) or set runtime.image")
+        return [Failure("image-missing", f"the runtime image {image} is not in the local engine "
+                        "(hostctl never pulls)", fix)]
+    finally:
+        dc.close()
+    stale = demo_staleness(image)
+    if stale is not None:
+        return [Failure("image-stale-warning", f"{image} was built from other inputs (hash {stale.current}) than this "
+                        f"checkout's ({stale.expected})", "rebuild it: python3 -m hostctl.images build")]
+    return []
+
+
+def check_dirs(config: Config, plan: Plan) -> list[Failure]:
+    out: list[Failure] = []
+    mounts = [line.entry for line in read_mountinfo()]
+    conversion_need = int(config.recipe.conversion.cache_free_gib * GIB) if config.profile.phase == "converting" else 0
+    for v in plan.runtime.volumes:
+        if not os.path.exists(v.source):
+            out.append(Failure(
+                "store-missing", f"{v.why}: {v.source} does not exist",
+                "create it on the intended drive (`hostctl provision --only storage` makes the cache directories) "
+                "and mount that drive; hostctl never lets Docker create it empty on the root filesystem, where the "
+                "runtime would silently fill it",
+            ))
+            continue
+        if not os.path.isdir(v.source):
+            continue  # a single store file bound over the shared store: its drive is checked by its directory
+        pf = probe_path(v.source, False, mounts)
+        if pf.fs_type in NOT_A_REAL_FS:
+            out.append(Failure(
+                "store-not-real-fs", f"{v.why}: {v.source} is on {pf.fs_type} ({pf.mount_target}): its contents "
+                "would live in RAM or in a container layer", "put it on a real filesystem (a provisioned drive) "
+                "and point the profile's storage roles there"))
+            continue
+        if v.read_only or pf.free_bytes is None:
+            continue
+        need = MIN_FREE_WRITABLE
+        if conversion_need and v.target in ("/planes", "/packs"):
+            need = max(need, conversion_need)
+        if pf.free_bytes < need:
+            out.append(Failure("store-full", f"{v.why}: {v.source} has {fmt_gib(pf.free_bytes)} free; "
+                               f"{fmt_gib(need)} is needed", "free space there or move this role to a larger drive "
+                               "(ENOSPC mid-start otherwise)"))
+    for mount in plan.runtime.required_mounts:
+        if not any(m.target == mount for m in mounts):
+            out.append(Failure("mount-missing", f"{mount} is not mounted: the cache drive did not come up",
+                               f"mount {mount} (hostctl provision --only storage), then run up again"))
+    return out
+
+
+def check_port(plan: Plan) -> list[Failure]:
+    host, port = api_address(plan)
+    owner = port_owner(host, port)
+    if owner is None:
+        return []
+    return [Failure("port-taken", f"the API port {host}:{port} is already taken by {owner}",
+                    f"stop that process, or set runtime.api_port in the profile to a free port")]

@@ -1,0 +1,141 @@
+"""Start-up progress read from the runtime's log: named phases (shards loaded, KV cache size,
+graph capture, converted layer N/M, API server up), the KV capacity the runtime reports, and
+the no-progress watchdog's clock.
+
+Progress is what moves a start forward: a phase line whose counter advances (a first-start
+conversion printing "converted layer 17/43" is progressing however long it takes, and must
+never be killed while it does), or a log line unlike any seen before. A line that repeats
+with only its numbers changed (a timestamp, a heartbeat) is not progress: a deadlocked
+runtime can print forever while doing nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+_NUM = r"([\d,]+)"
+
+
+def _int(text: str) -> int:
+    return int(text.replace(",", ""))
+
+
+@dataclass(frozen=True)
+class Phase:
+    id: str
+    pattern: re.Pattern
+    label: str  # format string over the match groups
+    counter: bool = False  # groups (done, total): progress whenever `done` grows
+
+
+PHASES: tuple[Phase, ...] = (
+    Phase("server", re.compile(r"(?:vLLM API server version|\u2588\s+version) (\d[\w.+-]*)"), "vLLM {0} starting"),
+    Phase("engine", re.compile(r"Initializing a V\d LLM engine"), "engine initialising"),
+    Phase("shards", re.compile(r"Loading (?:safetensors|pt) checkpoint shards:\s+\d+% Completed \|\s*(\d+)/(\d+)"),
+          "loading shards {0}/{1}", counter=True),
+    Phase("weights", re.compile(r"(?:Loading weights took|Model loading took) ([\d.]+ \w+)"), "weights loaded ({0})"),
+    Phase("convert", re.compile(r"converted layer (\d+)\s*/\s*(\d+)"), "converted layer {0}/{1}", counter=True),
+    Phase("w2-tier", re.compile(r"moe_w2 delta tier"), "moe_w2 delta tier built"),
+    Phase("kv-cache", re.compile(r"KV cache size: " + _NUM + r" tokens"), "KV cache {0} tokens"),
+    Phase("concurrency", re.compile(r"Maximum concurrency for " + _NUM + r" tokens per request: ([\d.]+)x"),
+          "max concurrency {1}x at {0} tokens"),
+    Phase("graphs", re.compile(r"Capturing CUDA graphs?|Graph capturing finished in ([\d.]+) sec"), "graph capture"),
+    Phase("init", re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s"),
+          "engine ready ({0} s: profile, KV cache, warm-up)"),
+    Phase("api", re.compile(r"Starting vLLM (?:API )?server|Application startup complete"), "API server listening"),
+)
+
+_SHAPE = re.compile(r"\d+")
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def shape(line: str) -> str:
+    """A line with its numbers masked: two lines of one shape differ only in counters or times."""
+    return _SHAPE.sub("#", _ANSI.sub("", line)).strip()
+
+
+@dataclass
+class KvCapacity:
+    tokens: int | None = None
+    concurrency: float | None = None  # full-context requests at once, as the runtime reports it
+    per_request_tokens: int | None = None
+
+    def full_context_requests(self, context: int) -> int | None:
+        if self.concurrency is not None and self.per_request_tokens == context:
+            return int(self.concurrency)
+        if self.tokens is not None:
+            return self.tokens // context
+        return None
+
+    def describe(self, context: int) -> str:
+        if self.tokens is None and self.concurrency is None:
+            return "KV capacity: not reported by the runtime"
+        n = self.full_context_requests(context)
+        tokens = f"{self.tokens:,} tokens" if self.tokens is not None else "size not reported"
+        fits = f"fits {n} full-context ({context:,}-token) request{'s' if n != 1 else ''} at once" if n is not None else ""
+        return f"KV cache: {tokens}; {fits}".rstrip("; ")
+
+    def to_dict(self, context: int) -> dict:
+        return {"tokens": self.tokens, "max_concurrency": self.concurrency,
+                "per_request_tokens": self.per_request_tokens,
+                "full_context_requests": self.full_context_requests(context), "context": context}
+
+
+@dataclass
+class Tracker:
+    """Feed it log lines as they arrive; it names the phases and keeps the watchdog's clock."""
+
+    started: float
+    last_progress: float = 0.0
+    last_phase: str | None = None
+    lines: int = 0
+    kv: KvCapacity = field(default_factory=KvCapacity)
+    _shapes: set = field(default_factory=set)
+    _counters: dict = field(default_factory=dict)
+    _seen_phases: set = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.last_progress = self.started
+
+    def feed(self, line: str, now: float) -> str | None:
+        """Returns a progress message when the line starts or advances a phase (one line may
+        carry several: vLLM prints the KV cache size and the concurrency together)."""
+        self.lines += 1
+        messages = []
+        matched = False
+        for phase in PHASES:
+            m = phase.pattern.search(line)
+            if not m:
+                continue
+            matched = True
+            groups = [g if g is not None else "" for g in m.groups()]
+            self._record(phase, groups)
+            if phase.counter:
+                done = int(groups[0])
+                if done > self._counters.get(phase.id, -1):
+                    self._counters[phase.id] = done
+                    messages.append(phase.label.format(*groups))
+            elif phase.id not in self._seen_phases:
+                messages.append(phase.label.format(*groups))
+            self._seen_phases.add(phase.id)
+        if messages:
+            self.last_progress = now
+            self.last_phase = messages[-1]
+            return "; ".join(messages)
+        if matched:
+            return None
+        s = shape(line)
+        if s and s not in self._shapes:
+            self._shapes.add(s)
+            self.last_progress = now
+        return None
+
+    def _record(self, phase: Phase, groups: list[str]) -> None:
+        if phase.id == "kv-cache":
+            self.kv.tokens = _int(groups[0])
+        elif phase.id == "concurrency":
+            self.kv.per_request_tokens, self.kv.concurrency = _int(groups[0]), float(groups[1])
+
+    def stalled_for(self, now: float) -> float:
+        return now - self.last_progress

@@ -1,0 +1,49 @@
+"""Service state that outlives a command, in state_dir(): the last `up` (endpoint, when it
+became ready, the KV capacity the runtime reported, or why it failed) and the last smoke
+result. `hostctl status` reads them; nothing else depends on them being present."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from hostctl import paths
+
+SERVICE_FILE = "service.json"
+SMOKE_FILE = "last-smoke.json"
+
+
+def _write(name: str, doc: dict) -> Path:
+    target = paths.state_dir() / name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{name}.")
+    with os.fdopen(fd, "w") as fh:
+        json.dump(doc, fh, indent=2)
+        fh.write("\n")
+    os.replace(tmp, target)
+    return target
+
+
+def _read(name: str) -> dict | None:
+    try:
+        return json.loads((paths.state_dir() / name).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def save_service(doc: dict) -> Path:
+    return _write(SERVICE_FILE, {"schema": "hostctl.service/v1", **doc})
+
+
+def load_service() -> dict | None:
+    return _read(SERVICE_FILE)
+
+
+def save_smoke(doc: dict) -> Path:
+    return _write(SMOKE_FILE, doc)
+
+
+def load_smoke() -> dict | None:
+    return _read(SMOKE_FILE)
