@@ -232,7 +232,6 @@ def provision(
     if boot and only != "gpu":
         raise InputError("--boot goes with --only gpu (it is what hostctl-power.service runs)")
     cfg = c.config()
-    missing = []
     for part in [only] if only else ["storage", "gpu", "system"]:
         if part == "storage":
             from hostctl.provision.apply import provision_storage
@@ -248,12 +247,19 @@ def provision(
                 out.print(line, markup=False)
             result.raise_for_failure()
         else:
-            missing.append(part)
-    if missing:
-        raise NotAvailableError(
-            f"`hostctl provision` part(s) {', '.join(missing)} are not available yet in hostctl {__version__}"
-            + (" (the other parts ran above)" if not only else ""),
-            fix="run `hostctl provision --only storage` or `--only gpu` for what works today")
+            _provision_system(c, cfg, dry_run)
+
+
+def _provision_system(c: Context, cfg: Config, dry_run: bool) -> None:
+    """`provision --only system`: the profile and the runtime unit under /etc (hostctl/provision/system.py)."""
+    from hostctl.plan import build_plan
+    from hostctl.provision.system import provision_system
+
+    result = provision_system(cfg, build_plan(cfg, c.facts(cfg)), dry_run=dry_run)
+    for action in result.actions:
+        out.print(("would: " if dry_run else "done: ") + action.describe, markup=False)
+    if not result.actions:
+        out.print("system: nothing to change", markup=False)
 
 
 @store_app.command("split")
