@@ -232,7 +232,8 @@ def provision(
     if boot and only != "gpu":
         raise InputError("--boot goes with --only gpu (it is what hostctl-power.service runs)")
     cfg = c.config()
-    for part in [only] if only else ["storage", "gpu", "system"]:
+    # system before gpu: it installs the profile the boot units read.
+    for part in [only] if only else ["storage", "system", "gpu"]:
         if part == "storage":
             from hostctl.provision.apply import provision_storage
 

@@ -31,6 +31,7 @@ from hostctl.facts.gpu import NVIDIA_VERSION, NvmlAdapter, NvmlUnavailable, prob
 from hostctl.facts.model import Gpu, HostFacts
 from hostctl.plan.model import Plan, PowerSetting
 from hostctl.plan.power import TOLERANCE_W, plan_power
+from hostctl.service.render import INSTALLED_PROFILE
 
 UNIT_NAME = "hostctl-power.service"
 UNIT_DIR = "/etc/systemd/system"
@@ -127,7 +128,9 @@ def install_power_unit(plan: Plan, config: Config, result: GpuProvisionResult, *
                        hostctl_bin: str | None = None) -> None:
     """Write /etc/systemd/system/hostctl-power.service and enable it for multi-user.target:
     `systemctl enable` when systemd runs the host, else the wants/ symlink systemctl would make."""
-    config_path = str(Path(config.source).absolute())
+    # Like the runtime unit, the boot unit reads the installed profile (`provision --only system`
+    # puts it there), so both units always act on one profile whatever --config provision got.
+    config_path = INSTALLED_PROFILE
     text = render_power_unit(plan, hostctl_bin=hostctl_bin or default_hostctl_bin(), config_path=config_path)
     unit_path = f"{UNIT_DIR}/{UNIT_NAME}"
     target = paths.system_path(unit_path)
@@ -142,9 +145,13 @@ def install_power_unit(plan: Plan, config: Config, result: GpuProvisionResult, *
             result.add("gpu/power-unit", "changed", f"wrote {unit_path}")
     else:
         result.add("gpu/power-unit", "ok", f"{unit_path} is current")
-    if not config_path.startswith("/etc/"):
-        result.add("gpu/power-unit", "warn", f"the unit reads the profile at {config_path} at every boot: keep it "
-                   "there, or install it as /etc/hostctl/hostctl.toml and re-run provision from there")
+    installed = paths.system_path(INSTALLED_PROFILE)
+    source = Path(config.source)
+    if not installed.is_file() or (source.resolve() != installed.resolve()
+                                   and installed.read_bytes() != source.read_bytes()):
+        what = "does not exist" if not installed.is_file() else f"differs from {source}"
+        result.add("gpu/power-unit", "warn", f"the unit applies the limits of {INSTALLED_PROFILE} at boot, which {what}: "
+                   "run `hostctl provision --only system` to install this profile there")
 
     link = paths.system_path(f"{WANTS_DIR}/{UNIT_NAME}")
     if systemd_is_pid1():
