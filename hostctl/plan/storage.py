@@ -57,7 +57,8 @@ def plan_storage(config: Config, facts: HostFacts, world: int) -> StoragePlan:
         target = _role_target(config, role, plan)
         if target is None:
             if role in needed:
-                plan.problem("error", f"the recipe needs a {role.replace('_', ' ')} but the profile names none",
+                label = role.replace("_", " ")
+                plan.problem("error", f"the recipe needs {'an' if label[0] in 'aeiou' else 'a'} {label} but the profile names none",
                              fix=f"set storage.{role} to a drive name or an absolute directory")
             continue
         if role not in needed:

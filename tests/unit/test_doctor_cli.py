@@ -71,10 +71,17 @@ def test_a_failing_check_exits_1_and_prints_the_fix_under_it(tmp_path, capsys):
     assert out.rstrip().endswith("FAILED")
 
 
-def test_strict_makes_warnings_fail(capsys):
-    code, out, _ = run(["doctor"] + DESKTOP, capsys)
+def test_strict_makes_warnings_fail(capsys, tmp_path):
+    code, _, _ = run(["doctor", "--strict"] + DESKTOP, capsys)
+    assert code == 0  # the reference desktop has no warning
+    snap = json.loads((HOSTS / "pro6000x2-desktop.facts.json").read_text())
+    snap["gpus"]["devices"][0]["pcie"]["width_max"] = 16  # GPU 0 runs x8 of an x16 link
+    narrow = tmp_path / "narrow.json"
+    narrow.write_text(json.dumps(snap))
+    argv = ["--config", str(HOSTS / "pro6000x2-desktop.toml"), "--facts", str(narrow)]
+    code, out, _ = run(["doctor"] + argv, capsys)
     assert code == 0 and "WARN  gpu.pcie.link" in out
-    code, out, _ = run(["doctor", "--strict"] + DESKTOP, capsys)
+    code, out, _ = run(["doctor", "--strict"] + argv, capsys)
     assert code == 1 and "(--strict: warnings fail)" in out
 
 

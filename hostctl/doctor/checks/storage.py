@@ -50,7 +50,8 @@ def _role_check(role: str):
             return ctx.no_profile(f"no {label} to check")
         target = ctx.plan.storage.role(role)
         if target is None:
-            unnamed = [p for p in ctx.plan.storage.problems if f"needs a {label} but" in p.message]
+            # The storage plan's problem for a needed role with no target names the field to set.
+            unnamed = [p for p in ctx.plan.storage.problems if p.fix and f"set storage.{role} " in p.fix]
             if unnamed:
                 return failed(unnamed[0].message, fix=unnamed[0].fix or PROVISION, observed="no directory planned",
                               source=ctx.config.source)
