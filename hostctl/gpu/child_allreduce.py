@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import ctypes
 import json
-import os
 import signal
 import sys
 import time

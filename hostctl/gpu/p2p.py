@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Literal
 
 from hostctl import paths
+from hostctl.atomic import write_atomic
 from hostctl.facts.model import TOPOLOGY_ORDER, Gpu, HostFacts, P2PVerdict
 from hostctl.facts.state import P2P_FILE
 from hostctl.gpu import acs as acs_mod
@@ -207,19 +206,7 @@ def verdict_applies(verdict: P2PVerdict | None, facts: HostFacts, uuids: list[st
 
 def store_verdict(verdict: P2PVerdict, state_dir: Path | None = None) -> Path:
     """Write state_dir()/p2p.json atomically."""
-    target_dir = state_dir or paths.state_dir()
-    target_dir.mkdir(parents=True, exist_ok=True)
-    target = target_dir / P2P_FILE
-    fd, tmp = tempfile.mkstemp(dir=target_dir, prefix=f".{P2P_FILE}.")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(json.dumps(verdict.model_dump(), indent=2) + "\n")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
+    return write_atomic((state_dir or paths.state_dir()) / P2P_FILE, json.dumps(verdict.model_dump(), indent=2) + "\n")
 
 
 def _now() -> str:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from hostctl import paths, runner
+from hostctl.atomic import write_atomic
 from hostctl.config import Config
 from hostctl.errors import FailedError, InputError
 from hostctl.facts.gpu import NVIDIA_VERSION, NvmlAdapter, NvmlUnavailable, probe_gpus
@@ -111,19 +111,6 @@ def render_power_unit(plan: Plan, *, hostctl_bin: str, config_path: str) -> str:
     return render_files(plan, hostctl_bin=hostctl_bin, config_path=config_path)[UNIT_NAME]
 
 
-def _write_atomic(target: Path, text: str) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def install_power_unit(plan: Plan, config: Config, result: GpuProvisionResult, *, dry_run: bool,
                        hostctl_bin: str | None = None) -> None:
     """Write /etc/systemd/system/hostctl-power.service and enable it for multi-user.target:
@@ -141,7 +128,7 @@ def install_power_unit(plan: Plan, config: Config, result: GpuProvisionResult, *
             result.add("gpu/power-unit", "would", f"write {unit_path} ({len(text.splitlines())} lines, "
                        f"{'replacing a different one' if current is not None else 'new'})")
         else:
-            _write_atomic(target, text)
+            write_atomic(target, text, mode=0o644)
             result.add("gpu/power-unit", "changed", f"wrote {unit_path}")
     else:
         result.add("gpu/power-unit", "ok", f"{unit_path} is current")

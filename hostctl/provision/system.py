@@ -16,12 +16,11 @@ Under HOSTCTL_SYSROOT (tests) files land in that tree and systemctl works on it 
 
 from __future__ import annotations
 
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from hostctl import paths, runner
+from hostctl.atomic import write_atomic
 from hostctl.config import Config, recipe_path
 from hostctl.errors import FailedError, InputError
 from hostctl.plan.model import Plan
@@ -75,21 +74,6 @@ def desired_files(config: Config, plan: Plan, *, hostctl_bin: str = INSTALLED_HO
     return files
 
 
-def _write_atomic(target: Path, data: bytes, mode: int = 0o644) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _file_action(host_path: PurePosixPath, data: bytes) -> Action | None:
     target = paths.system_path(host_path)
     try:
@@ -100,7 +84,7 @@ def _file_action(host_path: PurePosixPath, data: bytes) -> Action | None:
         verb = "create"
 
     def _run() -> None:
-        _write_atomic(target, data)
+        write_atomic(target, data, mode=0o644)
 
     return Action(step=f"system/file{host_path}", describe=f"{verb} {host_path} ({len(data)} bytes, mode 0644)", run=_run)
 

@@ -156,4 +156,4 @@ def check_port(plan: Plan) -> list[Failure]:
     if owner is None:
         return []
     return [Failure("port-taken", f"the API port {host}:{port} is already taken by {owner}",
-                    f"stop that process, or set runtime.api_port in the profile to a free port")]
+                    "stop that process, or set runtime.api_port in the profile to a free port")]

@@ -8,14 +8,13 @@ never leaves a half-written project behind.
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 from pathlib import Path
 
 import jinja2
 
 from hostctl import __version__, paths
+from hostctl.atomic import write_atomic
 from hostctl.plan.model import Plan
 
 INSTALLED_HOSTCTL = "/usr/local/bin/hostctl"
@@ -85,18 +84,4 @@ def render_files(plan: Plan, *, hostctl_bin: str = INSTALLED_HOSTCTL, config_pat
 
 
 def write_files(files: dict[str, str], out_dir: Path) -> list[Path]:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, text in files.items():
-        target = out_dir / name
-        fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=f".{name}.")
-        try:
-            with os.fdopen(fd, "w") as fh:
-                fh.write(text)
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        written.append(target)
-    return written
+    return [write_atomic(out_dir / name, text, mode=0o644) for name, text in files.items()]

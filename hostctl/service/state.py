@@ -5,25 +5,17 @@ result. `hostctl status` reads them; nothing else depends on them being present.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 from hostctl import paths
+from hostctl.atomic import write_atomic
 
 SERVICE_FILE = "service.json"
 SMOKE_FILE = "last-smoke.json"
 
 
 def _write(name: str, doc: dict) -> Path:
-    target = paths.state_dir() / name
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{name}.")
-    with os.fdopen(fd, "w") as fh:
-        json.dump(doc, fh, indent=2)
-        fh.write("\n")
-    os.replace(tmp, target)
-    return target
+    return write_atomic(paths.state_dir() / name, json.dumps(doc, indent=2) + "\n")
 
 
 def _read(name: str) -> dict | None:

@@ -7,7 +7,6 @@ timeout with its whole process group, and a corrupted input is caught in the sum
 from __future__ import annotations
 
 import importlib.util
-import os
 import sys
 from pathlib import Path
 

@@ -5,7 +5,6 @@ preflight checks on real sockets and real filesystems."""
 import socket
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
