@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The hostctl demo in one command, on a fresh Debian/Ubuntu machine (as root):
 #
-#     sudo ./demo.sh [PROFILE]          # default: runtime/hosts/demo-cpu.toml (API on 127.0.0.1:8000)
+#     ./demo.sh [PROFILE]               # as root (sudo ./demo.sh from a normal account); default: runtime/hosts/demo-cpu.toml (API on 127.0.0.1:8000)
 #
 # Installs what it needs (Docker Engine from the distribution, debootstrap, Compose v2),
 # starts the engine with host networking only (.ci/start-docker), installs hostctl into
@@ -68,4 +68,4 @@ PY
 mkdir -p "$cache"
 
 .venv/bin/hostctl up --config "$PROFILE"
-say "stop it with:  sudo $PWD/.venv/bin/hostctl down --config $PROFILE"
+say "stop it with:  $PWD/.venv/bin/hostctl down --config $PROFILE  (as root)"
