@@ -312,3 +312,25 @@ def test_plan_json_round_trips():
     plan = build_plan(config, facts)
     assert Plan.model_validate_json(plan.to_json()) == plan
     assert yaml.safe_load(plan.to_json())["schema"] == "hostctl.plan/v1"
+
+
+def test_nvlink_pair_from_a_real_two_gpu_machine():
+    """tests/gpu/h200x2-facts.json was probed on two H200s joined by NVLink (NV18), where the
+    functional check measured 253.4 GB/s with P2P and 26.2 GB/s without."""
+    from pathlib import Path
+
+    from hostctl.facts import load_snapshot
+
+    facts = load_snapshot(Path(__file__).parent.parent / "gpu" / "h200x2-facts.json")
+    assert facts.gpus.pairs[0].nvlink and facts.gpus.pairs[0].topology == "NVLINK"
+    config, _ = snapshots.desktop()
+    placement = plan_placement(config, facts)
+    no_verdict = plan_nccl(config, facts, placement)
+    assert no_verdict.p2p is False and no_verdict.custom_all_reduce is True  # NVLink: custom all-reduce stays on
+    assert "--disable-custom-all-reduce" not in no_verdict.serve_flags
+    facts.state.p2p = P2PVerdict(verdict="ok", measured_at="2026-11-29T09:05:58+00:00",
+                                 driver_version=facts.gpus.driver_version, kernel_cmdline=facts.kernel.cmdline,
+                                 busbw_gbps=253.42, control_busbw_gbps=26.22,
+                                 gpu_uuids=[g.uuid for g in placement.gpus])
+    n = plan_nccl(config, facts, placement)
+    assert n.p2p is True and n.env == {"NCCL_P2P_DISABLE": "0"}  # NVLink is within NCCL's own reach: no level
