@@ -28,7 +28,7 @@ from hostctl.facts.model import TOPOLOGY_ORDER, Gpu, HostFacts, P2PVerdict
 from hostctl.facts.state import P2P_FILE
 from hostctl.gpu import acs as acs_mod
 from hostctl.gpu.harness import Fault, FunctionalCheck, TorchPython, find_torch_python, functional_check
-from hostctl.plan.nccl import IOMMU_COST, NCCL_DEFAULT_P2P_REACH
+from hostctl.plan.nccl import IOMMU_COST, NCCL_DEFAULT_P2P_REACH, verdict_stale
 
 Status = Literal["ok", "warn", "fail", "unknown", "skip"]
 TOPOLOGY_WORDS = {
@@ -199,9 +199,7 @@ def acs_rung(gpus: list[Gpu], *, lspci_text: str | None, lspci_why: str = "",
 
 def verdict_applies(verdict: P2PVerdict | None, facts: HostFacts, uuids: list[str]) -> bool:
     """A stored verdict still describes this host: same driver, kernel command line and GPUs."""
-    return (verdict is not None and verdict.driver_version == facts.gpus.driver_version
-            and verdict.kernel_cmdline == facts.kernel.cmdline
-            and (not verdict.gpu_uuids or verdict.gpu_uuids == uuids))
+    return verdict is not None and not verdict_stale(verdict, facts, uuids)
 
 
 def store_verdict(verdict: P2PVerdict, state_dir: Path | None = None) -> Path:

@@ -20,14 +20,17 @@ IOMMU_COST = (
 )
 
 
-def verdict_stale(verdict: P2PVerdict, facts: HostFacts) -> list[str]:
+def verdict_stale(verdict: P2PVerdict, facts: HostFacts, uuids: list[str] | None = None) -> list[str]:
     """Why a stored functional P2P verdict no longer describes this host (empty: it still does).
-    It holds only for the driver and kernel command line (IOMMU flags) it was measured under."""
+    It holds only for the driver and kernel command line (IOMMU flags) it was measured under, and,
+    given the serving GPUs' UUIDs in rank order, for the GPUs it was measured on."""
     why = []
     if verdict.driver_version != facts.gpus.driver_version:
         why.append(f"driver {verdict.driver_version} (now {facts.gpus.driver_version})")
     if verdict.kernel_cmdline != facts.kernel.cmdline:
         why.append("another kernel command line")
+    if uuids is not None and verdict.gpu_uuids and verdict.gpu_uuids != uuids:
+        why.append("other GPUs than the ones that serve now")
     return why
 
 
@@ -71,12 +74,10 @@ def plan_nccl(config: Config, facts: HostFacts, placement: PlacementPlan) -> Ncc
         if p is None or p.p2p_read != "ok" or p.p2p_write != "ok"
     ]
     verdict = facts.state.p2p
-    if verdict is not None and verdict_stale(verdict, facts):
+    stale = verdict_stale(verdict, facts, [g.uuid for g in ranks]) if verdict is not None else []
+    if stale:
         plan.decide("stored P2P verdict", "stale",
-                    "measured under another driver or kernel command line; it no longer describes this host")
-        verdict = None
-    if verdict is not None and verdict.gpu_uuids and verdict.gpu_uuids != [g.uuid for g in ranks]:
-        plan.decide("stored P2P verdict", "stale", "measured on other GPUs than the ones that serve now")
+                    f"measured under {'; '.join(stale)}: it no longer describes this host")
         verdict = None
     in_vm = facts.kernel.virtualization
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import time
 import uuid
 from pathlib import Path
 
 import pytest
 
 from hostctl import runner
+from loopdrives import check, wait_for
 from hostctl.facts import collect
 from hostctl.facts.disks import probe_disks
 from hostctl.facts.mounts import probe_paths
@@ -22,20 +22,6 @@ LINUX_FS_GUID = "0fc63daf-8483-4772-8e79-3d69d8477de4"
 LINUX_SWAP_GUID = "0657fd6d-a4ab-43c4-84e5-0933c84b4f4f"
 SWAP_PRIORITY = 1  # low: the test swap must never be preferred over a real one
 TOOLS = {"losetup": "util-linux", "partx": "util-linux", "sgdisk": "gdisk", "mkfs.ext4": "e2fsprogs", "mkswap": "util-linux"}
-
-
-def _check(argv: list[str]) -> str:
-    result = runner.run(argv, timeout=60)
-    assert result.ok, result.why()
-    return result.stdout
-
-
-def _wait_for(paths: list[str], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not all(os.path.exists(p) for p in paths):
-        if time.monotonic() > deadline:
-            pytest.fail(f"partition nodes did not appear within {timeout}s: {paths}")
-        time.sleep(0.05)
 
 
 @pytest.fixture
@@ -55,19 +41,19 @@ def loop_disk(tmp_path: Path):
     mnt = tmp_path / "mnt"
     mounted = swapped = False
     try:
-        _check(
+        check(
             ["sgdisk", "-n1:0:+24M", "-t1:8300", "-c1:hostctl-test", "-n2:0:+16M", "-t2:8200", "-c2:hostctl-test-swap", dev]
         )
-        _check(["partx", "-u", dev])
+        check(["partx", "-u", dev])
         p1, p2 = f"{dev}p1", f"{dev}p2"
-        _wait_for([p1, p2])
+        wait_for([p1, p2])
         fs_uuid, swap_uuid = str(uuid.uuid4()), str(uuid.uuid4())
-        _check(["mkfs.ext4", "-q", "-F", "-L", "hostctl-data", "-U", fs_uuid, p1])
-        _check(["mkswap", "-L", "hostctl-swap", "-U", swap_uuid, p2])
-        _check(["swapon", "-p", str(SWAP_PRIORITY), p2])
+        check(["mkfs.ext4", "-q", "-F", "-L", "hostctl-data", "-U", fs_uuid, p1])
+        check(["mkswap", "-L", "hostctl-swap", "-U", swap_uuid, p2])
+        check(["swapon", "-p", str(SWAP_PRIORITY), p2])
         swapped = True
         mnt.mkdir()
-        _check(["mount", "-t", "ext4", p1, str(mnt)])
+        check(["mount", "-t", "ext4", p1, str(mnt)])
         mounted = True
         (mnt / "b.bin").write_bytes(b"x" * 3000)
         (mnt / "a.bin").write_bytes(b"y" * 10)
