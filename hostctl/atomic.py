@@ -5,13 +5,18 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 
-def write_atomic(target: Path, data: str | bytes, *, mode: int | None = None) -> Path:
+def write_atomic(target: Path, data: str | bytes, *, mode: int | None = None,
+                 before_replace: Callable[[], None] | None = None) -> Path:
     """Replace `target` with `data`. A file being replaced keeps its mode and owner unless `mode`
-    is given; a new one gets `mode` or 0644. The data and the rename are fsynced."""
+    is given; a new one gets `mode` or 0644. The data and the rename are fsynced. A temporary
+    file left by a writer that was killed (kill -9 cannot be cleaned up after) goes first."""
     target.parent.mkdir(parents=True, exist_ok=True)
+    for stale in target.parent.glob(f".{target.name}.hostctl-*"):
+        stale.unlink(missing_ok=True)
     try:
         st = target.stat()
         kept_mode, owner = st.st_mode & 0o7777, (st.st_uid, st.st_gid)
@@ -26,6 +31,8 @@ def write_atomic(target: Path, data: str | bytes, *, mode: int | None = None) ->
         os.chmod(tmp, mode if mode is not None else (kept_mode if kept_mode is not None else 0o644))
         if owner is not None:
             os.chown(tmp, *owner)
+        if before_replace is not None:
+            before_replace()
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -71,12 +71,11 @@ class Context:
 
         if self.facts_path is not None:
             return load_snapshot(self.facts_path)
-        requests = []
-        if config is not None:
-            from hostctl.plan import path_requests
+        if config is None:
+            return collect()
+        from hostctl.plan import alias_requests, path_requests
 
-            requests = path_requests(config)
-        return collect(requests)
+        return collect(path_requests(config), alias_paths=alias_requests(config))
 
     def refuse_snapshot(self, command: str) -> None:
         if self.facts_path is not None:

@@ -21,13 +21,28 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from hostctl import paths
 from hostctl.errors import InputError
-from hostctl.units import parse_size
+from hostctl.units import MIB, parse_size
 
 Phase = Literal["converting", "serving"]
 ROLE_NAMES = ("planes_cache", "expert_store", "compile_cache")
 PLACEHOLDER_RE = re.compile(r"\{([a-z_]+)(?::([^{}]+))?\}")
 KNOWN_PLACEHOLDERS = {"planes_cache", "expert_store", "model"}
 XFS_NAME_MAX = 5  # "hcdata-" + 5 characters = xfs's 12-byte label
+
+
+def normalise_mountpoint(path: str) -> str:
+    """The one spelling of a mountpoint: absolute, no `.` components, no repeated or trailing
+    slashes. `..` is refused rather than resolved: lexically it can point anywhere, and the
+    mount table, fstab and the plan must all name one directory the same way. Symlinks on the
+    path are a fact of the host, judged by the storage plan, not here."""
+    if not isinstance(path, str) or not path.startswith("/"):
+        raise ValueError(f"expected an absolute path, got {path!r}")
+    parts = [p for p in path.split("/") if p not in ("", ".")]
+    if ".." in parts:
+        raise ValueError(f"{path!r} contains '..': write the directory it means without '..'")
+    if not parts:
+        raise ValueError(f"expected a directory other than /, got {path!r}")
+    return "/" + "/".join(parts)
 
 
 class Strict(BaseModel):
@@ -72,8 +87,11 @@ class Drive(Strict):
     # characters) and, for xfs, its 12 bytes (<= 5 characters; checked below).
     name: str = Field(pattern=r"^[a-z][a-z0-9-]{0,8}$", description="short name (<= 9 chars: it goes into 16-byte filesystem labels)")
     identity: DriveIdentity
-    swap: int = Field(default=0, description="swap partition size in bytes (0: no swap partition)")
-    swap_priority: int = Field(default=100, ge=-1, le=32767)
+    swap: int = Field(default=0, description="swap partition size in bytes, a whole number of MiB (0: no swap partition)")
+    # 0..32767 only: swapon -p -1 leaves the kernel to pick its own negative priority, which then
+    # never equals the profile's -1, so every run would turn the swap off and on again.
+    swap_priority: int = Field(default=100, ge=0, le=32767, strict=True,
+                               description="swap priority, 0..32767 (equal priorities interleave the drives)")
     filesystem: Literal["ext4", "xfs"] = "ext4"
     mountpoint: str | None = None
     mount_options: list[str] = Field(
@@ -89,14 +107,18 @@ class Drive(Strict):
     @field_validator("swap", mode="before")
     @classmethod
     def _size(cls, v: Any) -> int:
-        return parse_size(v)
+        size = parse_size(v)
+        if size % MIB:
+            # partitions are made in whole MiB; rounding silently would make a layout the profile
+            # does not describe (and a later "size differs" refusal)
+            raise ValueError(f"expected a whole number of MiB, got {v!r} ({size} bytes = "
+                             f"{size / MIB:.3f} MiB); write e.g. '{size // MIB or 1}MiB'")
+        return size
 
     @field_validator("mountpoint")
     @classmethod
     def _mount(cls, v: str | None) -> str | None:
-        if v is not None and (not v.startswith("/") or v == "/"):
-            raise ValueError(f"expected an absolute path other than /, got {v!r}")
-        return v
+        return None if v is None else normalise_mountpoint(v)
 
     @field_validator("mount_options")
     @classmethod

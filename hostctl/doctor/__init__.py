@@ -75,9 +75,10 @@ def build_report(opts: Options, err: TextIO | None = None):
         facts, source = load_snapshot(opts.facts_path), str(opts.facts_path)
     else:
         from hostctl.facts import collect
-        from hostctl.plan import path_requests
+        from hostctl.plan import alias_requests, path_requests
 
-        facts = collect(path_requests(config) if config else (), port_requests(config) if config else ())
+        facts = collect(path_requests(config) if config else (), port_requests(config) if config else (),
+                        alias_requests(config) if config else ())
         source = "live"
     t2 = time.perf_counter()
     timings["facts"] = t2 - t1

@@ -59,9 +59,11 @@ def _guarded(name: str, probe: Callable[[], T], fallback: Callable[[str], T], no
         return fallback(why)
 
 
-def collect(path_requests: Sequence[tuple[str, bool]] = (), port_requests: Sequence[tuple[str, int]] = ()) -> HostFacts:
+def collect(path_requests: Sequence[tuple[str, bool]] = (), port_requests: Sequence[tuple[str, int]] = (),
+            alias_paths: Sequence[str] = ()) -> HostFacts:
     """Probe this host. path_requests: (directory, list_files) for each directory the plan relies on;
-    port_requests: (address, port) for each TCP port it binds."""
+    port_requests: (address, port) for each TCP port it binds; alias_paths: the `path:` drive
+    identities, resolved to the devices they lead to."""
     notes: list[str] = []
     mountinfo = read_mountinfo()
     mounts = [line.entry for line in mountinfo]
@@ -76,7 +78,8 @@ def collect(path_requests: Sequence[tuple[str, bool]] = (), port_requests: Seque
         engine_f = pool.submit(_guarded, "engine", probe_engine, lambda why: EngineFacts(available=False, reason=why), notes)
         gpus_f = pool.submit(_guarded, "GPU", probe_gpus, lambda why: GpuFacts(available=False, reason=why), notes)
         disks_f = pool.submit(
-            _guarded, "disk", lambda: probe_disks(mountinfo, swaps), lambda why: DiskFacts(available=False, reason=why), notes
+            _guarded, "disk", lambda: probe_disks(mountinfo, swaps, alias_paths),
+            lambda why: DiskFacts(available=False, reason=why), notes
         )
         kernel_f = pool.submit(
             _guarded,
@@ -95,7 +98,7 @@ def collect(path_requests: Sequence[tuple[str, bool]] = (), port_requests: Seque
         iommu = _guarded("IOMMU", lambda: probe_iommu(cmdline), lambda why: IommuFacts(), notes)
         paths = _guarded(
             "path",
-            lambda: probe_paths(path_requests, mounts),
+            lambda: probe_paths(path_requests, mountinfo),
             lambda why: [PathFacts(path=p, exists=os.path.isdir(p)) for p, _ in path_requests],
             notes,
         )
@@ -126,7 +129,7 @@ def collect(path_requests: Sequence[tuple[str, bool]] = (), port_requests: Seque
     )
 
 
-def collect_storage(path_requests: Sequence[tuple[str, bool]] = ()) -> HostFacts:
+def collect_storage(path_requests: Sequence[tuple[str, bool]] = (), alias_paths: Sequence[str] = ()) -> HostFacts:
     """Only what storage provisioning decides on: disks, mounts, swap and memory, and the
     directories asked for (milliseconds, where a full `collect` waits on NVML and the Docker
     socket). The other parts say they were not read, so nothing mistakes them for absent."""
@@ -139,11 +142,12 @@ def collect_storage(path_requests: Sequence[tuple[str, bool]] = ()) -> HostFacts
         cmdline = CMDLINE.read_text().strip()
     except OSError:
         cmdline = ""
-    disks = _guarded("disk", lambda: probe_disks(mountinfo, swaps), lambda w: DiskFacts(available=False, reason=w), notes)
+    disks = _guarded("disk", lambda: probe_disks(mountinfo, swaps, alias_paths),
+                     lambda w: DiskFacts(available=False, reason=w), notes)
     memory = _guarded("memory", lambda: probe_memory(swaps),
                       lambda w: MemoryFacts(mem_total_bytes=0, mem_available_bytes=0, swap_total_bytes=0,
                                             swap_free_bytes=0), notes)
-    paths = _guarded("path", lambda: probe_paths(path_requests, mounts),
+    paths = _guarded("path", lambda: probe_paths(path_requests, mountinfo),
                      lambda w: [PathFacts(path=p, exists=os.path.isdir(p)) for p, _ in path_requests], notes)
     notes.append("storage facts only: GPUs, NUMA, IOMMU and the container engine were not read")
     return HostFacts(

@@ -9,6 +9,7 @@ contents from a low-level `blkid -p` probe of the device itself.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -18,7 +19,8 @@ from pathlib import Path
 
 from hostctl import runner
 from hostctl.facts.memory import read_swaps
-from hostctl.facts.model import Disk, DiskFacts, Partition, SwapDevice
+from hostctl import marks
+from hostctl.facts.model import BlankProof, Disk, DiskFacts, FsCheck, Partition, SwapDevice
 from hostctl.facts.mounts import MountLine, read_mountinfo
 
 SYS_BLOCK = Path("/sys/block")
@@ -29,6 +31,10 @@ ROOT_MOUNTS = ("/", "/boot")
 # stacking devices (dm, md) are reported as holders of the disks they sit on, not as disks
 SKIP_PREFIXES = ("ram", "zram", "dm-", "md", "sr", "fd")
 SECTOR = 512
+MIB = 1 << 20
+GPT_MAGIC = b"EFI PART"
+EXT4_MAGIC, EXT4_MAGIC_OFFSET = b"\x53\xef", 0x38
+FSCK_TIMEOUT_S = 600.0
 
 _HEX_ESCAPE = re.compile(r"\\x([0-9a-fA-F]{2})")
 
@@ -119,20 +125,115 @@ def parse_blkid_export(text: str) -> dict[str, dict[str, str]]:
 
 
 def blkid_probe(paths: Sequence[str]) -> tuple[dict[str, dict[str, str]], str | None]:
-    """One low-level probe (no cache, reads the devices) for all paths; what it could not read."""
-    if not paths:
-        return {}, None
-    result = runner.run(["blkid", "-p", "-o", "export", *paths], timeout=20)
-    if result.missing or result.timed_out:
-        return {}, result.why()
-    tags = parse_blkid_export(result.stdout)
-    # exit 2 alone only means some device carries no signature (a blank disk); errors name the device
-    failed = [ln.removeprefix("blkid: error: ") for ln in result.stderr.splitlines() if ln.strip()]
-    if failed:
-        return tags, "blkid -p: " + "; ".join(failed)
-    if not tags and result.returncode not in (0, 2):
-        return tags, result.why()
-    return tags, None
+    """A low-level probe (no cache, reads the devices) of each path on its own, and what could not
+    be read. One call per device: given several devices, `blkid -p` stops at the first that
+    carries no signature and prints nothing for the rest, which would make every later disk
+    look blank."""
+    tags: dict[str, dict[str, str]] = {}
+    failed: list[str] = []
+    for path in paths:
+        result = runner.run(["blkid", "-p", "-o", "export", path], timeout=20)
+        if result.missing or result.timed_out:
+            return tags, result.why()
+        # exit 2 alone means the device carries no signature (a blank disk); errors name the device
+        errors = [ln.removeprefix("blkid: error: ") for ln in result.stderr.splitlines() if ln.strip()]
+        if errors:
+            failed += errors
+        elif result.returncode not in (0, 2):
+            failed.append(result.why())
+        tags.update(parse_blkid_export(result.stdout))
+    return tags, ("blkid -p: " + "; ".join(failed)) if failed else None
+
+
+def wipefs_signatures(path: str) -> tuple[list[str], str | None]:
+    """Every signature `wipefs --no-act` reports on the device, as "<type> at <offset>"."""
+    result = runner.run(["wipefs", "--no-act", "--json", path], timeout=20)
+    if not result.ok:
+        return [], result.why()
+    if not result.stdout.strip():
+        return [], None  # nothing found: wipefs prints no JSON at all
+    try:
+        found = json.loads(result.stdout).get("signatures", [])
+    except ValueError:
+        return [], f"wipefs printed no JSON: {result.stdout.strip()[:80]!r}"
+    return [f"{s.get('type')} at {s.get('offset')}" for s in found], None
+
+
+def blank_proof(path: str, size_bytes: int) -> BlankProof:
+    """Read what a blank disk must not hold: non-zero bytes in the first or last MiB, an MBR or
+    GPT header, any signature wipefs knows. Needs read access to the device (root)."""
+    proof = BlankProof()
+    try:
+        with open(path, "rb", buffering=0) as f:
+            head = f.read(MIB)
+            f.seek(max(size_bytes - MIB, 0))
+            tail = f.read(MIB)
+    except OSError as exc:
+        proof.error = f"{path}: {exc.strerror or exc}"
+        return proof
+    proof.first_mib_zero = not any(head)
+    proof.last_mib_zero = not any(tail)
+    proof.mbr_signature = head[510:512] == b"\x55\xaa"
+    proof.primary_gpt = any(head[o:o + 8] == GPT_MAGIC for o in (512, 4096))
+    proof.backup_gpt = any(len(tail) >= o and tail[len(tail) - o:len(tail) - o + 8] == GPT_MAGIC for o in (512, 4096))
+    proof.signatures, proof.error = wipefs_signatures(path)
+    return proof
+
+
+def ext4_backup_superblock(path: str) -> str | None:
+    """The offset of an ext4 superblock at one of the first backup locations, or None. A
+    partition with no primary signature but a backup superblock is a damaged filesystem (its
+    data recoverable with `e2fsck -b`), not an unfinished one."""
+    try:
+        with open(path, "rb", buffering=0) as f:
+            for block in (1024, 2048, 4096):
+                group = 8 * block * block  # bytes per block group: 8 * block_size blocks
+                for g in (1, 3, 5, 7, 9):
+                    offset = g * group + (1024 if block == 1024 else 0)
+                    f.seek(offset + EXT4_MAGIC_OFFSET)
+                    if f.read(2) == EXT4_MAGIC:
+                        return f"{offset:#x} (block size {block})"
+    except OSError:
+        return None
+    return None
+
+
+def fs_check(path: str, fs_type: str | None) -> FsCheck:
+    """Did mkfs finish, and is the filesystem sound: read-only checks of one of hostctl's own
+    partitions that nothing uses (never of a user's, never of a mounted one)."""
+    check = FsCheck()
+    if fs_type is None:
+        check.backup_superblock = ext4_backup_superblock(path)
+        return check
+    if fs_type == "xfs":
+        res = runner.run(["xfs_db", "-r", "-c", "sb 0", "-c", "p inprogress", path], timeout=60)
+        if res.ok and "=" in res.stdout:
+            check.inprogress = res.stdout.split("=", 1)[1].strip() != "0"
+        if check.inprogress:
+            return check  # mkfs never finished: there is nothing to check
+        res = runner.run(["xfs_repair", "-n", path], timeout=FSCK_TIMEOUT_S)
+    elif fs_type == "ext4":
+        res = runner.run(["e2fsck", "-n", "-f", path], timeout=FSCK_TIMEOUT_S)
+    else:
+        return check
+    if res.ok:
+        check.fsck = "clean"
+    elif res.missing or res.timed_out or (fs_type == "ext4" and res.returncode >= 8):
+        check.fsck, check.detail = "unknown", res.why()  # e2fsck 8: an operational error, not a verdict
+    else:
+        check.fsck = "damaged"
+        lines = [ln.strip() for ln in (res.stdout + "\n" + res.stderr).splitlines() if ln.strip()]
+        check.detail = "; ".join(lines[:3])[:300]
+    return check
+
+
+def resolve_alias(path: str) -> str | None:
+    """The kernel name of the block device a path leads to (through any symlinks), or None."""
+    dev = _devnum(os.path.realpath(path))
+    if dev is None:
+        return None
+    target = os.path.realpath(SYS_DEV_BLOCK / dev)
+    return os.path.basename(target) if os.path.exists(target) else None
 
 
 def table_entries(path: str) -> int | None:
@@ -256,6 +357,7 @@ class _Probe:
                 "part_type": u.get("ID_PART_ENTRY_TYPE"),
                 "part_label": _udev_decode(u.get("ID_PART_ENTRY_NAME")),
                 "part_uuid": u.get("ID_PART_ENTRY_UUID"),
+                "part_flags": u.get("ID_PART_ENTRY_FLAGS"),
             }
         b = self.blkid.get(f"/dev/{name}", {})
         return {
@@ -266,6 +368,7 @@ class _Probe:
             "part_type": b.get("PART_ENTRY_TYPE"),
             "part_label": b.get("PART_ENTRY_NAME"),
             "part_uuid": b.get("PART_ENTRY_UUID"),
+            "part_flags": b.get("PART_ENTRY_FLAGS"),
         }
 
     def partition(self, disk: str, name: str) -> Partition:
@@ -274,21 +377,29 @@ class _Probe:
         c = self.contents(name)
         swap = self.swaps.get(dev)
         number = _read(sysdir / "partition")
+        mountpoints = self.mounts.get(dev, [])
+        checked = None
+        if (marks.role_of(c["part_label"], c["fs_label"]) == "data" and not mountpoints and swap is None
+                and not _holders(sysdir) and not marks.unfinished(_flags(c["part_flags"]))):
+            checked = fs_check(f"/dev/{name}", c["fs_type"])
         return Partition(
             name=name,
             path=f"/dev/{name}",
+            dev=dev or None,
             number=int(number) if number and number.isdigit() else None,
             size_bytes=int(_read(sysdir / "size") or 0) * SECTOR,
             part_type=c["part_type"],
             part_label=c["part_label"],
             part_uuid=c["part_uuid"],
+            part_flags=_flags(c["part_flags"]),
             fs_type=c["fs_type"],
             fs_label=c["fs_label"],
             fs_uuid=c["fs_uuid"],
-            mountpoints=self.mounts.get(dev, []),
+            mountpoints=mountpoints,
             holders=_holders(sysdir),
             swap_active=swap is not None,
             swap_priority=swap.priority if swap else None,
+            fs_check=checked,
         )
 
     def disk(self, name: str) -> Disk:
@@ -299,15 +410,18 @@ class _Probe:
         parts = [self.partition(name, p) for p in partition_names(name)]
         rotational = _read(sysdir / "queue" / "rotational")
         removable = _read(sysdir / "removable")
+        size = int(_read(sysdir / "size") or 0) * SECTOR
+        looks_blank = not (c["table_type"] or c["fs_type"] or parts)
         return Disk(
             name=name,
             path=f"/dev/{name}",
+            dev=dev or None,
             model=_udev_decode(u.get("ID_MODEL_ENC")) or u.get("ID_MODEL") or _read(sysdir / "device" / "model") or None,
             # virtio-blk keeps its serial on the disk, SCSI/NVMe on the device
             serial=u.get("ID_SERIAL_SHORT") or _read(sysdir / "device" / "serial") or _read(sysdir / "serial") or None,
             wwn=u.get("ID_WWN_WITH_EXTENSION") or u.get("ID_WWN") or _read(sysdir / "wwid") or _read(sysdir / "device" / "wwid") or None,
             by_id=self.by_id.get(name, []),
-            size_bytes=int(_read(sysdir / "size") or 0) * SECTOR,
+            size_bytes=size,
             rotational=None if rotational is None else rotational == "1",
             removable=None if removable is None else removable == "1",
             table_type=c["table_type"],
@@ -317,11 +431,21 @@ class _Probe:
             holders=_holders(sysdir),
             swap_active=dev in self.swaps,
             is_root_disk=name in self.roots,
+            read_only=_read(sysdir / "ro") == "1",
+            blank=blank_proof(f"/dev/{name}", size) if looks_blank else None,
             partitions=parts,
         )
 
 
-def probe_disks(mounts: Sequence[MountLine] | None = None, swaps: Sequence[SwapDevice] | None = None) -> DiskFacts:
+def _flags(value: str | None) -> int | None:
+    try:
+        return int(value, 0) if value else None
+    except ValueError:
+        return None
+
+
+def probe_disks(mounts: Sequence[MountLine] | None = None, swaps: Sequence[SwapDevice] | None = None,
+                alias_paths: Sequence[str] = ()) -> DiskFacts:
     try:
         names = disk_names()
     except OSError as exc:
@@ -340,4 +464,5 @@ def probe_disks(mounts: Sequence[MountLine] | None = None, swaps: Sequence[SwapD
     if blkid_error:
         failed = f"{blkid_error} (contents of those devices unknown)"
         reason = f"{reason}; {failed}" if reason else failed
-    return DiskFacts(source=source, source_reason=reason, devices=[probe.disk(n) for n in names])
+    return DiskFacts(source=source, source_reason=reason, devices=[probe.disk(n) for n in names],
+                     aliases={p: resolve_alias(p) for p in alias_paths})

@@ -88,14 +88,65 @@ class GpuFacts(Absence):
 # ---------------------------------------------------------------- disks
 
 
+class BlankProof(Part):
+    """What a disk that shows no partition table and no filesystem holds where data leaves
+    traces: the first and last MiB (MBR, primary and backup GPT, most superblocks) and every
+    signature `wipefs --no-act` finds at any offset. Blank is proven only when all is clean."""
+
+    error: str | None = None  # the device could not be read: nothing is proven
+    first_mib_zero: bool = False
+    last_mib_zero: bool = False
+    mbr_signature: bool = False  # 0x55AA at byte 510
+    primary_gpt: bool = False  # "EFI PART" at LBA 1 (512- or 4096-byte sectors)
+    backup_gpt: bool = False  # "EFI PART" at the last LBA
+    signatures: list[str] = Field(default_factory=list)  # wipefs: "<type> at <offset>"
+
+    @property
+    def proven(self) -> bool:
+        return (self.error is None and self.first_mib_zero and self.last_mib_zero and not self.signatures
+                and not (self.mbr_signature or self.primary_gpt or self.backup_gpt))
+
+    def found(self) -> str:
+        """What stands against blank, in words (empty when blank is proven)."""
+        if self.error:
+            return f"its contents could not be read ({self.error})"
+        what = []
+        if self.primary_gpt:
+            what.append("a primary GPT header")
+        if self.backup_gpt:
+            what.append("a backup GPT header at the end of the disk" + ("" if self.primary_gpt else
+                                                                       " (the primary was erased; the table is recoverable)"))
+        if self.mbr_signature:
+            what.append("an MBR boot signature")
+        what += [f"a {s} signature" for s in self.signatures]
+        if not what:
+            where = [w for w, zero in (("first", self.first_mib_zero), ("last", self.last_mib_zero)) if not zero]
+            if where:
+                what.append(f"non-zero bytes in its {' and '.join(where)} MiB with no signature hostctl knows "
+                            "(encrypted data, a raw image, or another tool's layout)")
+        return "; ".join(what)
+
+
+class FsCheck(Part):
+    """For a partition carrying hostctl's marks and not in use: did its mkfs finish, and is the
+    filesystem sound. Read only for such partitions (a user's filesystems are never checked)."""
+
+    inprogress: bool | None = None  # xfs sb_inprogress: mkfs.xfs set it and never cleared it
+    backup_superblock: str | None = None  # no primary signature, but ext4 magic at this backup offset
+    fsck: Literal["clean", "damaged", "unknown"] | None = None
+    detail: str | None = None  # the checker's own words, when damaged or unknown
+
+
 class Partition(Part):
     name: str
     path: str
+    dev: str | None = None  # "major:minor"
     number: int | None = None
     size_bytes: int = 0
     part_type: str | None = None  # GPT partition type GUID
     part_label: str | None = None  # GPT partition name
     part_uuid: str | None = None
+    part_flags: int | None = None  # GPT attribute bits
     fs_type: str | None = None
     fs_label: str | None = None
     fs_uuid: str | None = None
@@ -103,11 +154,13 @@ class Partition(Part):
     holders: list[str] = Field(default_factory=list)
     swap_active: bool = False
     swap_priority: int | None = None
+    fs_check: FsCheck | None = None
 
 
 class Disk(Part):
     name: str
     path: str
+    dev: str | None = None  # "major:minor": two identities naming one disk are told apart by it
     model: str | None = None
     serial: str | None = None
     wwn: str | None = None
@@ -124,6 +177,8 @@ class Disk(Part):
     holders: list[str] = Field(default_factory=list)
     swap_active: bool = False
     is_root_disk: bool = False
+    read_only: bool = False  # /sys/block/<disk>/ro: every write would fail
+    blank: BlankProof | None = None  # read only for a disk that shows no table, partition or filesystem
     partitions: list[Partition] = Field(default_factory=list)
 
 
@@ -131,6 +186,9 @@ class DiskFacts(Absence):
     source: Literal["udev", "sysfs"] = "sysfs"
     source_reason: str | None = None
     devices: list[Disk] = Field(default_factory=list)
+    # `path:` identities the profile names, resolved on this host: the path as written ->
+    # the kernel name of the block device it leads to (through symlinks), or None
+    aliases: dict[str, str | None] = Field(default_factory=dict)
 
 
 # ---------------------------------------------------------------- memory, NUMA, IOMMU, kernel
@@ -251,6 +309,8 @@ class PathFacts(Part):
     files: list[tuple[str, int]] | None = None  # (name, size) for store directories
     owner_uid: int | None = None  # of the directory itself, when it exists
     owner_gid: int | None = None
+    symlink: str | None = None  # the first component of the path that is a symlink, "link -> target"
+    entries: list[str] | None = None  # the first few names inside the directory, when it exists
 
 
 class P2PVerdict(Part):

@@ -64,6 +64,43 @@ def mount_for(path: str, mounts: Sequence[MountEntry]) -> MountEntry | None:
     return best
 
 
+def _holding_mount(anchor: str, lines: Sequence[MountLine]) -> MountEntry | None:
+    """The mount whose filesystem really holds a path: the one with the path's device number.
+    A mount hidden by a later mount over a parent directory is still in the table, and the
+    longest matching target would name it; the device number does not lie."""
+    try:
+        st = os.stat(anchor)
+    except OSError:
+        return None
+    dev = f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
+    return mount_for(anchor, [line.entry for line in lines if line.dev == dev])
+
+
+def first_symlink(path: str) -> str | None:
+    """The first component of an absolute path that is a symlink, as "link -> target"."""
+    current = "/"
+    for part in [p for p in path.split("/") if p]:
+        current = os.path.join(current, part)
+        if os.path.islink(current):
+            return f"{current} -> {os.readlink(current)}"
+        if not os.path.exists(current):
+            return None
+    return None
+
+
+def _first_entries(directory: Path, n: int = 5) -> list[str]:
+    names: list[str] = []
+    try:
+        with os.scandir(directory) as it:
+            for entry in it:
+                names.append(entry.name)
+                if len(names) >= n:
+                    break
+    except OSError:
+        return []
+    return sorted(names)
+
+
 def _nearest_existing(path: Path) -> Path:
     while not path.exists() and path != path.parent:
         path = path.parent
@@ -87,14 +124,16 @@ def _list_files(directory: Path) -> list[tuple[str, int]]:
     return files[:MAX_LISTED_FILES]
 
 
-def probe_path(path: str, list_files: bool, mounts: Sequence[MountEntry]) -> PathFacts:
+def probe_path(path: str, list_files: bool, mounts: Sequence[MountEntry],
+               lines: Sequence[MountLine] | None = None) -> PathFacts:
     p = Path(path)
     exists = p.is_dir()
     # A missing directory is described by where it would be created, so free space still means something.
     anchor = Path(os.path.realpath(_nearest_existing(p.absolute())))
-    mount = mount_for(str(anchor), mounts)
-    facts = PathFacts(path=path, exists=exists)
+    mount = (_holding_mount(str(anchor), lines) if lines else None) or mount_for(str(anchor), mounts)
+    facts = PathFacts(path=path, exists=exists, symlink=first_symlink(str(p.absolute())))
     if exists:
+        facts.entries = _first_entries(p)
         try:
             st = p.stat()
             facts.owner_uid, facts.owner_gid = st.st_uid, st.st_gid
@@ -112,8 +151,9 @@ def probe_path(path: str, list_files: bool, mounts: Sequence[MountEntry]) -> Pat
     return facts
 
 
-def probe_paths(requests: Sequence[tuple[str, bool]], mounts: Sequence[MountEntry] | None = None) -> list[PathFacts]:
+def probe_paths(requests: Sequence[tuple[str, bool]], lines: Sequence[MountLine] | None = None) -> list[PathFacts]:
     """requests: (directory, list_files) pairs."""
-    if mounts is None:
-        mounts = [line.entry for line in read_mountinfo()]
-    return [probe_path(path, list_files, mounts) for path, list_files in requests]
+    if lines is None:
+        lines = read_mountinfo()
+    mounts = [line.entry for line in lines]
+    return [probe_path(path, list_files, mounts, lines) for path, list_files in requests]

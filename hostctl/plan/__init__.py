@@ -34,6 +34,11 @@ def build_plan(config: Config, facts: HostFacts) -> Plan:
     )
 
 
+def alias_requests(config: Config) -> list[str]:
+    """The `path:` drive identities, which facts resolve to the devices they lead to."""
+    return [d.identity.value for d in config.profile.drives if d.identity.kind == "path"]
+
+
 def path_requests(config: Config) -> list[tuple[str, bool]]:
     """Directories the plan reads facts about: (path, list its files?)."""
     from hostctl.plan.storage import DEFAULT_COMPILE_CACHE, ROLE_DIRS, rank_store_dir

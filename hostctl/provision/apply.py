@@ -59,11 +59,12 @@ def storage_facts(config: Config) -> HostFacts:
     """Disks, mounts, swap, memory and the directories the storage plan names: all that storage
     decisions read (a full collect would wait on NVML and the Docker socket, every round)."""
     from hostctl.facts import collect_storage
-    from hostctl.plan import path_requests
+    from hostctl.plan import alias_requests, path_requests
 
     requests = path_requests(config) + [(d, False) for d in dir_requests(config)]
     seen: set[str] = set()
-    return collect_storage([(p, listing) for p, listing in requests if not (p in seen or seen.add(p))])
+    return collect_storage([(p, listing) for p, listing in requests if not (p in seen or seen.add(p))],
+                           alias_requests(config))
 
 
 def read_system_files(config: Config, facts: HostFacts) -> SystemFiles:
@@ -102,7 +103,8 @@ def plan_text(sp: StorageProvision, *, heading: str | None = None) -> str:
         lines.append("  the profile names no drives")
     for d in sp.drives:
         state = {"ready": "ready, nothing to do", "converge": "converge to the layout",
-                 "create": "lay out", "erase": "ERASE and lay out", "refused": "REFUSED"}[d.status]
+                 "create": "lay out", "erase": "ERASE and lay out", "relabel": "relabel (the profile renamed it; nothing is formatted)",
+                 "refused": "REFUSED"}[d.status]
         lines.append(f"  drive {d.where()}: {d.found}; {state}")
         if d.status != "refused":
             lines.append(f"    layout: {_layout_text(sp, d.drive.name)}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from hostctl import marks
 from hostctl.errors import FailedError
 
 FSTAB = "/etc/fstab"
@@ -93,8 +94,13 @@ def user_lines_touching(text: str | None, uuids: set[str], targets: set[str], de
             continue
         spec = fields[0]
         target = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[1])
-        value = spec.split("=", 1)[1].strip('"') if spec.upper().startswith("UUID=") else None
-        if value in uuids or spec in devices or target in targets:
+        kind, _, value = spec.partition("=")
+        value = value.strip('"')
+        by_uuid = kind.upper() == "UUID" and value in uuids
+        # LABEL=hcdata-... or PARTLABEL=hostctl-...: hostctl's marks, under whatever drive name
+        by_mark = (kind.upper() == "LABEL" and marks.role_of(None, value) is not None) or \
+                  (kind.upper() == "PARTLABEL" and marks.role_of(value, None) is not None)
+        if by_uuid or by_mark or spec in devices or target in targets:
             out.append(f"{FSTAB} line {i + 1} ({raw.strip()}) also names one of hostctl's filesystems or mount points: "
                        "remove it, hostctl's block covers it")
     return out

@@ -6,12 +6,21 @@ hostctl's layout on a drive: a GPT with `hostctl-swap-<drive>` (swap of the conf
 label `hcswap-<drive>`, when `swap` > 0) and `hostctl-data-<drive>` (the rest; ext4 or xfs,
 label `hcdata-<drive>`, mounted at the drive's mountpoint), both in fstab by UUID with nofail.
 
+The promise (systemd-repart's and cloud-init's rule): hostctl only adds. It formats only
+- a disk proven blank (BlankProof: no MBR, no primary or backup GPT, no signature wipefs
+  finds, first and last MiB zero), with --yes or the identity typed;
+- a partition of its own that holds no data by construction: created by hostctl and marked
+  unfinished until its mkfs returned (hostctl.marks), an xfs whose mkfs never cleared its
+  in-progress flag, or one with no superblock magic at all;
+- anything else only with --erase naming that drive, and never a partition carrying
+  hostctl's marks under any drive name (a rename relabels; a filesystem change or a swap
+  resize is refused with the manual commands that would do it).
+
 Deciding is pure: (Config, HostFacts, SystemFiles, Options) -> StorageProvision. Nothing here
 touches the host; an Action's `run` does, when apply.py calls it. Every decision compares the
 desired state with the facts, so a host in any half-provisioned state gets only the actions it
-still needs, and a partition that carries hostctl's label and expected filesystem is never
-formatted again. Destructive actions also re-check the device just before they act
-(`_guard_blank`): facts can be stale, a filesystem must not be.
+still needs. Destructive actions also re-check the device just before they act (the guards,
+through the same probes as the facts): facts can be stale, a filesystem must not be.
 """
 
 from __future__ import annotations
@@ -25,10 +34,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from hostctl import paths, runner
+from hostctl import marks, paths, runner
 from hostctl.config import Config, Drive
 from hostctl.errors import FailedError, InputError, RefusedError
-from hostctl.facts.disks import parse_blkid_export, table_entries
+from hostctl.facts.disks import blank_proof, blkid_probe, table_entries
 from hostctl.facts.model import Disk, HostFacts, Partition
 from hostctl.plan.storage import plan_storage
 from hostctl.provision import files, fstab, sysctl
@@ -71,10 +80,11 @@ class PartSpec:
 def layout(drive: Drive) -> list[PartSpec]:
     specs = []
     if drive.swap > 0:
-        size = math.ceil(drive.swap / MIB) * MIB
-        specs.append(PartSpec(1, "swap", f"hostctl-swap-{drive.name}", *SWAP_TYPE, size, "swap", f"hcswap-{drive.name}"))
-    specs.append(PartSpec(len(specs) + 1, "data", f"hostctl-data-{drive.name}", *LINUX_TYPE, None, drive.filesystem,
-                          f"hcdata-{drive.name}"))
+        size = math.ceil(drive.swap / MIB) * MIB  # the profile only accepts whole MiB
+        specs.append(PartSpec(1, "swap", marks.part_name("swap", drive.name), *SWAP_TYPE, size, "swap",
+                              marks.fs_label("swap", drive.name)))
+    specs.append(PartSpec(len(specs) + 1, "data", marks.part_name("data", drive.name), *LINUX_TYPE, None,
+                          drive.filesystem, marks.fs_label("data", drive.name)))
     return specs
 
 
@@ -88,7 +98,9 @@ def partition_path(disk_path: str, number: int) -> str:
     return f"{disk_path}p{number}" if disk_path[-1].isdigit() else f"{disk_path}{number}"
 
 
-def identity_matches(drive: Drive, disk: Disk) -> bool:
+def identity_matches(drive: Drive, disk: Disk, aliases: dict[str, str | None] | None = None) -> bool:
+    """aliases: the facts' resolution of `path:` identities (a symlink such as /dev/disk/by-path/...
+    names the disk it leads to)."""
     ident = drive.identity
     if ident.kind == "serial":
         return disk.serial is not None and disk.serial == ident.value
@@ -96,7 +108,7 @@ def identity_matches(drive: Drive, disk: Disk) -> bool:
         return disk.wwn is not None and disk.wwn.lower() == ident.value.lower()
     if ident.kind == "by-id":
         return os.path.basename(ident.value) in disk.by_id
-    return disk.path == ident.value
+    return disk.path == ident.value or (aliases or {}).get(ident.value) == disk.name
 
 
 def names_drive(erase_arg: str, drive: Drive) -> bool:
@@ -133,7 +145,7 @@ class SystemFiles:
 class DriveVerdict:
     drive: Drive
     disk: Disk | None
-    status: Literal["ready", "converge", "create", "erase", "refused"]
+    status: Literal["ready", "converge", "create", "erase", "relabel", "refused"]
     found: str  # what is on the drive now, one line
     reasons: list[str] = field(default_factory=list)  # why it is refused
     fix: str | None = None
@@ -166,7 +178,9 @@ class StorageProvision:
 
     @property
     def actions(self) -> list[Action]:
-        return [a for d in self.drives for a in d.actions] + self.system
+        """Outermost mountpoint first (a drive inside another's mountpoint mounts after it)."""
+        ordered = sorted(self.drives, key=lambda d: _depth(d.drive.mount))
+        return [a for d in ordered for a in d.actions] + self.system
 
     @property
     def refused(self) -> list[DriveVerdict]:
@@ -197,30 +211,56 @@ def _cmd(step: str, argv: list[str], *, destructive: bool = False, timeout: floa
     return Action(step=step, describe=describe, run=_run, destructive=destructive)
 
 
-def _signatures(path: str) -> dict[str, str]:
-    res = runner.run(["blkid", "-p", "-o", "export", path], timeout=20)
-    if res.missing or res.timed_out:
-        raise FailedError(f"cannot check {path} before writing to it: {res.why()}")
-    return parse_blkid_export(res.stdout).get(path, {})
+def _signature(path: str) -> dict[str, str]:
+    tags, error = blkid_probe([path])
+    if error:
+        raise FailedError(f"cannot check {path} before writing to it: {error}")
+    return tags.get(path, {})
 
 
-def _guard_blank(path: str, drive: Drive, *, whole_disk: bool = False) -> Callable[[], None]:
-    """Just before a destructive write: the device must carry no filesystem (and a whole disk no
-    partition table with entries). Facts may be stale; this re-reads the device itself."""
+def _guard_disk_blank(disk: Disk, drive: Drive) -> Callable[[], None]:
+    """Just before a new table goes onto a disk that was planned as blank: prove it again."""
 
     def _check() -> None:
-        tags = _signatures(path)
-        found = None
-        if tags.get("TYPE"):
-            found = f"a {tags['TYPE']} signature" + (f" labelled {tags['LABEL']!r}" if tags.get("LABEL") else "")
-        elif whole_disk and tags.get("PTTYPE") and (tags["PTTYPE"] != "gpt" or table_entries(path)):
-            found = f"a {tags['PTTYPE']} partition table with entries"
-        if found:
+        proof = blank_proof(disk.path, disk.size_bytes)
+        if not proof.proven:
             raise RefusedError(
-                f"drive {drive.name} ({drive.identity}): {path} now carries {found}, which the plan did not see "
-                "(old data left at that place, or another program wrote it); nothing was written to it",
-                fix=f"look at it (`blkid -p {path}`); to erase it, re-run with --erase {drive.identity}",
-            )
+                f"drive {drive.name} ({drive.identity}): {disk.path} is no longer provably blank: it holds "
+                f"{proof.found()}, which the plan did not see; nothing was written to it",
+                fix=f"look at it (`wipefs --no-act {disk.path}`); if it may be destroyed, re-run with "
+                    f"--erase {drive.identity}")
+
+    return _check
+
+
+def _guard_wiped(path: str, drive: Drive) -> Callable[[], None]:
+    """After --erase wiped a disk, before the new table: no signature came back in between."""
+
+    def _check() -> None:
+        tags = _signature(path)
+        if tags.get("TYPE") or (tags.get("PTTYPE") and (tags["PTTYPE"] != "gpt" or table_entries(path))):
+            raise RefusedError(f"drive {drive.name} ({drive.identity}): {path} carries "
+                               f"{tags.get('TYPE') or tags.get('PTTYPE')} again after it was wiped; nothing more "
+                               "was written to it", fix=f"look at it (`blkid -p {path}`), then re-run")
+
+    return _check
+
+
+def _guard_partition(path: str, drive: Drive, expect: tuple[str | None, str | None]) -> Callable[[], None]:
+    """Just before a partition is wiped or formatted: it carries what the plan saw there, the
+    (filesystem type, UUID) `expect` (None, None: nothing). Facts can be stale."""
+
+    def _check() -> None:
+        tags = _signature(path)
+        now = (tags.get("TYPE"), tags.get("UUID"))
+        if now != expect:
+            found = f"a {now[0]} signature" + (f" labelled {tags['LABEL']!r}" if tags.get("LABEL") else "") \
+                if now[0] else "no signature"
+            saw = f"a {expect[0]} signature" if expect[0] else "no signature"
+            raise RefusedError(
+                f"drive {drive.name} ({drive.identity}): {path} now carries {found} where the plan saw {saw} "
+                "(another program wrote it, or the facts were stale); nothing was written to it",
+                fix=f"look at it (`blkid -p {path}`), then re-run `hostctl provision`")
 
     return _check
 
@@ -263,10 +303,6 @@ def _write(step: str, host_path: str, old: str | None, new: str) -> Action:
 # ---------------------------------------------------------------- one drive
 
 
-def _fs_ok(part: Partition, spec: PartSpec) -> bool:
-    return part.fs_type == spec.fs and part.fs_label == spec.label
-
-
 def _describe_part(p: Partition) -> str:
     what = p.fs_type or "no filesystem"
     if p.fs_label:
@@ -274,9 +310,31 @@ def _describe_part(p: Partition) -> str:
     return f"{p.path}" + (f" ({p.part_label!r})" if p.part_label else "") + f": {what}"
 
 
-def _usage_refusals(drive: Drive, disk: Disk, specs: list[PartSpec], facts: HostFacts) -> list[str]:
+def _role(p: Partition) -> marks.Role | None:
+    return marks.role_of(p.part_label, p.fs_label)
+
+
+def _content_is_ours(p: Partition, role: marks.Role) -> bool:
+    """The filesystem (or swap area) on one of hostctl's partitions is one hostctl made."""
+    if role == "swap":
+        return p.fs_type == "swap" and (p.fs_label or "").startswith(marks.FS_LABELS["swap"])
+    return p.fs_type in MIN_DATA and (p.fs_label or "").startswith(marks.FS_LABELS["data"])
+
+
+def _unfinished(p: Partition) -> str | None:
+    """Why this partition of hostctl's holds no data by construction, or None."""
+    if marks.unfinished(p.part_flags):
+        return f"hostctl created it and its {'mkswap' if _role(p) == 'swap' else 'mkfs'} never finished " \
+               f"(GPT attribute bit {marks.UNFINISHED_BIT} still set)"
+    if p.fs_check and p.fs_check.inprogress:
+        return "its xfs was never finished (mkfs.xfs left the superblock's in-progress flag set)"
+    if p.fs_type is None and not (p.fs_check and p.fs_check.backup_superblock):
+        return "it carries no superblock magic at all"
+    return None
+
+
+def _usage_refusals(drive: Drive, disk: Disk, facts: HostFacts) -> list[str]:
     reasons = []
-    by_name = {s.name: s for s in specs}
     if disk.is_root_disk:
         reasons.append("it carries the root or boot filesystem")
     if disk.holders:
@@ -285,22 +343,38 @@ def _usage_refusals(drive: Drive, disk: Disk, specs: list[PartSpec], facts: Host
         reasons.append(f"it is mounted at {', '.join(disk.mountpoints)}")
     if disk.swap_active:
         reasons.append("it is active swap")
-    ours_mounted_here = False
+    ours_mounted_here = None
     for p in disk.partitions:
-        spec = by_name.get(p.part_label or "")
+        role = _role(p)
         if p.holders:
             reasons.append(f"partition {p.path} is in use by {', '.join(p.holders)} (LVM, md or dm)")
-        if p.swap_active and not (spec and spec.role == "swap" and _fs_ok(p, spec)):
-            reasons.append(f"partition {p.path} is active swap that hostctl did not create "
-                           f"(label {p.fs_label!r}, expected {specs[0].label!r} on {specs[0].name!r})")
+        if p.swap_active and not (role == "swap" and _content_is_ours(p, "swap")):
+            reasons.append(f"partition {p.path} is active swap that hostctl did not create (label {p.fs_label!r})")
         if p.mountpoints:
-            if spec and spec.role == "data" and _fs_ok(p, spec) and drive.mount in p.mountpoints:
-                ours_mounted_here = True  # hostctl's own data mount, as it should be (extra binds are fine)
+            if role == "data" and _content_is_ours(p, "data") and drive.mount in p.mountpoints:
+                ours_mounted_here = p  # hostctl's own data mount, as it should be (extra binds are fine)
             else:
                 reasons.append(f"partition {p.path} is mounted at {', '.join(p.mountpoints)}")
+        if (p.mountpoints or p.swap_active) and marks.unfinished(p.part_flags):
+            reasons.append(f"partition {p.path} is marked unfinished by hostctl yet in use: it was mounted or "
+                           "swapped on by hand")
+    mp = facts.path(drive.mount)
+    if mp is not None and mp.symlink:
+        reasons.append(f"its mountpoint {drive.mount} goes through a symlink ({mp.symlink}): fstab and the mount "
+                       "table would name different directories; write the directory it leads to as `mountpoint`")
     taken = [m for m in facts.mounts if m.target == drive.mount]
-    if taken and not ours_mounted_here:
+    if taken and ours_mounted_here is None:
         reasons.append(f"its mount point {drive.mount} is taken by {', '.join(m.source for m in taken)}")
+    elif ours_mounted_here is not None and mp is not None and mp.mount_source not in (None, ours_mounted_here.path):
+        reasons.append(f"{ours_mounted_here.path} is mounted at {drive.mount} but hidden by {mp.mount_source} "
+                       f"mounted over {mp.mount_target} after it; unmount both (`umount {mp.mount_target}`, then "
+                       f"`umount {drive.mount}`) and re-run: hostctl mounts the outer directory first")
+    elif not taken and mp is not None and mp.exists and mp.entries:
+        # Mounting over files hides them: to the user they would look lost. Refused, not warned:
+        # a warning scrolls by, and the files are the user's.
+        reasons.append(f"its mount point {drive.mount} is a directory that already holds files "
+                       f"({', '.join(mp.entries[:5])}{', ...' if len(mp.entries) >= 5 else ''}): mounting over them "
+                       "would hide them; move them away or choose an empty mountpoint")
     if disk.size_bytes < required_bytes(drive):
         reasons.append(f"it is smaller than the layout: {fmt_bytes(disk.size_bytes)}, the profile's layout needs "
                        f"{fmt_bytes(required_bytes(drive))} (swap {fmt_bytes(drive.swap)} + at least "
@@ -308,147 +382,248 @@ def _usage_refusals(drive: Drive, disk: Disk, specs: list[PartSpec], facts: Host
     return reasons
 
 
-def plan_drive(drive: Drive, facts: HostFacts, dirs: list[tuple[str, str]], opts: Options) -> DriveVerdict:
-    """dirs: (role, directory) the roles need on this drive's data filesystem."""
-    matches = [d for d in facts.disks.devices if identity_matches(drive, d)]
-    if not matches:
-        known = "; ".join(f"{d.path} serial {d.serial or '?'}" for d in facts.disks.devices) or "none"
-        return DriveVerdict(drive, None, "refused", "not found",
-                            [f"no disk on this host has identity {drive.identity} (disks: {known})"],
-                            fix="check the identity against `hostctl facts` (serial, wwn, by-id)")
-    if len(matches) > 1:
-        return DriveVerdict(drive, None, "refused", "ambiguous",
-                            [f"identity {drive.identity} matches {len(matches)} disks "
-                             f"({', '.join(d.path for d in matches)})"],
-                            fix="name the drive by a unique identity (wwn: or by-id:)")
-    disk = matches[0]
+def _refuse(v: DriveVerdict, found: str, reasons: list[str], fix: str | None) -> DriveVerdict:
+    v.status, v.found, v.reasons, v.fix, v.actions, v.replan = "refused", found, reasons, fix, [], False
+    return v
+
+
+def plan_drive(drive: Drive, disk: Disk, facts: HostFacts, dirs: list[tuple[str, str]], opts: Options, *,
+               defer_mount: bool = False, unmount_first: tuple[str, ...] = ()) -> DriveVerdict:
+    """dirs: (role, directory) the roles need on this drive's data filesystem. defer_mount: the
+    mountpoint lies inside another drive's filesystem that is not mounted yet. unmount_first:
+    mounts of other drives inside this one's mountpoint that mounting it would hide."""
     specs = layout(drive)
     v = DriveVerdict(drive, disk, "converge", "")
-    refusals = _usage_refusals(drive, disk, specs, facts)
+    refusals = _usage_refusals(drive, disk, facts)
     if refusals:
-        v.status, v.reasons, v.found = "refused", refusals, "in use"
-        v.fix = "choose another drive, or stop what uses this one (unmount, swapoff, remove it from LVM/md)"
-        return v
-
+        return _refuse(v, "in use", refusals,
+                       "choose another drive, or stop what uses this one (unmount, swapoff, remove it from LVM/md)")
     step = f"storage/{drive.name}"
-    by_name = {p.part_label: p for p in disk.partitions if p.part_label}
-    foreign: list[str] = []  # contents that only --erase may destroy
-    mismatch: list[str] = []  # hostctl's partitions, but not the profile's layout
+    if disk.table_type == "gpt" and disk.table_entries and disk.table_entries != len(disk.partitions):
+        # The table on the drive is not what the kernel shows (a run stopped right after writing
+        # it): load it, then look again at what the partitions hold. Reading is never destructive.
+        v.found = f"GPT with {disk.table_entries} entries, {len(disk.partitions)} loaded by the kernel"
+        v.actions = [_cmd(f"{step}/rescan", ["partx", "-u", disk.path], note="load the on-disk table; then re-plan")]
+        v.replan = True
+        return _read_only_check(v)
+
+    ours = [p for p in disk.partitions if _role(p)]
+    foreign = []  # contents only --erase may destroy
     if disk.fs_type:
         foreign.append(f"a {disk.fs_type} filesystem on the whole disk")
     if disk.table_type and disk.table_type != "gpt":
         foreign.append(f"a {disk.table_type} partition table")
-    spec_names = {s.name for s in specs}
-    for p in disk.partitions:
-        if (p.part_label or "") not in spec_names:
-            foreign.append(f"partition {_describe_part(p)}")
-    for s in specs:
-        p = by_name.get(s.name)
-        if p is None:
-            continue
-        if p.number != s.number:
-            mismatch.append(f"{s.name} is partition {p.number}, the layout puts it at {s.number}")
-        if s.size is not None and abs(p.size_bytes - s.size) > SIZE_TOLERANCE:
-            mismatch.append(f"{s.name} is {fmt_bytes(p.size_bytes)}, the profile asks for {fmt_bytes(s.size)}")
-    present = [s for s in specs if s.name in by_name]
-    if present and present != specs[: len(present)] and not mismatch:
-        mismatch.append(f"{specs[0].name} is missing before {present[0].name}")
-
-    if (disk.table_type == "gpt" and not foreign and disk.table_entries is not None
-            and disk.table_entries != len(disk.partitions)):
-        # The table on the drive is not what the kernel shows (a run stopped right after writing
-        # it): load it, then look again at what the partitions hold.
-        v.found = f"GPT with {disk.table_entries} entries, {len(disk.partitions)} loaded by the kernel"
-        v.actions = [_cmd(f"{step}/rescan", ["partx", "-u", disk.path], note="load the on-disk table; then re-plan")]
-        v.replan = True
-        return v
-
-    data_spec = specs[-1]
-    data_part = by_name.get(data_spec.name)
-    protected = data_part is not None and _fs_ok(data_part, data_spec)
+    foreign += [f"partition {_describe_part(p)}" for p in disk.partitions if not _role(p)]
+    if disk.table_type == "gpt" and not disk.partitions:
+        foreign.append("an empty GPT partition table (hostctl never writes one; what its partitions held may "
+                       "still be on the disk)" if disk.table_entries == 0 else
+                       "a GPT whose entries could not be read (`partx --show` failed)")
+    if not (disk.table_type or disk.fs_type or disk.partitions):
+        proof = disk.blank
+        if proof is None:
+            foreign.append("contents that were not read (the facts hold no blank proof for this disk)")
+        elif not proof.proven:
+            foreign.append(proof.found())
     erase_named = any(names_drive(a, drive) for a in opts.erase)
-    wrong_fs = {s.name: by_name[s.name] for s in specs
-                if s.name in by_name and by_name[s.name].fs_type and not _fs_ok(by_name[s.name], s)}
 
-    if foreign or mismatch:
-        what = "; ".join(foreign + mismatch)
-        if protected:
-            v.status, v.found = "refused", "hostctl's data filesystem and more"
-            v.reasons = [f"it holds hostctl's data filesystem ({data_spec.label} on {data_part.path}) and also {what}; "
-                         "hostctl never erases its own data filesystem, with or without --erase"]
-            v.fix = ("keep the layout by changing the profile to match it, or move the data away and wipe the drive "
-                     f"yourself (`wipefs --all` its partitions, then `sgdisk --zap-all {disk.path}`)")
-            return v
+    if ours:
+        return _plan_own(v, specs, ours, foreign, opts, dirs, facts, erase_named, defer_mount, unmount_first)
+    if foreign:
+        what = "; ".join(foreign)
         if not erase_named:
-            v.status, v.found = "refused", "foreign contents"
-            v.reasons = [f"it holds {what}"]
-            v.fix = f"if that may be destroyed, re-run with --erase {drive.identity}"
-            return v
+            return _refuse(v, "data hostctl does not recognise", [f"it holds {what}"],
+                           f"if that may be destroyed, re-run with --erase {drive.identity}")
         v.status, v.found = "erase", f"erase: {what}"
         for p in disk.partitions:
             if p.fs_type:
                 v.actions.append(_cmd(f"{step}/wipe", ["wipefs", "--all", p.path], destructive=True))
         v.actions.append(_cmd(f"{step}/wipe", ["sgdisk", "--zap-all", disk.path], destructive=True))
         v.actions.append(_cmd(f"{step}/wipe", ["wipefs", "--all", disk.path], destructive=True))
-        return _lay_out(v, specs, [], opts, dirs, facts, fresh=True, wipe_new=True)
+        return _lay_out(v, specs, [], opts, dirs, facts, new_table=_guard_wiped(disk.path, drive), wipe_new=True,
+                        defer_mount=defer_mount, unmount_first=unmount_first)
+    v.status, v.found = "create", "blank (proven: first and last MiB zero, no table, no signature)"
+    return _lay_out(v, specs, [], opts, dirs, facts, new_table=_guard_disk_blank(disk, drive), wipe_new=False,
+                    defer_mount=defer_mount, unmount_first=unmount_first)
 
-    if wrong_fs and not erase_named:
-        v.status, v.found = "refused", "foreign filesystem"
-        v.reasons = [f"partition {_describe_part(p)} is not the {s.fs} filesystem labelled {s.label!r} the layout "
-                     "expects" for s in specs if (p := wrong_fs.get(s.name)) is not None]
-        v.fix = f"if that may be destroyed, re-run with --erase {drive.identity}"
-        return v
 
-    blank = not disk.table_type and not disk.partitions
-    empty_gpt = disk.table_type == "gpt" and not disk.partitions and not disk.table_entries
-    if blank or empty_gpt:
-        v.status, v.found = "create", "blank" if blank else "an empty GPT"
-        return _lay_out(v, specs, [], opts, dirs, facts, fresh=True, wipe_new=False)
-    v.found = "hostctl layout"
-    for name, p in wrong_fs.items():
-        v.status = "erase"
-        v.actions.append(_cmd(f"{step}/wipe", ["wipefs", "--all", p.path], destructive=True,
-                              note=f"--erase: {_describe_part(p)}"))
-    return _lay_out(v, specs, [by_name.get(s.name) for s in specs], opts, dirs, facts, fresh=False,
-                    wipe_new=False, reformat=set(wrong_fs))
+def _manual_reformat(p: Partition, spec: PartSpec, mount: str) -> str:
+    mkfs = f"mkfs.xfs -L {spec.label} {p.path}" if spec.fs == "xfs" else f"mkfs.ext4 -L {spec.label} {p.path}"
+    return (f"to keep the data, set filesystem = \"{p.fs_type}\" for this drive; to reformat it as {spec.fs} "
+            f"(DESTROYS every file on {p.path}), back them up, then run `umount {mount}; wipefs --all {p.path}; "
+            f"{mkfs}` yourself and re-run")
+
+
+def _plan_own(v: DriveVerdict, specs: list[PartSpec], ours: list[Partition], foreign: list[str], opts: Options,
+              dirs: list[tuple[str, str]], facts: HostFacts, erase_named: bool, defer_mount: bool,
+              unmount_first: tuple[str, ...]) -> DriveVerdict:
+    """The drive holds partitions with hostctl's marks: converge them, relabel them, remake those
+    that hold no data by construction, or refuse. Never format one that may hold data."""
+    drive, disk = v.drive, v.disk
+    assert disk is not None
+    step = f"storage/{drive.name}"
+    listing = ", ".join(_describe_part(p) for p in ours)
+    never = "hostctl never formats its own partitions again, with or without --erase"
+    if foreign:
+        return _refuse(v, "hostctl's partitions and more", [
+            f"it holds hostctl's partitions ({listing}) and also {'; '.join(foreign)}; {never}"],
+            "keep the layout by changing the profile to match it, or move the data away and wipe the drive "
+            f"yourself (`wipefs --all` each partition, then `sgdisk --zap-all {disk.path}`), then re-run")
+    names = sorted({marks.drive_of(p.part_label, p.fs_label) or "" for p in ours})
+    by_role: dict[str, Partition] = {}
+    problems: list[str] = []
+    for p in ours:
+        role = _role(p)
+        assert role is not None
+        if role in by_role:
+            problems.append(f"two of hostctl's {role} partitions: {by_role[role].path} and {p.path}")
+        by_role[role] = p
+    if len(names) > 1:
+        problems.append(f"its partitions carry the marks of several drives ({', '.join(names)})")
+    spec_roles = {s.role: s for s in specs}
+    for role, p in by_role.items():
+        s = spec_roles.get(role)
+        if s is None:
+            problems.append(f"{p.path} is hostctl's swap partition ({fmt_bytes(p.size_bytes)}), and the profile now "
+                            "asks for no swap on this drive: removing it would move the data partition")
+        elif p.number != s.number:
+            problems.append(f"{p.path} is hostctl's {role} partition at number {p.number}; the layout puts it at "
+                            f"{s.number}")
+        elif s.size is not None and abs(p.size_bytes - s.size) > SIZE_TOLERANCE:
+            problems.append(f"{p.path} is hostctl's swap partition of {fmt_bytes(p.size_bytes)} and the profile asks "
+                            f"for {fmt_bytes(s.size)}: resizing it moves the start of the data partition, which "
+                            "destroys everything on it. Keep swap = "
+                            f"\"{p.size_bytes // MIB}MiB\" in the profile, or back the data up, wipe the drive "
+                            f"yourself (`swapoff {p.path}; umount {drive.mount}; sgdisk --zap-all {disk.path}`) and "
+                            "re-run")
+    present = [s for s in specs if s.role in by_role]
+    if present and present != specs[: len(present)] and not problems:
+        problems.append(f"{specs[0].name} is missing before {present[0].name}: adding it would need the space the "
+                        "data partition holds")
+    data = by_role.get("data")
+    fix = None
+    if data is not None and _content_is_ours(data, "data") and data.fs_type != drive.filesystem \
+            and not _unfinished(data):
+        problems.append(f"{data.path} holds hostctl's {data.fs_type} data filesystem and the profile asks for "
+                        f"{drive.filesystem}; {never}")
+        fix = _manual_reformat(data, specs[-1], drive.mount)
+    for p in ours:
+        check = p.fs_check
+        if check and check.backup_superblock:
+            problems.append(f"{p.path} has lost its primary superblock but an ext4 backup superblock remains at "
+                            f"{check.backup_superblock}: a damaged filesystem that may hold data, not an unfinished one")
+            fix = f"repair it with `e2fsck -b <backup block> {p.path}` (see `mke2fs -n` for the locations), then re-run"
+        elif check and check.fsck == "damaged":
+            problems.append(f"{p.path} ({p.fs_type} {p.fs_label!r}) fails its read-only check: {check.detail}; it is "
+                            "damaged, not unfinished, and may hold data")
+            fix = (f"repair it with `{'xfs_repair' if p.fs_type == 'xfs' else 'e2fsck -f'} {p.path}` (it is not "
+                   "mounted), then re-run")
+        elif check and check.fsck == "unknown":
+            problems.append(f"{p.path} could not be checked before mounting: {check.detail}")
+    if problems:
+        return _refuse(v, "hostctl's partitions, not the profile's layout", problems + [never],
+                       fix or "change the profile to match the drive (its layout is shown above), or move the data "
+                       "away and wipe the drive yourself, then re-run")
+
+    old = names[0]
+    if old != drive.name:
+        # A rename in the profile: the marks follow it, nothing is formatted. Labels change here,
+        # the rest of the plan is made on the next round with the new names.
+        v.status, v.found = "relabel", f"hostctl's layout of drive {old!r}"
+        for role, p in by_role.items():
+            s = spec_roles[role]
+            if p.part_label != s.name:
+                v.actions.append(_cmd(f"{step}/relabel", ["sgdisk", f"--change-name={p.number}:{s.name}", disk.path],
+                                      note=f"was {p.part_label!r}"))
+            if _content_is_ours(p, role) and p.fs_label != s.label:
+                if role == "swap":
+                    argv = ["swaplabel", "--label", s.label, p.path]
+                elif p.fs_type == "xfs":
+                    if p.mountpoints:
+                        v.actions.append(_cmd(f"{step}/relabel", ["umount", drive.mount], note="xfs_admin needs it unmounted"))
+                    argv = ["xfs_admin", "-L", s.label, p.path]
+                else:
+                    argv = ["e2label", p.path, s.label]
+                v.actions.append(_cmd(f"{step}/relabel", argv, note=f"was {p.fs_label!r}"))
+        v.replan = True
+        return _read_only_check(v)
+
+    parts: list[Partition | None] = [by_role.get(s.role) for s in specs]
+    make: dict[str, tuple[str | None, str | None] | None] = {}  # spec name -> what to wipe first (None: nothing)
+    wiped_foreign = []
+    for s, p in zip(specs, parts):
+        if p is None:
+            continue
+        why = _unfinished(p)
+        if why:
+            make[s.name] = (p.fs_type, p.fs_uuid) if p.fs_type else None
+        elif not _content_is_ours(p, s.role):
+            # hostctl's partition, someone else's filesystem on it: that is the user's data
+            if not erase_named:
+                return _refuse(v, "a foreign filesystem on hostctl's partition", [
+                    f"partition {_describe_part(p)} is not the {s.fs} filesystem hostctl makes there "
+                    f"(labelled {marks.FS_LABELS[s.role]}…)"],
+                    f"if that may be destroyed, re-run with --erase {drive.identity}")
+            make[s.name] = (p.fs_type, p.fs_uuid)
+            wiped_foreign.append(_describe_part(p))
+    v.status = "erase" if wiped_foreign else "converge"
+    v.found = "hostctl layout" + (f"; erase: {', '.join(wiped_foreign)}" if wiped_foreign else "")
+    return _lay_out(v, specs, parts, opts, dirs, facts, new_table=None, wipe_new=False, make=make,
+                    defer_mount=defer_mount, unmount_first=unmount_first)
+
+
+def _read_only_check(v: DriveVerdict) -> DriveVerdict:
+    if v.disk is not None and v.disk.read_only and v.actions:
+        return _refuse(v, "read-only", [f"the device {v.disk.path} is read-only (/sys/block/{v.disk.name}/ro is 1): "
+                                        f"every write of the {len(v.actions)} planned action(s) would fail"],
+                       "make it writable (a write-protect switch, `blockdev --setrw`, or the loop device's -r), then re-run")
+    return v
 
 
 def _lay_out(v: DriveVerdict, specs: list[PartSpec], parts: list[Partition | None], opts: Options,
-             dirs: list[tuple[str, str]], facts: HostFacts, *, fresh: bool, wipe_new: bool,
-             reformat: set[str] = frozenset()) -> DriveVerdict:
+             dirs: list[tuple[str, str]], facts: HostFacts, *, new_table: Callable[[], None] | None, wipe_new: bool,
+             make: dict[str, tuple[str | None, str | None] | None] | None = None, defer_mount: bool = False,
+             unmount_first: tuple[str, ...] = ()) -> DriveVerdict:
     """Actions from the current partitions (None: missing) to the layout, in order: table, nodes,
-    filesystems, swap on, mount, directories. `fresh`: write a new table over a blank disk."""
+    filesystems, the unfinished marks cleared, swap on, mount, directories. `new_table`: the
+    guard before a new table goes onto the disk (None: keep the table, add what is missing).
+    `make`: partitions to (re)make, with the signature to wipe first."""
     drive, disk = v.drive, v.disk
     assert disk is not None
+    make = make or {}
     step = f"storage/{drive.name}"
     parts = parts or [None] * len(specs)
     missing = [s for s, p in zip(specs, parts) if p is None]
     nodes = [partition_path(disk.path, s.number) for s in specs]
 
     if missing:
-        argv = ["sgdisk"] + (["--clear"] if fresh else [])
+        argv = ["sgdisk"] + (["--clear"] if new_table else [])
         for s in missing:
             end = f"+{s.size // MIB}M" if s.size is not None else "0"
             argv += [f"--new={s.number}:0:{end}", f"--typecode={s.number}:{s.type_code}",
-                     f"--change-name={s.number}:{s.name}"]
+                     f"--change-name={s.number}:{s.name}", f"--attributes={s.number}:set:{marks.UNFINISHED_BIT}"]
         argv.append(disk.path)
-        guard = _guard_blank(disk.path, drive, whole_disk=True) if fresh else None
-        v.actions.append(_cmd(f"{step}/partition", argv, destructive=True, before=guard))
+        v.actions.append(_cmd(f"{step}/partition", argv, destructive=True, before=new_table,
+                              note=f"bit {marks.UNFINISHED_BIT}: unfinished until its filesystem is made"))
         v.actions.append(_cmd(f"{step}/rescan", ["partx", "-u", disk.path], after=_wait_for(nodes, disk.path),
                               note="load the new table; wait for the partition nodes"))
 
+    finish: list[int] = []  # partitions whose unfinished mark is cleared once their filesystems are made
     for s, p, node in zip(specs, parts, nodes):
         path = p.path if p is not None else node
-        if p is not None and _fs_ok(p, s) and s.name not in reformat:
+        if p is not None and s.name not in make:
             v.fs_facts[s.role] = (path, p.fs_uuid or "")
             continue
-        if wipe_new and p is None:
+        wipe = make.get(s.name)
+        if wipe is not None:
+            v.actions.append(_cmd(f"{step}/wipe", ["wipefs", "--all", path], destructive=True,
+                                  before=_guard_partition(path, drive, wipe), note=f"the {wipe[0]} signature found there"))
+        elif wipe_new and p is None:
             # a new partition may start where an old filesystem did; --erase covers wiping it
             v.actions.append(_cmd(f"{step}/wipe", ["wipefs", "--all", node], destructive=True,
                                   note="old signatures inside the new partition"))
         fs_uuid = opts.new_uuid()
         v.fs_facts[s.role] = (path, fs_uuid)
-        guard = _guard_blank(path, drive)
+        guard = _guard_partition(path, drive, (None, None))  # nothing there, or nothing left after the wipe
         if s.role == "swap":
             argv = ["mkswap", "--label", s.label, "--uuid", fs_uuid, path]
         elif s.fs == "ext4":
@@ -458,11 +633,22 @@ def _lay_out(v: DriveVerdict, specs: list[PartSpec], parts: list[Partition | Non
         else:
             argv = ["mkfs.xfs", "-q", "-K", "-L", s.label, "-m", f"uuid={fs_uuid}", path]
         v.actions.append(_cmd(f"{step}/format-{s.role}", argv, destructive=True, before=guard, timeout=MKFS_TIMEOUT_S))
+        if p is None or marks.unfinished(p.part_flags):
+            finish.append(s.number)
+    if finish:
+        # One table write after every mkfs: sgdisk makes the kernel re-read the table, and the
+        # partition nodes vanish for a moment when nothing holds them.
+        v.actions.append(_cmd(f"{step}/finish", ["sgdisk", *(f"--attributes={n}:clear:{marks.UNFINISHED_BIT}"
+                                                             for n in finish), disk.path],
+                              note="filesystems made: they may hold data now"))
+        v.actions.append(_cmd(f"{step}/rescan", ["partx", "-u", disk.path], after=_wait_for(nodes, disk.path),
+                              note="the kernel may have dropped the partitions on the table write; wait for them"))
 
     for s, p in zip(specs, parts):
         path, fs_uuid = v.fs_facts[s.role]
+        remade = s.name in make
         if s.role == "swap":
-            active = p is not None and p.swap_active and s.name not in reformat
+            active = p is not None and p.swap_active and not remade
             if active and p.swap_priority != drive.swap_priority:
                 v.actions.append(_cmd(f"{step}/swap", ["swapoff", path], timeout=600,
                                       note=f"priority {p.swap_priority}, the profile says {drive.swap_priority}"))
@@ -470,26 +656,33 @@ def _lay_out(v: DriveVerdict, specs: list[PartSpec], parts: list[Partition | Non
             if not active:
                 v.actions.append(_cmd(f"{step}/swap", ["swapon", "--priority", str(drive.swap_priority), path]))
             v.entries.append(fstab.Entry(f"UUID={fs_uuid}", "none", "swap", f"pri={drive.swap_priority},nofail"))
-        else:
-            mounted = p is not None and drive.mount in p.mountpoints and s.name not in reformat
-            options = ["noatime", *drive.mount_options]
-            if not mounted:
-                mp = facts.path(drive.mount)
-                if mp is None or not mp.exists:
-                    v.actions.append(_mkdir(f"{step}/mountpoint", drive.mount, None, create=True))
-                v.actions.append(_cmd(f"{step}/mount", ["mount", "-t", s.fs, "-o", ",".join(options), path, drive.mount]))
-            v.entries.append(fstab.Entry(f"UUID={fs_uuid}", drive.mount, s.fs,
-                                         ",".join(["defaults", "noatime", "nofail", *drive.mount_options]),
-                                         passno=2 if s.fs == "ext4" else 0))
-            for role, directory in dirs:
-                pf = facts.path(directory)
-                here = mounted and pf is not None and pf.exists and pf.mount_target == drive.mount
-                owner_ok = opts.owner is None or (here and (pf.owner_uid, pf.owner_gid) == opts.owner)
-                if not here or not owner_ok:
-                    v.actions.append(_mkdir(f"{step}/dir", directory, opts.owner, create=not here))
-    if not v.actions:
+            continue
+        mounted = p is not None and drive.mount in p.mountpoints and not remade
+        options = ["noatime", *drive.mount_options]
+        v.entries.append(fstab.Entry(f"UUID={fs_uuid}", drive.mount, s.fs,
+                                     ",".join(["defaults", "noatime", "nofail", *drive.mount_options]),
+                                     passno=2 if s.fs == "ext4" else 0))
+        if defer_mount and not mounted:
+            v.replan = True  # its mountpoint is inside a filesystem that is mounted first
+            continue
+        if not mounted:
+            for inner in unmount_first:
+                v.actions.append(_cmd(f"{step}/mount", ["umount", inner],
+                                      note=f"mounted inside {drive.mount}, which would hide it; mounted again after"))
+                v.replan = True  # the inner drive is mounted again on the next round
+            mp = facts.path(drive.mount)
+            if mp is None or not mp.exists:
+                v.actions.append(_mkdir(f"{step}/mountpoint", drive.mount, None, create=True))
+            v.actions.append(_cmd(f"{step}/mount", ["mount", "-t", s.fs, "-o", ",".join(options), path, drive.mount]))
+        for role, directory in dirs:
+            pf = facts.path(directory)
+            here = mounted and pf is not None and pf.exists and pf.mount_target == drive.mount
+            owner_ok = opts.owner is None or (here and (pf.owner_uid, pf.owner_gid) == opts.owner)
+            if not here or not owner_ok:
+                v.actions.append(_mkdir(f"{step}/dir", directory, opts.owner, create=not here))
+    if not v.actions and not v.replan:
         v.status = "ready"
-    return v
+    return _read_only_check(v)
 
 
 # ---------------------------------------------------------------- the whole profile
@@ -528,6 +721,56 @@ def dir_requests(config: Config) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+def _below(inner: str, outer: str) -> bool:
+    return inner.startswith(outer.rstrip("/") + "/")
+
+
+def _depth(path: str) -> int:
+    return path.rstrip("/").count("/")
+
+
+def resolve_drives(config: Config, facts: HostFacts) -> tuple[dict[str, Disk], list[DriveVerdict]]:
+    """Each drive's identity resolved to one disk before anything is decided, and the drives that
+    resolve to none (or to several). Two drives on one disk are bad input: one run would lay the
+    disk out for the first and then refuse (or, with --erase, wipe) it for the second."""
+    found: dict[str, Disk] = {}
+    refused: list[DriveVerdict] = []
+    disk_names = {d.name for d in facts.disks.devices}
+    for drive in config.profile.drives:
+        matches = [d for d in facts.disks.devices if identity_matches(drive, d, facts.disks.aliases)]
+        alias = facts.disks.aliases.get(drive.identity.value) if drive.identity.kind == "path" else None
+        if not matches and alias is not None and alias not in disk_names:
+            refused.append(DriveVerdict(drive, None, "refused", "not a whole disk", [
+                f"{drive.identity} leads to {alias}, which is a partition or another kind of block device, not a "
+                "whole disk: hostctl lays out whole disks"], fix="name the disk that holds it"))
+        elif not matches:
+            known = "; ".join(f"{d.path} serial {d.serial or '?'}" for d in facts.disks.devices) or "none"
+            refused.append(DriveVerdict(drive, None, "refused", "not found",
+                                        [f"no disk on this host has identity {drive.identity} (disks: {known})"],
+                                        fix="check the identity against `hostctl facts` (serial, wwn, by-id)"))
+        elif len(matches) > 1:
+            refused.append(DriveVerdict(drive, None, "refused", "ambiguous",
+                                        [f"identity {drive.identity} matches {len(matches)} disks "
+                                         f"({', '.join(d.path for d in matches)})"],
+                                        fix="name the drive by a unique identity (wwn: or by-id:)"))
+        else:
+            found[drive.name] = matches[0]
+    owners: dict[str, str] = {}
+    for name, disk in found.items():
+        key = disk.dev or disk.name
+        if key in owners:
+            first = config.profile.drive(owners[key])
+            second = config.profile.drive(name)
+            assert first is not None and second is not None
+            raise InputError(
+                f"drives {first.name} ({first.identity}) and {second.name} ({second.identity}) are the same disk, "
+                f"{disk.path} ({disk.dev or disk.name}): each drive of the profile needs a disk of its own",
+                fix=f"remove one of the two [[drives]] entries (or correct its identity); `hostctl facts` lists the "
+                    "disks with their identities")
+        owners[key] = name
+    return found, refused
+
+
 def plan_storage_provision(config: Config, facts: HostFacts, system: SystemFiles, opts: Options) -> StorageProvision:
     profile = config.profile
     sp = StorageProvision(profile=profile.name, phase=profile.phase, drives=[])
@@ -537,8 +780,21 @@ def plan_storage_provision(config: Config, facts: HostFacts, system: SystemFiles
         raise InputError(f"--erase {unknown[0]}: names no drive in profile {profile.name} "
                          f"(its drives: {', '.join(str(d.identity) for d in profile.drives) or 'none'})",
                          fix="pass the identity exactly as the profile writes it, e.g. serial:XYZ")
-    for drive in profile.drives:
-        sp.drives.append(plan_drive(drive, facts, on_drive.get(drive.name, []), opts))
+    disks, unresolved = resolve_drives(config, facts)
+    verdicts: dict[str, DriveVerdict] = {v.drive.name: v for v in unresolved}
+    # Outermost mountpoints first: a drive mounted inside another one's mountpoint is planned
+    # (and mounted) only once the outer filesystem is there, or the outer mount would hide it.
+    for drive in sorted(profile.drives, key=lambda d: _depth(d.mount)):
+        if drive.name in verdicts:
+            continue
+        outers = [o for o in profile.drives if _below(drive.mount, o.mount)]
+        defer = any(not _mounted_and_settled(verdicts.get(o.name), o) for o in outers)
+        inners = [i.mount for i in profile.drives if _below(i.mount, drive.mount)
+                  and any(m.target == i.mount for m in facts.mounts)]
+        v = plan_drive(drive, disks[drive.name], facts, on_drive.get(drive.name, []), opts, defer_mount=defer,
+                       unmount_first=tuple(sorted(inners, key=_depth, reverse=True)))
+        verdicts[drive.name] = v
+    sp.drives = [verdicts[d.name] for d in profile.drives]
     if not facts.disks.available:
         sp.notes.append(f"disk facts unavailable: {facts.disks.reason}")
 
@@ -552,7 +808,8 @@ def plan_storage_provision(config: Config, facts: HostFacts, system: SystemFiles
     if sp.refused or sp.replan:
         return sp  # fstab and sysctls follow the drives: decided once every drive is known
 
-    entries = [e for d in sp.drives for e in d.entries]
+    # outermost first, so a boot without systemd's ordering (`mount -a`) mounts them in order too
+    entries = [e for d in sorted(sp.drives, key=lambda d: _depth(d.drive.mount)) for e in d.entries]
     if entries or fstab.current_block(system.fstab):
         new = fstab.with_block(system.fstab, entries)
         if new != (system.fstab or ""):
@@ -571,3 +828,12 @@ def plan_storage_provision(config: Config, facts: HostFacts, system: SystemFiles
             sp.system.append(_cmd("storage/sysctl", sysctl.apply_argv(values),
                                    note="now: " + ", ".join(f"{k}={v}" for k, v in current.items())))
     return sp
+
+
+def _mounted_and_settled(v: DriveVerdict | None, drive: Drive) -> bool:
+    """The drive's data filesystem is mounted at its mountpoint now and this round changes nothing
+    about that: what is planned inside the mountpoint lands on it."""
+    if v is None or v.refused or v.replan or v.disk is None:
+        return False
+    mounted = any(drive.mount in p.mountpoints and _role(p) == "data" for p in v.disk.partitions)
+    return mounted and not any(a.step.endswith(("/mount", "/format-data", "/relabel")) for a in v.actions)

@@ -382,7 +382,8 @@ def test_hostctl_data_is_never_erased_even_with_erase(provisioned, tmp_path, cap
                         storage=ONE_DRIVE_ROLES)
     before = host_state([drive], sysroot)
     text = _refused(cfg, capsys, tmp_path, "--erase", f"path:{drive.dev}")
-    assert "hostctl never erases its own data filesystem" in text and "the profile asks for 24 MiB" in text
+    assert "hostctl never formats its own partitions again, with or without --erase" in text
+    assert "the profile asks for 24 MiB" in text
     assert host_state([drive], sysroot) == before and sha256(data) == digest
 
 
@@ -582,7 +583,9 @@ def test_an_interrupted_run_converges_after_every_action(host, tmp_path, sysroot
         assert len(plan.actions) == total
         run_actions(plan.actions[:k], io.StringIO())
         outcome, out, err = provision(cfg)
-        assert outcome.changed == total - k or (k == 1 and "re-planned" in out), (k, out)
+        # what the first k actions left is taken as it is: at most the whole plan again (a
+        # partition whose filesystem was made but whose unfinished mark was not cleared is remade)
+        assert 0 < outcome.changed <= total or (k == total and outcome.changed == 0), (k, out)
         assert_provisioned(cfg, [drive], sysroot)
         assert provision(cfg)[0].changed == 0, k
         host.release(drive)

@@ -13,7 +13,7 @@ from hostctl import paths
 from hostctl.config import Drive, load_config
 from hostctl.errors import FailedError, InputError, RefusedError
 from hostctl.facts import load_snapshot
-from hostctl.facts.model import Disk, MountEntry, Partition
+from hostctl.facts.model import BlankProof, Disk, MountEntry, Partition
 from hostctl.provision import consent, fstab, sysctl
 from hostctl.provision.apply import plan_text, sudo_owner
 from hostctl.provision.storage import (
@@ -74,6 +74,7 @@ def blank(facts, serial: str) -> None:
     d = disk(facts, serial)
     names = {p.path for p in d.partitions}
     d.partitions, d.table_type, d.table_entries = [], None, None
+    d.blank = BlankProof(first_mib_zero=True, last_mib_zero=True)
     facts.mounts = [m for m in facts.mounts if m.source not in names]
     facts.memory.swaps = [s for s in facts.memory.swaps if s.path not in names]
     mount = "/mnt/hostctl/ssd1" if serial == SERIAL1 else "/mnt/hostctl/ssd2"
@@ -133,13 +134,17 @@ def test_blank_drives_get_the_whole_layout(cfg, facts):
     sp = plan(cfg, facts, files)
     assert [d.status for d in sp.drives] == ["create", "create"]
     a = argvs(sp)
-    assert a[:10] == [
-        "sgdisk --clear --new=1:0:+132096M --typecode=1:8200 --change-name=1:hostctl-swap-ssd1 --new=2:0:0 "
-        "--typecode=2:8300 --change-name=2:hostctl-data-ssd1 /dev/nvme1n1",
+    assert a[:12] == [
+        "sgdisk --clear --new=1:0:+132096M --typecode=1:8200 --change-name=1:hostctl-swap-ssd1 --attributes=1:set:48 "
+        "--new=2:0:0 --typecode=2:8300 --change-name=2:hostctl-data-ssd1 --attributes=2:set:48 /dev/nvme1n1    "
+        "# bit 48: unfinished until its filesystem is made",
         "partx -u /dev/nvme1n1    # load the new table; wait for the partition nodes",
         "mkswap --label hcswap-ssd1 --uuid 00000000-0000-4000-8000-000000000001 /dev/nvme1n1p1",
         "mkfs.ext4 -q -m 0 -L hcdata-ssd1 -U 00000000-0000-4000-8000-000000000002 "
         "-E lazy_itable_init=1,lazy_journal_init=1,nodiscard /dev/nvme1n1p2",
+        "sgdisk --attributes=1:clear:48 --attributes=2:clear:48 /dev/nvme1n1    # filesystems made: they may hold "
+        "data now",
+        "partx -u /dev/nvme1n1    # the kernel may have dropped the partitions on the table write; wait for them",
         "swapon --priority 100 /dev/nvme1n1p1",
         "mkdir -p /mnt/hostctl/ssd1",
         "mount -t ext4 -o noatime /dev/nvme1n1p2 /mnt/hostctl/ssd1",
@@ -147,7 +152,7 @@ def test_blank_drives_get_the_whole_layout(cfg, facts):
         "mkdir -p /mnt/hostctl/ssd1/compile-cache && chown 1000:1000 /mnt/hostctl/ssd1/compile-cache",
         "mkdir -p /mnt/hostctl/ssd1/moet-store-rank0 && chown 1000:1000 /mnt/hostctl/ssd1/moet-store-rank0",
     ]
-    assert [x.destructive for x in sp.actions[:5]] == [True, False, True, True, False]
+    assert [x.destructive for x in sp.actions[:7]] == [True, False, True, True, False, False, False]
     fstab_edit = next(x for x in sp.actions if x.step == "storage/fstab").describe
     assert "+UUID=00000000-0000-4000-8000-000000000001 none swap pri=100,nofail 0 0" in fstab_edit
     assert "-UUID=9d3e0f11" in fstab_edit  # the old filesystems' lines go
@@ -169,7 +174,8 @@ def test_no_swap_partition_when_swap_is_zero(cfg, facts):
     cfg = with_drive(cfg, 0, swap=0)
     assert [s.name for s in layout(cfg.profile.drives[0])] == ["hostctl-data-ssd1"]
     assert argvs(plan(cfg, facts))[0] == ("sgdisk --clear --new=1:0:0 --typecode=1:8300 --change-name=1:hostctl-data-ssd1 "
-                                         "/dev/nvme1n1")
+                                         "--attributes=1:set:48 /dev/nvme1n1    # bit 48: unfinished until its "
+                                         "filesystem is made")
 
 
 # ---------------------------------------------------------------- half-provisioned
@@ -232,7 +238,8 @@ def test_missing_data_partition_is_added_without_clearing_the_table(cfg, facts):
     facts.mounts = [m for m in facts.mounts if m.target != "/mnt/hostctl/ssd1"]
     facts.paths = [p for p in facts.paths if not p.path.startswith("/mnt/hostctl/ssd1")]
     a = argvs(plan(cfg, facts, files))
-    assert a[0] == "sgdisk --new=2:0:0 --typecode=2:8300 --change-name=2:hostctl-data-ssd1 /dev/nvme1n1"
+    assert a[0] == ("sgdisk --new=2:0:0 --typecode=2:8300 --change-name=2:hostctl-data-ssd1 --attributes=2:set:48 "
+                    "/dev/nvme1n1    # bit 48: unfinished until its filesystem is made")
     assert not any("mkswap" in x for x in a)
 
 
@@ -320,8 +327,9 @@ def test_whole_disk_filesystem_is_foreign(cfg, facts):
 
 def test_hostctl_data_is_never_erased_to_change_the_layout(cfg, facts):
     sp = plan(with_drive(cfg, 0, swap="64GiB"), facts, erase=(SERIAL1,))
-    assert "hostctl never erases its own data filesystem" in _reasons(sp)
-    assert "hostctl-swap-ssd1 is 129 GiB, the profile asks for 64 GiB" in _reasons(sp)
+    assert "hostctl never formats its own partitions again, with or without --erase" in _reasons(sp)
+    assert "/dev/nvme1n1p1 is hostctl's swap partition of 129 GiB and the profile asks for 64 GiB" in _reasons(sp)
+    assert 'Keep swap = "132096MiB"' in _reasons(sp)
 
 
 def test_a_refusal_stops_fstab_and_sysctl_decisions(cfg, facts):
