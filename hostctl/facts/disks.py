@@ -216,10 +216,13 @@ def fs_check(path: str, fs_type: str | None) -> FsCheck:
         res = runner.run(["e2fsck", "-n", "-f", path], timeout=FSCK_TIMEOUT_S)
     else:
         return check
+    # e2fsck's exit is a bit mask: 4 = errors left uncorrected (with -n, all of them), 8 = an
+    # operational error; a badly damaged filesystem gives 12 ("aborted"), which is still damage
+    damaged = res.returncode & 4 if fs_type == "ext4" else res.returncode != 0
     if res.ok:
         check.fsck = "clean"
-    elif res.missing or res.timed_out or (fs_type == "ext4" and res.returncode >= 8):
-        check.fsck, check.detail = "unknown", res.why()  # e2fsck 8: an operational error, not a verdict
+    elif res.missing or res.timed_out or not damaged:
+        check.fsck, check.detail = "unknown", res.why()
     else:
         check.fsck = "damaged"
         lines = [ln.strip() for ln in (res.stdout + "\n" + res.stderr).splitlines() if ln.strip()]

@@ -118,7 +118,7 @@ class BlankProof(Part):
                                                                        " (the primary was erased; the table is recoverable)"))
         if self.mbr_signature:
             what.append("an MBR boot signature")
-        what += [f"a {s} signature" for s in self.signatures]
+        what += [f"a signature wipefs finds ({s})" for s in self.signatures]
         if not what:
             where = [w for w, zero in (("first", self.first_mib_zero), ("last", self.last_mib_zero)) if not zero]
             if where:

@@ -333,7 +333,9 @@ def _unfinished(p: Partition) -> str | None:
     return None
 
 
-def _usage_refusals(drive: Drive, disk: Disk, facts: HostFacts) -> list[str]:
+def _usage_refusals(drive: Drive, disk: Disk, facts: HostFacts, inner_mounts: tuple[str, ...] = ()) -> list[str]:
+    """inner_mounts: other drives' mounts inside this drive's mountpoint (taken down before it is
+    mounted): the directories leading to them are not the user's files."""
     reasons = []
     if disk.is_root_disk:
         reasons.append("it carries the root or boot filesystem")
@@ -369,11 +371,13 @@ def _usage_refusals(drive: Drive, disk: Disk, facts: HostFacts) -> list[str]:
         reasons.append(f"{ours_mounted_here.path} is mounted at {drive.mount} but hidden by {mp.mount_source} "
                        f"mounted over {mp.mount_target} after it; unmount both (`umount {mp.mount_target}`, then "
                        f"`umount {drive.mount}`) and re-run: hostctl mounts the outer directory first")
-    elif not taken and mp is not None and mp.exists and mp.entries:
+    elif not taken and mp is not None and mp.exists and (files := [
+            e for e in mp.entries or [] if not any(i.startswith(f"{drive.mount}/{e}/") or i == f"{drive.mount}/{e}"
+                                                   for i in inner_mounts)]):
         # Mounting over files hides them: to the user they would look lost. Refused, not warned:
         # a warning scrolls by, and the files are the user's.
         reasons.append(f"its mount point {drive.mount} is a directory that already holds files "
-                       f"({', '.join(mp.entries[:5])}{', ...' if len(mp.entries) >= 5 else ''}): mounting over them "
+                       f"({', '.join(files[:5])}{', ...' if len(files) >= 5 else ''}): mounting over them "
                        "would hide them; move them away or choose an empty mountpoint")
     if disk.size_bytes < required_bytes(drive):
         reasons.append(f"it is smaller than the layout: {fmt_bytes(disk.size_bytes)}, the profile's layout needs "
@@ -394,7 +398,7 @@ def plan_drive(drive: Drive, disk: Disk, facts: HostFacts, dirs: list[tuple[str,
     mounts of other drives inside this one's mountpoint that mounting it would hide."""
     specs = layout(drive)
     v = DriveVerdict(drive, disk, "converge", "")
-    refusals = _usage_refusals(drive, disk, facts)
+    refusals = _usage_refusals(drive, disk, facts, unmount_first)
     if refusals:
         return _refuse(v, "in use", refusals,
                        "choose another drive, or stop what uses this one (unmount, swapoff, remove it from LVM/md)")
@@ -437,8 +441,10 @@ def plan_drive(drive: Drive, disk: Disk, facts: HostFacts, dirs: list[tuple[str,
         for p in disk.partitions:
             if p.fs_type:
                 v.actions.append(_cmd(f"{step}/wipe", ["wipefs", "--all", p.path], destructive=True))
-        v.actions.append(_cmd(f"{step}/wipe", ["sgdisk", "--zap-all", disk.path], destructive=True))
+        # wipefs first: sgdisk --zap-all refuses a disk whose primary GPT is gone ("Invalid partition
+        # data!") and wipefs erases the backup header too; zap-all then clears the rest of both tables
         v.actions.append(_cmd(f"{step}/wipe", ["wipefs", "--all", disk.path], destructive=True))
+        v.actions.append(_cmd(f"{step}/wipe", ["sgdisk", "--zap-all", disk.path], destructive=True))
         return _lay_out(v, specs, [], opts, dirs, facts, new_table=_guard_wiped(disk.path, drive), wipe_new=True,
                         defer_mount=defer_mount, unmount_first=unmount_first)
     v.status, v.found = "create", "blank (proven: first and last MiB zero, no table, no signature)"
@@ -529,33 +535,46 @@ def _plan_own(v: DriveVerdict, specs: list[PartSpec], ours: list[Partition], for
         # A rename in the profile: the marks follow it, nothing is formatted. Labels change here,
         # the rest of the plan is made on the next round with the new names.
         v.status, v.found = "relabel", f"hostctl's layout of drive {old!r}"
+        renames = []
         for role, p in by_role.items():
             s = spec_roles[role]
             if p.part_label != s.name:
-                v.actions.append(_cmd(f"{step}/relabel", ["sgdisk", f"--change-name={p.number}:{s.name}", disk.path],
-                                      note=f"was {p.part_label!r}"))
-            if _content_is_ours(p, role) and p.fs_label != s.label:
-                if role == "swap":
-                    argv = ["swaplabel", "--label", s.label, p.path]
-                elif p.fs_type == "xfs":
-                    if p.mountpoints:
-                        v.actions.append(_cmd(f"{step}/relabel", ["umount", drive.mount], note="xfs_admin needs it unmounted"))
-                    argv = ["xfs_admin", "-L", s.label, p.path]
-                else:
-                    argv = ["e2label", p.path, s.label]
-                v.actions.append(_cmd(f"{step}/relabel", argv, note=f"was {p.fs_label!r}"))
+                renames.append(f"--change-name={p.number}:{s.name}")
+            if not _content_is_ours(p, role) or p.fs_label == s.label:
+                continue
+            # swaplabel and xfs_admin refuse a swap area or filesystem in use (ETXTBSY, EBUSY);
+            # swapon and mount follow on the next round, as for any drive
+            if role == "swap":
+                if p.swap_active:
+                    v.actions.append(_cmd(f"{step}/relabel", ["swapoff", p.path], timeout=600,
+                                          note="swaplabel needs it off"))
+                argv = ["swaplabel", "--label", s.label, p.path]
+            elif p.fs_type == "xfs":
+                if p.mountpoints:
+                    v.actions.append(_cmd(f"{step}/relabel", ["umount", drive.mount], note="xfs_admin needs it unmounted"))
+                argv = ["xfs_admin", "-L", s.label, p.path]
+            else:
+                argv = ["e2label", p.path, s.label]
+            v.actions.append(_cmd(f"{step}/relabel", [*argv], note=f"was {p.fs_label!r}"))
+        if renames:
+            nodes = [p.path for p in ours]
+            v.actions.append(_cmd(f"{step}/relabel", ["sgdisk", *renames, disk.path],
+                                  note=f"GPT names were {', '.join(repr(p.part_label) for p in ours)}"))
+            v.actions.append(_cmd(f"{step}/rescan", ["partx", "-u", disk.path], after=_wait_for(nodes, disk.path),
+                                  note="the kernel may have dropped the partitions on the table write; wait for them"))
         v.replan = True
         return _read_only_check(v)
 
     parts: list[Partition | None] = [by_role.get(s.role) for s in specs]
-    make: dict[str, tuple[str | None, str | None] | None] = {}  # spec name -> what to wipe first (None: nothing)
+    # spec name -> (the signature to wipe first, or None; why it is made again)
+    make: dict[str, tuple[tuple[str | None, str | None] | None, str]] = {}
     wiped_foreign = []
     for s, p in zip(specs, parts):
         if p is None:
             continue
         why = _unfinished(p)
         if why:
-            make[s.name] = (p.fs_type, p.fs_uuid) if p.fs_type else None
+            make[s.name] = ((p.fs_type, p.fs_uuid) if p.fs_type else None, f"{p.path}: {why}")
         elif not _content_is_ours(p, s.role):
             # hostctl's partition, someone else's filesystem on it: that is the user's data
             if not erase_named:
@@ -563,7 +582,7 @@ def _plan_own(v: DriveVerdict, specs: list[PartSpec], ours: list[Partition], for
                     f"partition {_describe_part(p)} is not the {s.fs} filesystem hostctl makes there "
                     f"(labelled {marks.FS_LABELS[s.role]}…)"],
                     f"if that may be destroyed, re-run with --erase {drive.identity}")
-            make[s.name] = (p.fs_type, p.fs_uuid)
+            make[s.name] = ((p.fs_type, p.fs_uuid), f"--erase: {_describe_part(p)}")
             wiped_foreign.append(_describe_part(p))
     v.status = "erase" if wiped_foreign else "converge"
     v.found = "hostctl layout" + (f"; erase: {', '.join(wiped_foreign)}" if wiped_foreign else "")
@@ -581,7 +600,7 @@ def _read_only_check(v: DriveVerdict) -> DriveVerdict:
 
 def _lay_out(v: DriveVerdict, specs: list[PartSpec], parts: list[Partition | None], opts: Options,
              dirs: list[tuple[str, str]], facts: HostFacts, *, new_table: Callable[[], None] | None, wipe_new: bool,
-             make: dict[str, tuple[str | None, str | None] | None] | None = None, defer_mount: bool = False,
+             make: dict[str, tuple[tuple[str | None, str | None] | None, str]] | None = None, defer_mount: bool = False,
              unmount_first: tuple[str, ...] = ()) -> DriveVerdict:
     """Actions from the current partitions (None: missing) to the layout, in order: table, nodes,
     filesystems, the unfinished marks cleared, swap on, mount, directories. `new_table`: the
@@ -613,10 +632,10 @@ def _lay_out(v: DriveVerdict, specs: list[PartSpec], parts: list[Partition | Non
         if p is not None and s.name not in make:
             v.fs_facts[s.role] = (path, p.fs_uuid or "")
             continue
-        wipe = make.get(s.name)
+        wipe, why = make.get(s.name, (None, ""))
         if wipe is not None:
             v.actions.append(_cmd(f"{step}/wipe", ["wipefs", "--all", path], destructive=True,
-                                  before=_guard_partition(path, drive, wipe), note=f"the {wipe[0]} signature found there"))
+                                  before=_guard_partition(path, drive, wipe), note=why))
         elif wipe_new and p is None:
             # a new partition may start where an old filesystem did; --erase covers wiping it
             v.actions.append(_cmd(f"{step}/wipe", ["wipefs", "--all", node], destructive=True,
@@ -632,7 +651,8 @@ def _lay_out(v: DriveVerdict, specs: list[PartSpec], parts: list[Partition | Non
                     "-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard", path]
         else:
             argv = ["mkfs.xfs", "-q", "-K", "-L", s.label, "-m", f"uuid={fs_uuid}", path]
-        v.actions.append(_cmd(f"{step}/format-{s.role}", argv, destructive=True, before=guard, timeout=MKFS_TIMEOUT_S))
+        v.actions.append(_cmd(f"{step}/format-{s.role}", argv, destructive=True, before=guard, timeout=MKFS_TIMEOUT_S,
+                              note=why if wipe is None and why else None))
         if p is None or marks.unfinished(p.part_flags):
             finish.append(s.number)
     if finish:

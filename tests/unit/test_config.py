@@ -21,6 +21,10 @@ def profile_data():
     return tomllib.loads((paths.hosts_dir() / "pro6000x2-desktop.toml").read_text())
 
 
+def full(err: InputError) -> str:
+    return "\n".join([str(err), *err.details])
+
+
 def error_of(fn, *args) -> InputError:
     with pytest.raises(InputError) as info:
         fn(*args)
@@ -166,3 +170,42 @@ def test_missing_profile_and_bad_toml(tmp_path: Path, monkeypatch):
     bad = tmp_path / "bad.toml"
     bad.write_text("name = \n")
     assert "not valid TOML" in error_of(load_config, bad).message
+
+
+@pytest.mark.parametrize("spelling, normal", [("/mnt/x/", "/mnt/x"), ("/mnt/./x", "/mnt/x"), ("/mnt//x/.", "/mnt/x")])
+def test_mountpoints_are_normalised_when_the_profile_loads(spelling, normal):
+    data = profile_data()
+    data["drives"][0]["mountpoint"] = spelling
+    assert parse_profile(data).drives[0].mount == normal
+
+
+@pytest.mark.parametrize("bad, why", [("/mnt/../etc", "contains '..'"), ("mnt/x", "expected an absolute path"),
+                                      ("/./", "other than /")])
+def test_bad_mountpoints_name_the_field(bad, why):
+    data = profile_data()
+    data["drives"][0]["mountpoint"] = bad
+    err = error_of(parse_profile, data)
+    assert "drives[0].mountpoint" in full(err) and why in full(err)
+
+
+def test_two_spellings_of_one_mountpoint_are_a_duplicate():
+    data = profile_data()
+    data["drives"][0]["mountpoint"] = "/srv/cache/"
+    data["drives"][1]["mountpoint"] = "/srv/./cache"
+    assert "drives[1].mountpoint: '/srv/cache' is already used by drives[0]" in full(error_of(parse_profile, data))
+
+
+@pytest.mark.parametrize("bad", [-1, -5, 32768, True])
+def test_swap_priority_outside_what_converges_is_refused(bad):
+    data = profile_data()
+    data["drives"][0]["swap_priority"] = bad
+    assert "drives[0].swap_priority" in full(error_of(parse_profile, data))
+
+
+def test_swap_size_must_be_whole_mib():
+    data = profile_data()
+    data["drives"][0]["swap"] = "16.5MiB"
+    err = full(error_of(parse_profile, data))
+    assert "drives[0].swap" in err and "whole number of MiB" in err
+    data["drives"][0]["swap"] = "16MiB"
+    assert parse_profile(data).drives[0].swap == 16 << 20

@@ -313,7 +313,7 @@ def test_foreign_table_needs_erase_naming_that_drive(cfg, facts, erase_arg):
     assert plan(cfg, facts, erase=(f"serial:{SERIAL2}",)).refused  # the other drive's identity is not enough
     sp = plan(cfg, facts, erase=(erase_arg,))
     assert not sp.refused and sp.drives[0].status == "erase"
-    assert argvs(sp)[:4] == ["wipefs --all /dev/nvme1n1p1", "sgdisk --zap-all /dev/nvme1n1", "wipefs --all /dev/nvme1n1",
+    assert argvs(sp)[:4] == ["wipefs --all /dev/nvme1n1p1", "wipefs --all /dev/nvme1n1", "sgdisk --zap-all /dev/nvme1n1",
                              argvs(sp)[3]]
     assert argvs(sp)[3].startswith("sgdisk --clear")
     assert "ERASE and lay out" in plan_text(sp)
