@@ -8,9 +8,11 @@ import tempfile
 from pathlib import Path
 
 
-def write_atomic(target: Path, data: str | bytes, *, mode: int | None = None) -> Path:
+def write_atomic(target: Path, data: str | bytes, *, mode: int | None = None, exclusive: bool = False) -> Path:
     """Replace `target` with `data`. A file being replaced keeps its mode and owner unless `mode`
-    is given; a new one gets `mode` or 0644. The data and the rename are fsynced."""
+    is given; a new one gets `mode` or 0644. The data and the rename are fsynced. `exclusive`: never
+    replace; FileExistsError when `target` exists, even if it appeared a moment ago (a hard link,
+    unlike a rename, does not overwrite)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     try:
         st = target.stat()
@@ -26,7 +28,17 @@ def write_atomic(target: Path, data: str | bytes, *, mode: int | None = None) ->
         os.chmod(tmp, mode if mode is not None else (kept_mode if kept_mode is not None else 0o644))
         if owner is not None:
             os.chown(tmp, *owner)
-        os.replace(tmp, target)
+        if exclusive:
+            try:
+                os.link(tmp, target)
+                os.unlink(tmp)
+            except FileExistsError:
+                raise
+            except OSError:  # a filesystem without hard links: claim the name first, then fill it
+                os.close(os.open(target, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+                os.replace(tmp, target)
+        else:
+            os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
