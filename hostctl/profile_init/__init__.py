@@ -122,7 +122,8 @@ def init_profile(*, facts_path: Path | None, options: InitOptions, recipe_ref: s
             proposal = propose(facts, recipes, options)
     if proposal.recipe is None:
         return InitResult(proposal, source, None, out, False)
-    text = render_profile(proposal, facts_source=source)
+    config_arg = "" if out is None or out == Path("hostctl.toml") else f" --config {out}"
+    text = render_profile(proposal, facts_source=source, config_arg=config_arg)
     check_loads(text, (out or Path("hostctl.toml")).resolve().parent, proposal)
     if out is None:
         return InitResult(proposal, source, text, None, False)
@@ -130,6 +131,9 @@ def init_profile(*, facts_path: Path | None, options: InitOptions, recipe_ref: s
         write_atomic(out, text, exclusive=not force)
     except FileExistsError:
         _refuse_existing(out)  # it appeared while init was deciding
+    except OSError as exc:
+        raise FailedError(f"cannot write {out}: {exc.strerror or exc}; nothing was written",
+                          fix="choose a writable place with --out, or print it with --out -") from None
     return InitResult(proposal, source, text, out, True)
 
 
@@ -140,9 +144,16 @@ def summary_text(r: InitResult) -> str:
     if r.written:
         lines.append(f"wrote {r.out}: profile {p.profile.get('name')!r}, recipe {p.recipe} (facts of {r.facts_source})")
     for c in p.choices:
-        shown = "none (each GPU's default)" if c.key == "gpu.power_limit_w" and c.value is None else c.value
-        shown = shown if not isinstance(c.value, (list, dict)) else (", ".join(map(str, c.value)) if isinstance(
-            c.value, list) else ", ".join(f"{k} {fmt_bytes(v)}" for k, v in c.value.items())) or "none"
+        if c.key == "gpu.power_limit_w" and c.value is None:
+            shown = "none (each GPU's default)"
+        elif isinstance(c.value, list):
+            shown = ", ".join(map(str, c.value)) or "none"
+        elif isinstance(c.value, dict):
+            shown = ", ".join(f"{k} {fmt_bytes(v)}" for k, v in c.value.items()) or "none"
+        elif c.key == "cache space":
+            shown = fmt_bytes(c.value) if c.value is not None else "on the root filesystem"
+        else:
+            shown = c.value
         lines.append(f"  {c.key}: {shown}")
         lines.append(f"      because {c.reason}")
     for d in p.drives:

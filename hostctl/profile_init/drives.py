@@ -74,7 +74,6 @@ class Existing:
     swap_priority: int
     filesystem: str
     mountpoint: str | None
-    data: Partition | None
 
 
 def hostctl_layout(disk: Disk) -> Existing | None:
@@ -97,7 +96,6 @@ def hostctl_layout(disk: Disk) -> Existing | None:
         swap_priority=priority,
         filesystem=data.fs_type if data is not None and data.fs_type in ("ext4", "xfs") else "ext4",
         mountpoint=data.mountpoints[0] if data is not None and data.mountpoints else None,
-        data=data,
     )
 
 

@@ -45,8 +45,9 @@ from hostctl.units import GIB, MIB, fmt_bytes, fmt_gib
 
 API_HOST = "127.0.0.1"
 API_PORT = 8000
-# Physical RAM kept outside the container: an eighth of MemTotal, within these bounds. The field
-# report's desktop (45 GiB, with a GUI) kept 11 GiB; a headless server needs less than a desktop.
+# Physical RAM kept outside the container: an eighth of MemTotal, within these bounds. The bundled
+# desktop (runtime/hosts/pro6000x2-desktop.toml: 45 GiB, with a GUI) keeps 11 GiB; a headless
+# server needs less than a desktop.
 RESERVE_SHARE = 1 / 8
 RESERVE_MIN, RESERVE_MAX = 4 * GIB, 16 * GIB
 PLAIN_ROOT = "/var/lib/hostctl"  # role directories when there is no data drive (beside the compile cache)
@@ -118,8 +119,8 @@ def host_reserve(facts: HostFacts) -> tuple[int, str]:
     reserve = min(max(share, RESERVE_MIN), RESERVE_MAX)
     why = (f"1/8 of MemTotal {fmt_gib(ram)}, rounded up to whole GiB, kept within {fmt_gib(RESERVE_MIN)}-"
            f"{fmt_gib(RESERVE_MAX)}: physical RAM outside the container for the kernel, drivers and page cache, "
-           "so a runaway load is killed in its cgroup first; raise it on a desktop with a GUI (the field report's "
-           "45 GiB desktop kept 11 GiB)")
+           "so a runaway load is killed in its cgroup first; raise it on a desktop with a GUI (the bundled "
+           "pro6000x2-desktop profile keeps 11 GiB of 45 GiB)")
     room = (ram // GIB) * GIB - MIN_CONTAINER_RAM
     if reserve > room:
         reserve = max(room, GIB)
@@ -246,7 +247,7 @@ def _drive_choice(c: drv.Candidate, facts: HostFacts) -> DriveChoice:
                        notes=notes)
 
 
-def _swap_text(s: dict, chosen: list[drv.Candidate]) -> list[str]:
+def _swap_text(s: dict) -> list[str]:
     need, mem, kept, missing = s["need_bytes"], s["mem_total_bytes"], s["kept_bytes"], s["missing_bytes"]
     if not need:
         return ["the recipe declares no first-conversion need (conversion.host_ram_swap_gib): no swap partition"]
@@ -262,8 +263,8 @@ def _swap_text(s: dict, chosen: list[drv.Candidate]) -> list[str]:
                      f"MiB each, rounded up to whole MiB: {per // MIB} MiB ({fmt_bytes(per)}) per drive, all at "
                      f"priority {drv.DEFAULT_PRIORITY} so the kernel stripes over them")
     if s["other_swap_bytes"]:
-        lines.append(f"the host's other swap ({fmt_gib(s['other_swap_bytes'])}) is not counted: the need is met "
-                     "without it")
+        lines.append(f"the host's other swap ({fmt_bytes(s['other_swap_bytes'])}, not on these drives) is not counted"
+                     + ("" if s["shortfall_bytes"] else ": the need is met without it"))
     if s["shortfall_bytes"]:
         lines.append(f"SHORT by {fmt_gib(s['shortfall_bytes'])}: "
                      + ("no data drive to put swap on" if not s["new_drives"] else "the drives cannot hold it all")
@@ -338,7 +339,7 @@ class _Draft:
         on_drives = {p.path for c in chosen for p in c.disk.partitions}
         other = sum(s.size_bytes for s in facts.memory.swaps if s.path not in on_drives)
         swap = drv.share_swap(chosen, need, facts.memory.mem_total_bytes, other)
-        self.swap = SwapArithmetic(**swap, text=_swap_text(swap, chosen))
+        self.swap = SwapArithmetic(**swap, text=_swap_text(swap))
         if self.swap.shortfall_bytes:
             self.warnings.append(self.swap.text[-1])
         self.drives = [_drive_choice(c, facts) for c in chosen]
@@ -360,6 +361,9 @@ class _Draft:
             "loopback only: nothing outside this machine reaches the API; exposing it needs api_host and "
             "api_key_env (the profile refuses an exposed address without a key)")))
         self.model_dir = None
+        if recipe.model.startswith("/") and options.model_dir:
+            self.warnings.append(f"--model-dir ignored: recipe {recipe.id} names its model by a path inside the "
+                                 f"image ({recipe.model})")
         if not recipe.model.startswith("/"):
             self.model_dir = options.model_dir or posixpath.join(MODELS_ROOT, posixpath.basename(recipe.model.rstrip("/")))
             runtime["model_dir"] = self.model_dir
@@ -440,9 +444,9 @@ class _Draft:
         profile = self.profile if phase is None else self.profile.model_copy(update={"phase": phase})
         return Config(profile=profile, recipe=self.source.recipe, source="hostctl init")
 
-    def plan_errors(self, facts: HostFacts, phase: str | None = None) -> list[str]:
+    def plan_errors(self, facts: HostFacts, phase: str | None = None, *, fixes: bool = False) -> list[str]:
         plan = build_plan(self.config(phase), facts)
-        return [f"[{p.area}] {p.message}" for p in plan.errors]
+        return [f"[{p.area}] {p.message}" + (f" (fix: {p.fix})" if fixes and p.fix else "") for p in plan.errors]
 
 
 # ---------------------------------------------------------------- the whole proposal
@@ -481,7 +485,10 @@ def propose(facts: HostFacts, recipes: list[RecipeSource], options: InitOptions 
 
     draft: _Draft | None = None
     if options.recipe is not None:
-        source = next(s for s in recipes if s.ref == options.recipe)
+        source = next((s for s in recipes if s.ref == options.recipe), None)
+        if source is None:
+            raise InputError(f"--recipe {options.recipe}: not among the recipes given "
+                             f"({', '.join(s.ref for s in recipes)})")
         option = next(o for o in options_list if o.ref == source.ref)
         draft = _Draft(source, facts, options, chosen, reserved)
         reason = "named with --recipe" + ("; its requires fit: " + option.reason if option.fits
@@ -543,7 +550,7 @@ def propose(facts: HostFacts, recipes: list[RecipeSource], options: InitOptions 
         host=facts.hostname, facts_collected_at=facts.collected_at, recipe=draft.source.ref, recipe_reason=reason,
         recipes=options_list, profile=draft.data, choices=choices, drives=draft.drives, skipped_disks=skipped,
         swap=draft.swap, gpus=gpus, gpus_reason=None if gpus else facts.gpus.reason,
-        plan_errors=draft.plan_errors(facts), warnings=draft.warnings,
+        plan_errors=draft.plan_errors(facts, fixes=True), warnings=draft.warnings,
     )
 
 

@@ -74,8 +74,9 @@ def _drive(out: list[str], p: Proposal, d: DriveChoice, entry: dict[str, Any]) -
         out.append(f"{key} = {value(v)}")
 
 
-def render_profile(p: Proposal, *, facts_source: str) -> str:
-    """The profile text. `facts_source`: "this host" or the snapshot it was made from."""
+def render_profile(p: Proposal, *, facts_source: str, config_arg: str = "") -> str:
+    """The profile text. `facts_source`: "this host" or the snapshot it was made from; `config_arg`:
+    what the next commands need to find this file (" --config PATH"; empty for ./hostctl.toml)."""
     if p.recipe is None:
         raise ValueError("no recipe was chosen: there is no profile to write")
     data = p.profile
@@ -84,8 +85,8 @@ def render_profile(p: Proposal, *, facts_source: str) -> str:
                    f"facts of {facts_source} collected at {p.facts_collected_at}. Every value says why it was "
                    "chosen; " + ("check the drives marked CONFIRM, then " if any(not d.named for d in p.drives)
                                  else "check them, then ") + "run, in order:")
-    out += ["#   hostctl plan", "#   sudo hostctl provision --dry-run", "#   sudo hostctl provision",
-            "#   hostctl up", ""]
+    out += [f"#   hostctl plan{config_arg}", f"#   sudo hostctl provision --dry-run{config_arg}",
+            f"#   sudo hostctl provision{config_arg}", f"#   hostctl up{config_arg}", ""]
     for key in ("name", "description"):
         if key in data:
             out += _reason(p, key)
