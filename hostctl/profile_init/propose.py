@@ -21,7 +21,6 @@ import re
 from typing import Any
 
 from hostctl.config import Config, HostProfile, Recipe, parse_profile
-from hostctl.doctor.checks.gpu import VRAM_SLACK
 from hostctl.errors import InputError
 from hostctl.facts.model import HostFacts
 from hostctl.plan import build_plan
@@ -29,6 +28,7 @@ from hostctl.plan.memory import MIN_CONTAINER_RAM
 from hostctl.plan.power import TOLERANCE_W
 from hostctl.plan.storage import DEFAULT_COMPILE_CACHE, ROLE_DIRS
 from hostctl.profile_init import drives as drv
+from hostctl.profile_init.recipes import rank, recipe_fit
 from hostctl.profile_init.model import (
     Choice,
     DriveChoice,
@@ -52,48 +52,6 @@ RESERVE_SHARE = 1 / 8
 RESERVE_MIN, RESERVE_MAX = 4 * GIB, 16 * GIB
 PLAIN_ROOT = "/var/lib/hostctl"  # role directories when there is no data drive (beside the compile cache)
 MODELS_ROOT = "/srv/models"
-HOST_RAM_SLACK = 0.93  # "GB" in recipes is the vendor's decimal figure; MemTotal sits a few percent below (plan/memory.py)
-
-
-# ---------------------------------------------------------------- recipe fit
-
-
-def recipe_fit(recipe: Recipe, facts: HostFacts) -> tuple[bool, str]:
-    """Whether the recipe's `requires` fit this host, and why, in the plan's own terms: the first
-    N GPUs by index (what the plan serves on), VRAM and host RAM with the same slack as the plan and
-    doctor allow for vendor GB."""
-    req = recipe.requires
-    have: list[str] = []
-    if req.gpus:
-        if not facts.gpus.available:
-            return False, f"needs {req.gpus} GPU(s); none can be read here ({facts.gpus.reason})"
-        gpus = sorted(facts.gpus.devices, key=lambda g: g.index)
-        if len(gpus) < req.gpus:
-            return False, f"needs {req.gpus} GPUs; this host has {len(gpus)}"
-        serving = gpus[: req.gpus]
-        if req.vram_gb:
-            small = [g for g in serving if g.memory_total_bytes < req.vram_gb * 1e9 * VRAM_SLACK]
-            if small:
-                g = small[0]
-                return False, (f"needs {req.vram_gb:g} GB of VRAM on each of {req.gpus} GPU(s); GPU {g.index} "
-                               f"({g.name}) has {fmt_gib(g.memory_total_bytes)}")
-        vram = f" with >= {req.vram_gb:g} GB each" if req.vram_gb else ""
-        have.append(f"{req.gpus} GPU(s){vram} (GPU {', '.join(str(g.index) for g in serving)}: "
-                    f"{', '.join(fmt_gib(g.memory_total_bytes) for g in serving)})")
-    else:
-        have.append("no GPU")
-    ram = facts.memory.mem_total_bytes
-    if req.host_ram_gb:
-        if ram < req.host_ram_gb * 1e9 * HOST_RAM_SLACK:
-            return False, f"needs about {req.host_ram_gb:g} GB of host RAM; this host has {fmt_gib(ram)}"
-        have.append(f"about {req.host_ram_gb:g} GB of host RAM (MemTotal {fmt_gib(ram)})")
-    return True, "needs " + ", ".join(have)
-
-
-def _rank(recipe: Recipe) -> tuple:
-    """More of this host used ranks first: GPUs, then VRAM per GPU, then host RAM, then context."""
-    r = recipe.requires
-    return (-r.gpus, -(r.vram_gb or 0), -(r.host_ram_gb or 0), -recipe.context, recipe.id)
 
 
 # ---------------------------------------------------------------- small choices
@@ -477,7 +435,7 @@ def propose(facts: HostFacts, recipes: list[RecipeSource], options: InitOptions 
 
     options_list: list[RecipeOption] = []
     fitting: list[RecipeSource] = []
-    for source in sorted(recipes, key=lambda s: _rank(s.recipe)):
+    for source in sorted(recipes, key=lambda s: rank(s.recipe)):
         fits, why = recipe_fit(source.recipe, facts)
         options_list.append(RecipeOption(ref=source.ref, id=source.recipe.id, fits=fits, reason=why))
         if fits:
