@@ -155,7 +155,6 @@ def init(
     model_dir: Annotated[Optional[str], typer.Option("--model-dir", help="The checkpoint's directory on this host.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace the file at --out if it exists.")] = False,
     json_: JsonOpt = False,
-    config: ConfigOpt = None,
     facts: FactsOpt = None,
 ) -> None:
     """Write a commented host profile from this host's facts: recipe, drives, swap, storage roles,
@@ -166,7 +165,7 @@ def init(
     """
     from hostctl.profile_init import InitOptions, init_profile, parse_drives, summary_text
 
-    c = _ctx(ctx, config, facts)
+    c = _ctx(ctx, None, facts)
     if c.config_path is not None:
         raise InputError("--config names a profile to read; `hostctl init` writes one", fix="use --out PATH")
     if out_path == "-" and json_:

@@ -398,7 +398,8 @@ def test_cli_out_dash_prints_the_profile(capsys, tmp_path, monkeypatch):
 ])
 def test_cli_bad_input_exits_2_and_writes_nothing(argv, words, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    code, out, err = cli(["init"] + argv + DESKTOP_FACTS, capsys)
+    front = argv[:2] if argv[0] == "--config" else []  # --config is a global option: before the command
+    code, out, err = cli(front + ["init"] + argv[len(front):] + DESKTOP_FACTS, capsys)
     assert code == 2 and words in err, err
     assert list(tmp_path.iterdir()) == []
 
