@@ -9,11 +9,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 
-def write_atomic(target: Path, data: str | bytes, *, mode: int | None = None,
+def write_atomic(target: Path, data: str | bytes, *, mode: int | None = None, exclusive: bool = False,
                  before_replace: Callable[[], None] | None = None) -> Path:
     """Replace `target` with `data`. A file being replaced keeps its mode and owner unless `mode`
     is given; a new one gets `mode` or 0644. The data and the rename are fsynced. A temporary
-    file left by a writer that was killed (kill -9 cannot be cleaned up after) goes first."""
+    file left by a writer that was killed (kill -9 cannot be cleaned up after) goes first.
+    `exclusive`: never replace; FileExistsError when `target` exists, even if it appeared a moment
+    ago (a hard link, unlike a rename, does not overwrite)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     for stale in target.parent.glob(f".{target.name}.hostctl-*"):
         stale.unlink(missing_ok=True)
@@ -33,7 +35,17 @@ def write_atomic(target: Path, data: str | bytes, *, mode: int | None = None,
             os.chown(tmp, *owner)
         if before_replace is not None:
             before_replace()
-        os.replace(tmp, target)
+        if exclusive:
+            try:
+                os.link(tmp, target)
+                os.unlink(tmp)
+            except FileExistsError:
+                raise
+            except OSError:  # a filesystem without hard links: claim the name first, then fill it
+                os.close(os.open(target, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+                os.replace(tmp, target)
+        else:
+            os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

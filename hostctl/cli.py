@@ -141,6 +141,52 @@ def facts(ctx: typer.Context, json_: JsonOpt = False, config: ConfigOpt = None, 
 
 
 @app.command()
+def init(
+    ctx: typer.Context,
+    recipe: Annotated[Optional[str], typer.Option("--recipe", help="Bundled recipe name or YAML path. Default: the "
+                                                  "bundled recipe whose requires fit this host best.")] = None,
+    out_path: Annotated[str, typer.Option("--out", help="Profile to write ('-': print it).")] = "hostctl.toml",
+    drives: Annotated[Optional[list[str]], typer.Option("--drives", metavar="IDENTITY,...", help="Use these drives "
+                                                        "(serial:, wwn:, by-id:, path:; 'none' for none). Default: "
+                                                        "propose the free ones, marked for you to confirm.")] = None,
+    power_limit: Annotated[Optional[float], typer.Option("--power-limit", metavar="W", help="Cap every GPU at W "
+                                                         "watts (checked against each GPU's range). Default: none.")] = None,
+    model_dir: Annotated[Optional[str], typer.Option("--model-dir", help="The checkpoint's directory on this host.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace the file at --out if it exists.")] = False,
+    json_: JsonOpt = False,
+    facts: FactsOpt = None,
+) -> None:
+    """Write a commented host profile from this host's facts: recipe, drives, swap, storage roles,
+    memory reserve, phase, power limits, API on 127.0.0.1; each value with its reason.
+
+    Only reads (never touches a disk). Refuses to write over an existing file without --force
+    (exit 3). Works on a snapshot with --facts. Next: hostctl plan, provision --dry-run, provision, up.
+    """
+    from hostctl.profile_init import InitOptions, init_profile, parse_drives, summary_text
+
+    c = _ctx(ctx, None, facts)
+    if c.config_path is not None:
+        raise InputError("--config names a profile to read; `hostctl init` writes one", fix="use --out PATH")
+    if out_path == "-" and json_:
+        raise InputError("--out - prints the profile, --json the choices: pick one")
+    options = InitOptions(drives=parse_drives(drives), power_limit_w=power_limit,
+                          model_dir=str(Path(model_dir).absolute()) if model_dir else None)
+    result = init_profile(facts_path=c.facts_path, options=options, recipe_ref=recipe, force=force,
+                          out=None if out_path == "-" else Path(out_path))
+    if json_:
+        _print_json(result.document())
+    elif result.text is not None and result.out is None:
+        sys.stdout.write(result.text)
+    else:
+        out.print(summary_text(result), end="", markup=False)
+    for w in result.proposal.warnings + [f"hostctl plan will report: {e}" for e in result.proposal.plan_errors]:
+        err.print(f"warning: {w}", markup=False)
+    if result.proposal.recipe is None:
+        raise FailedError(f"no profile written: {result.proposal.recipe_reason}",
+                          fix="choose one anyway with --recipe NAME|PATH")
+
+
+@app.command()
 def plan(ctx: typer.Context, json_: JsonOpt = False, config: ConfigOpt = None, facts: FactsOpt = None) -> None:
     """Explain every decision for this host and recipe, with its reason. Changes nothing.
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from hostctl import examples
 from hostctl.config import Config
-from hostctl.facts.model import GpuPair, HostFacts, NumaNode
+from hostctl.facts.model import BlankProof, GpuPair, HostFacts, NumaNode, Partition
 from hostctl.units import GIB
 
 
@@ -66,6 +66,40 @@ def gpu_on_node1() -> HostFacts:
     f = f.model_copy(deep=True)
     f.gpus.devices[0].numa_node = 1
     f.gpus.devices[0].pci_bus_id = "0000:b1:00.0"
+    return f
+
+
+def blank_drives() -> HostFacts:
+    """The desktop before its first `hostctl provision`: both 4 TB NVMe drives blank, only the
+    8 GiB swap file, nothing mounted under /mnt/hostctl."""
+    _, f = desktop()
+    f = f.model_copy(deep=True)
+    for disk in f.disks.devices:
+        if not disk.is_root_disk:
+            disk.partitions, disk.table_type, disk.table_entries = [], None, None
+            disk.blank = BlankProof(first_mib_zero=True, last_mib_zero=True)  # what the probe reads on a new drive
+    f.memory.swaps = [s for s in f.memory.swaps if s.kind == "file"]
+    f.memory.swap_total_bytes = f.memory.swap_free_bytes = 8 * GIB
+    f.mounts = [m for m in f.mounts if not m.target.startswith("/mnt/hostctl")]
+    f.paths = [p for p in f.paths if not p.path.startswith("/mnt/hostctl")]
+    return f
+
+
+def foreign_and_removable() -> HostFacts:
+    """The fresh desktop with a third NVMe drive that holds someone's ext4 partition and a blank
+    USB stick: neither may ever be proposed."""
+    f = blank_drives()
+    ssd = next(d for d in f.disks.devices if d.name == "nvme2n1")
+    foreign = ssd.model_copy(deep=True, update={"name": "nvme3n1", "path": "/dev/nvme3n1", "serial": "S7KGNU0X700003",
+                                                "wwn": None, "by_id": ["nvme-Samsung_SSD_990_PRO_2TB_S7KGNU0X700003"],
+                                                "model": "Samsung SSD 990 PRO 2TB", "size_bytes": 2 * 10**12, "table_type": "gpt",
+                                                "table_entries": 1, "blank": None})
+    foreign.partitions = [Partition(name="nvme3n1p1", path="/dev/nvme3n1p1", number=1, size_bytes=2 * 10**12 - 2 * 2**20,
+                                    part_label="photos", fs_type="ext4", fs_label="photos")]
+    usb = ssd.model_copy(deep=True, update={"name": "sda", "path": "/dev/sda", "serial": "4C530001230815117442",
+                                            "wwn": None, "by_id": ["usb-SanDisk_Ultra_4C530001230815117442-0:0"],
+                                            "model": "SanDisk Ultra", "size_bytes": 64 * 10**9, "removable": True})
+    f.disks.devices += [foreign, usb]
     return f
 
 

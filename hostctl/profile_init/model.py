@@ -1,0 +1,121 @@
+"""What `hostctl init` decides, as data: the options it is given and the Proposal it returns
+(every choice with its reason), which the renderer turns into a commented TOML profile and
+`--json` prints as one `hostctl.init/v1` document."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from hostctl.config import DriveIdentity, Recipe
+
+INIT_SCHEMA = "hostctl.init/v1"
+
+
+@dataclass(frozen=True)
+class InitOptions:
+    recipe: str | None = None  # --recipe: the reference written into the profile (bundled name or absolute path)
+    drives: tuple[DriveIdentity, ...] | None = None  # --drives; () for `--drives none`
+    power_limit_w: float | None = None  # --power-limit: asked for every GPU
+    model_dir: str | None = None  # --model-dir
+
+
+@dataclass(frozen=True)
+class RecipeSource:
+    """A recipe init may choose: the reference a profile names it by, and the recipe itself."""
+
+    ref: str
+    recipe: Recipe
+
+
+class Part(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Choice(Part):
+    key: str  # the profile field, e.g. memory.host_reserve, or a topic such as "swap"
+    value: Any
+    reason: str
+
+
+class RecipeOption(Part):
+    ref: str
+    id: str
+    fits: bool  # its `requires` (gpus, vram_gb, host_ram_gb) fit this host
+    reason: str
+    plan_errors: list[str] = Field(default_factory=list)  # what the plan rejects, for a recipe that fits
+
+
+class DriveChoice(Part):
+    name: str
+    identity: str
+    disk: str  # the kernel name now, e.g. /dev/nvme1n1 (it may move; the identity does not)
+    model: str | None = None
+    size_bytes: int
+    named: bool  # named with --drives; otherwise proposed, and the profile asks the user to confirm it
+    found: str  # what the storage planner found on it: blank, an empty GPT, hostctl layout
+    verdict: str  # the storage planner's status for it (create, converge, ready)
+    swap_bytes: int
+    swap_priority: int
+    filesystem: Literal["ext4", "xfs"]
+    mountpoint: str
+    notes: list[str] = Field(default_factory=list)
+
+
+class SkippedDisk(Part):
+    disk: str
+    identity: str
+    size_bytes: int
+    reason: str
+
+
+class GpuRange(Part):
+    index: int
+    name: str
+    uuid: str
+    min_w: float | None = None
+    max_w: float | None = None
+    default_w: float | None = None
+    limit_w: float | None = None  # configured now
+
+
+class SwapArithmetic(Part):
+    need_bytes: int  # MemTotal + SwapTotal the recipe's first conversion needs (0: none declared)
+    mem_total_bytes: int
+    other_swap_bytes: int  # swap this host has that is not on a profile drive (not counted)
+    kept_bytes: int  # swap partitions of hostctl's layout already on the chosen drives
+    missing_bytes: int  # need - MemTotal - kept, at least 0
+    new_drives: int  # drives laid out anew, which share the missing swap
+    per_drive_bytes: int  # each new drive's share, in whole MiB
+    shortfall_bytes: int  # what the drives could not hold
+    text: list[str] = Field(default_factory=list)  # the arithmetic, line by line
+
+
+class Proposal(Part):
+    schema_: Literal["hostctl.init/v1"] = Field(default=INIT_SCHEMA, alias="schema")
+    host: str
+    facts_collected_at: str
+    recipe: str | None  # the reference the profile names; None: no recipe fits
+    recipe_reason: str
+    recipes: list[RecipeOption] = Field(default_factory=list)
+    profile: dict[str, Any] = Field(default_factory=dict)  # exactly the data the written profile holds
+    choices: list[Choice] = Field(default_factory=list)
+    drives: list[DriveChoice] = Field(default_factory=list)
+    skipped_disks: list[SkippedDisk] = Field(default_factory=list)
+    swap: SwapArithmetic | None = None
+    gpus: list[GpuRange] = Field(default_factory=list)
+    gpus_reason: str | None = None  # why no GPU is listed
+    plan_errors: list[str] = Field(default_factory=list)  # `hostctl plan` errors on this profile, with these facts
+    warnings: list[str] = Field(default_factory=list)
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    def choice(self, key: str) -> Choice | None:
+        return next((c for c in self.choices if c.key == key), None)
+
+    def document(self, **extra: Any) -> dict[str, Any]:
+        doc = self.model_dump(mode="json", by_alias=True)
+        doc.update(extra)
+        return doc
