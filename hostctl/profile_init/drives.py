@@ -11,16 +11,14 @@ not decided here: `storage_verdict` asks the storage planner (provision/storage.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 
+from hostctl import marks
 from hostctl.config import Drive, DriveIdentity
 from hostctl.facts.model import Disk, HostFacts, Partition
 from hostctl.provision.storage import DriveVerdict, Options, identity_matches, plan_drive, required_bytes
 from hostctl.units import MIB, fmt_bytes
 
-# hostctl's GPT partition names (provision/storage.py `layout`): hostctl-swap-<drive>, hostctl-data-<drive>
-HOSTCTL_PART = re.compile(r"^hostctl-(swap|data)-([a-z][a-z0-9-]{0,8})$")
 DEFAULT_PRIORITY = 100  # every drive's swap at one priority: the kernel stripes pages over them (README)
 PROBE_NAME = "candidate"  # the name a disk is judged under before it is given its own
 # At most this share of a drive goes to swap, so the data filesystem (planes, packs) keeps the rest.
@@ -83,9 +81,9 @@ class Existing:
 def hostctl_layout(disk: Disk) -> Existing | None:
     parts: dict[str, dict[str, Partition]] = {}
     for p in disk.partitions:
-        m = HOSTCTL_PART.match(p.part_label or "")
-        if m:
-            parts.setdefault(m.group(2), {})[m.group(1)] = p
+        role, name = marks.role_of(p.part_label, p.fs_label), marks.drive_of(p.part_label, p.fs_label)
+        if role and name:
+            parts.setdefault(name, {})[role] = p
     if not parts:
         return None
     # One name per drive; on a disk with several, the planner calls the others foreign.
