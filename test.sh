@@ -161,7 +161,8 @@ fi
 # --- torch: the CPU build for the P2P harness tests (gloo on the CPU) -------------
 # Only the tests use it; hostctl itself never imports torch.
 begin torch
-if "$PY" -c 'import torch, sys; sys.exit(0 if torch.__version__.endswith("+cpu") else 1)' 2>/dev/null; then
+# Read from the package metadata: `import torch` alone takes seconds.
+if "$PY" -c 'import importlib.metadata as m, sys; sys.exit(0 if m.version("torch").endswith("+cpu") else 1)' 2>/dev/null; then
     end "ok (already installed, skipped)"
 else
     wheel=$(torch_wheel "$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')")
