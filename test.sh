@@ -46,7 +46,16 @@ end() {
     printf 'ci-timing: %-8s %4d.%01ds %s\n' "$phase" $((us / 1000000)) $((us % 1000000 / 100000)) "${1:-ok}" >&2
     phase=
 }
-trap 'rc=$?; if [[ -n $phase ]]; then end "FAILED (exit $rc)"; fi' EXIT
+# Run through sudo from a normal account: hand the build output that pip and pytest leave in
+# the user's checkout back to the user (a root-owned hostctl.egg-info makes the user's own
+# `pip install -e .` fail). ./.venv stays root's, like everything else this script installs.
+hand_back() {
+    [[ -n ${SUDO_UID:-} && $SUDO_UID != 0 && $(stat -c %u .) == "$SUDO_UID" ]] || return 0
+    find . \( -path ./.git -o -path "./$VENV" \) -prune -o -user 0 \
+        \( -name '*.egg-info' -o -name .pytest_cache -o -name __pycache__ \) -type d -print0 |
+        xargs -0r chown -R "$SUDO_UID:${SUDO_GID:-$SUDO_UID}"
+}
+trap 'rc=$?; if [[ -n $phase ]]; then end "FAILED (exit $rc)"; fi; hand_back || true' EXIT
 
 if [[ $(id -u) != 0 ]]; then
     say "needs root (it installs packages, starts the Docker engine, and the system tier uses loop devices):"
