@@ -4,6 +4,7 @@ installed `hostctl` finds them from any working directory."""
 
 from __future__ import annotations
 
+import site
 import subprocess
 import sys
 import zipfile
@@ -34,8 +35,14 @@ def test_wheel_carries_every_resource_file(wheel):
 def test_installed_wheel_renders_outside_the_checkout(wheel, tmp_path):
     venv = tmp_path / "venv"
     # The dependencies come from this interpreter's site-packages; hostctl itself only from the wheel.
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=120)
+    # A .pth of plain paths, not --system-site-packages: when this interpreter is a venv's (./test.sh
+    # runs ./.venv), that flag would give the base Python's site-packages, which lack the
+    # dependencies. Plain paths also leave the checkout's editable-install hook unrun.
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     py = venv / "bin/python"
+    site_dir = subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                              capture_output=True, text=True, check=True, timeout=60).stdout.strip()
+    (Path(site_dir) / "hostctl-test-deps.pth").write_text("".join(f"{p}\n" for p in site.getsitepackages()))
     subprocess.run([py, "-m", "pip", "install", "-q", "--no-index", "--no-deps", str(wheel)], check=True, timeout=300)
     where = subprocess.run([py, "-c", "import hostctl, hostctl.paths as p; print(hostctl.__file__); print(p.resource_root())"],
                            capture_output=True, text=True, check=True, cwd=tmp_path, timeout=60).stdout.split()
