@@ -63,7 +63,8 @@ class Gpu(Part):
 class GpuPair(Part):
     a: int
     b: int
-    topology: str | None = None  # one of TOPOLOGY_ORDER, or None if NVML could not tell
+    # One of TOPOLOGY_ORDER, or None if NVML could not tell; anything else in a snapshot is bad input.
+    topology: Literal["SELF", "NVLINK", "PIX", "PXB", "PHB", "NODE", "SYS"] | None = None
     p2p_read: str | None = None  # NVML P2P status: ok, chipset_not_supported, ...
     p2p_write: str | None = None
     nvlink: bool = False

@@ -104,8 +104,7 @@ def _finding(id_: str, title: str, cause: str, fix: str, lines: list[str] | None
 
 def up(config: Config, plan: Plan, facts, *, timeout: int | None, keep_on_failure: bool, say: Say,
        hostctl_bin: str = "/usr/local/bin/hostctl") -> Outcome:
-    from hostctl.service.compose import compose_check
-    from hostctl.service.render import render_files, write_files
+    from hostctl.service.render import compose_checked, render_files, write_project
 
     with LifecycleLock("up"):
         t_start = time.monotonic()
@@ -134,11 +133,12 @@ def up(config: Config, plan: Plan, facts, *, timeout: int | None, keep_on_failur
         say(f"preflight ok: {plan.runtime.image}, API {ep}, {len(plan.runtime.volumes)} bind mount(s) checked")
 
         target = project_dir(config)
-        write_files(render_files(plan, hostctl_bin=hostctl_bin, config_path=str(Path(config.source).resolve())), target)
-        check = compose_check(target)
-        if check.checked and not check.ok:
-            raise FailedError("docker compose config rejected the rendered project",
-                              details=check.output.splitlines()[-10:] + ["nothing was started"])
+        try:
+            write_project(render_files(plan, hostctl_bin=hostctl_bin, config_path=str(Path(config.source).resolve())),
+                          target, check=compose_checked)
+        except FailedError as exc:
+            exc.details.append("nothing was started")
+            raise
         say(f"rendered {target}")
 
         since = time.time() - 1
