@@ -161,13 +161,16 @@ def plan(ctx: typer.Context, json_: JsonOpt = False, config: ConfigOpt = None, f
     from hostctl.plan import build_plan
     from hostctl.present import plan_text
 
+    from hostctl.doctor.redact import redact
+
     c = _ctx(ctx, config, facts)
     cfg = c.config()
     result = build_plan(cfg, c.facts(cfg))
+    # The plan carries the recipe's env values: secrets are hidden by name and by value.
     if json_:
-        sys.stdout.write(result.to_json())
+        sys.stdout.write(redact(result.to_json()))
     else:
-        out.print(plan_text(result), end="", markup=False)
+        out.print(redact(plan_text(result)), end="", markup=False)
     if result.errors:
         raise typer.Exit(EXIT_FAILED)
 
@@ -269,11 +272,14 @@ def _provision_system(c: Context, cfg: Config, dry_run: bool) -> None:
     from hostctl.plan import build_plan
     from hostctl.provision.system import provision_system
 
-    result = provision_system(cfg, build_plan(cfg, c.facts(cfg)), dry_run=dry_run)
+    host = c.facts(cfg)
+    result = provision_system(cfg, build_plan(cfg, host), dry_run=dry_run, facts=host)
     for action in result.actions:
         out.print(("would: " if dry_run else "done: ") + action.describe, markup=False)
     if not result.actions:
         out.print("system: nothing to change", markup=False)
+    for note in result.notes:
+        err.print(f"note: {note}", markup=False)
 
 
 @store_app.command("split")
@@ -390,10 +396,12 @@ def logs(
         sys.stdout.buffer.write(chunk)
         sys.stdout.buffer.flush()
 
+    from hostctl.interrupt import Interrupted
+
     try:
         lifecycle.stream_logs(plan_, follow, write)
-    except KeyboardInterrupt:
-        pass
+    except (KeyboardInterrupt, Interrupted):
+        pass  # Ctrl-C is how `logs -f` is meant to end
 
 
 @app.command()
@@ -467,9 +475,21 @@ BUG_HINT = ("this is a bug in hostctl, not a problem with your input: please rep
             "command you ran (HOSTCTL_DEBUG=1 prints the traceback)")
 
 
-def _run(argv: list[str] | None) -> int:
+def _sigint(signum, frame) -> None:
     from hostctl.interrupt import Interrupted
 
+    raise Interrupted(signum)
+
+
+def _run(argv: list[str] | None) -> int:
+    import signal
+    import threading
+
+    from hostctl.interrupt import Interrupted
+
+    # Ctrl-C anywhere exits 130 (click would turn KeyboardInterrupt into "Aborted!" and 1);
+    # `up` installs its own handler for SIGINT and SIGTERM, to take down what it started.
+    previous = signal.signal(signal.SIGINT, _sigint) if threading.current_thread() is threading.main_thread() else None
     try:
         app(args=argv, prog_name="hostctl")
         return 0
@@ -491,6 +511,9 @@ def _run(argv: list[str] | None) -> int:
         err.print(f"hostctl: internal error: {type(exc).__name__}: {text[:300]}", markup=False)
         err.print(BUG_HINT, markup=False)
         return EXIT_SOFTWARE
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
 
 
 def main(argv: list[str] | None = None) -> int:
