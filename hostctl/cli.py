@@ -475,6 +475,19 @@ BUG_HINT = ("this is a bug in hostctl, not a problem with your input: please rep
             "command you ran (HOSTCTL_DEBUG=1 prints the traceback)")
 
 
+_COMMAND = None
+
+
+def _click_command():
+    """The click command typer builds from `app`, built once per process (typer rebuilds it on every
+    `app()` call: ~50 ms of introspection, which in-process callers such as the hostile-input
+    generator would pay per case)."""
+    global _COMMAND
+    if _COMMAND is None:
+        _COMMAND = typer.main.get_command(app)
+    return _COMMAND
+
+
 def _sigint(signum, frame) -> None:
     from hostctl.interrupt import Interrupted
 
@@ -491,7 +504,7 @@ def _run(argv: list[str] | None) -> int:
     # `up` installs its own handler for SIGINT and SIGTERM, to take down what it started.
     previous = signal.signal(signal.SIGINT, _sigint) if threading.current_thread() is threading.main_thread() else None
     try:
-        app(args=argv, prog_name="hostctl")
+        _click_command()(args=argv, prog_name="hostctl")
         return 0
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_FAILED)

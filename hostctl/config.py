@@ -646,7 +646,8 @@ def _format_validation(exc: ValidationError, source: str) -> InputError:
         elif "input" in err and err["type"] not in ("value_error", "assertion_error"):
             shown = repr(err["input"])
             msg = f"{msg} (got {shown if len(shown) <= 100 else shown[:100] + '...'})"
-        details.append(f"{loc}: {msg}" if loc else msg)
+        # A validator that names the entry itself (env.HF_TOKEN: ...) is not prefixed twice.
+        details.append(msg if not loc or msg.startswith((loc + ".", loc + "[")) else f"{loc}: {msg}")
     return InputError(f"{source} is not valid", details=details, fix="correct the fields named above; nothing was changed")
 
 

@@ -144,7 +144,11 @@ def load_toml(path: Path, what: str) -> dict:
 # ---------------------------------------------------------------- YAML
 
 
-class _Loader(yaml.SafeLoader):
+# libyaml's parser when PyYAML has it (10x faster; the same events and nodes).
+_BASE = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _Loader(_BASE):
     """SafeLoader that refuses duplicate keys (PyYAML keeps the last one without a word)."""
 
     def construct_mapping(self, node, deep=False):
@@ -192,7 +196,7 @@ class YamlDoc:
 def _scan_events(text: str, where: str) -> None:
     """Nesting depth from the event stream (PyYAML's parser is iterative; its composer is not)."""
     depth = 0
-    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+    for event in yaml.parse(text, Loader=_BASE):
         if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
             depth += 1
             if depth > MAX_DEPTH:

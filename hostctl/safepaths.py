@@ -24,7 +24,7 @@ DENIED_EXACT = ("/", "/var", "/var/lib", "/var/cache", "/var/log", "/home", "/tm
                 "/media")
 PATH_MAX = 4096  # Linux's limit for a whole path
 NAME_MAX = 255  # and for one component
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\ufeff]")
 
 
 def lexical_problem(path: str) -> str | None:

@@ -21,9 +21,10 @@ SERVED_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,199}")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 FLAG = re.compile(r"--?[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 # Docker's reference grammar, simplified: [host[:port]/]path[:tag][@digest].
+# The first component is a registry only when it has a dot or a port or is localhost (as Docker reads it).
+_LABEL = r"[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?"
 IMAGE = re.compile(
-    r"(?:(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*|\[[0-9a-fA-F:]+\])"
-    r"(?::[0-9]{1,5})?/)?"
+    rf"(?:(?:{_LABEL}(?:\.{_LABEL})+(?::[0-9]{{1,5}})?|{_LABEL}:[0-9]{{1,5}}|localhost|\[[0-9a-fA-F:]+\](?::[0-9]{{1,5}})?)/)?"
     r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
     r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?")
 # A path that also goes into a systemd unit (RequiresMountsFor= splits on spaces, expands %).
@@ -60,6 +61,8 @@ def text_problem(value: object, *, limit: int = MAX_TEXT) -> str | None:
 
 
 def image_problem(value: object) -> str | None:
+    if isinstance(value, str) and len(value) > 255:
+        return f"an image reference is at most 255 characters; this one has {len(value)}"
     return match_problem(value, IMAGE, "an image reference such as registry.example.com:5000/vllm-moet:0a927ea "
                                        "(lower-case name, optional tag and @sha256 digest)")
 

@@ -146,10 +146,11 @@ class SwapDevice(Part):
 
 
 class MemoryFacts(Part):
-    mem_total_bytes: int
-    mem_available_bytes: int
-    swap_total_bytes: int
-    swap_free_bytes: int
+    # Never negative: a snapshot that says so is bad input (exit 2), not a plan with odd numbers.
+    mem_total_bytes: int = Field(ge=0)
+    mem_available_bytes: int = Field(ge=0)
+    swap_total_bytes: int = Field(ge=0)
+    swap_free_bytes: int = Field(ge=0)
     swaps: list[SwapDevice] = Field(default_factory=list)
     swappiness: int | None = None
     page_cluster: int | None = None
