@@ -457,8 +457,8 @@ def status(config: Config, plan: Plan) -> dict:
     doc["healthy"] = health
     service = state.load_service()
     if service and service.get("container") == name:
-        doc["last_up"] = {k: service.get(k) for k in ("state", "ready_at", "failed_at", "down_at", "cause", "kv")
-                          if service.get(k) is not None}
+        doc["last_up"] = {k: service.get(k) for k in ("state", "ready_at", "failed_at", "interrupted_at", "signal",
+                                                      "down_at", "cause", "kv") if service.get(k) is not None}
     smoke = state.load_smoke()
     if smoke:
         doc["last_smoke"] = {"at": smoke.get("started_at"), "ok": smoke.get("ok"), "url": smoke.get("url"),
@@ -477,8 +477,9 @@ def status_text(doc: dict) -> str:
     lines.append(f"  image: {doc['image']}")
     last = doc.get("last_up")
     if last:
-        when = last.get("ready_at") or last.get("failed_at") or last.get("down_at")
-        lines.append(f"  last up: {last.get('state')} at {when}" + (f" ({last['cause']})" if last.get("cause") else ""))
+        when = last.get("ready_at") or last.get("failed_at") or last.get("interrupted_at") or last.get("down_at")
+        why = last.get("cause") or (f"by {last['signal']}" if last.get("signal") else None)
+        lines.append(f"  last up: {last.get('state')} at {when}" + (f" ({why})" if why else ""))
         kv = last.get("kv") or {}
         if kv.get("tokens") is not None or kv.get("full_context_requests") is not None:
             lines.append(f"  KV cache: {kv.get('tokens') or '?'} tokens, {kv.get('full_context_requests')} "

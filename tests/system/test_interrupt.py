@@ -79,6 +79,8 @@ def test_a_signal_during_up_takes_down_what_it_started(demo_image, host_factory,
     assert doc["state"] == "interrupted" and doc["signal"] == name and doc["taken_down"] is True
     assert doc["container"] == h.container and not doc["kept"]
     print(f"{name}: exit {rc} {took:.1f} s after the signal")
+    rc, out, _, _ = h.run("status", timeout=60)
+    assert rc == 1 and f"last up: interrupted at" in out and f"(by {name})" in out
     # The lock is free again: a `down` right after runs (and finds nothing).
     rc, out, err2, _ = h.run("down", timeout=120)
     assert rc == 0 and "was not running" in out, err2
