@@ -135,7 +135,7 @@ class Drive(Strict):
     @classmethod
     def _options(cls, v: list[str]) -> list[str]:
         for option in v:
-            if not re.match(r"^[A-Za-z0-9_.=:/+-]+$", option):
+            if not re.fullmatch(r"[A-Za-z0-9_.=:/+-]+", option):  # fullmatch: "$" would let a trailing newline in
                 raise ValueError(f"mount option {option!r}: expected one option such as 'discard' "
                                  "(letters, digits and _.=:/+- only; no commas or spaces)")
         return v

@@ -151,7 +151,9 @@ def with_path(data: dict, dotted: str, value) -> dict:
 # ---------------------------------------------------------------- the payloads
 
 CONTROL = ["\n", "\r", "\t", "\x00", "\x1b", "\x7f", "\u2028", "\x85", "\ufeff"]
-INJECT = [f"x{c}ExecStartPre=/bin/sh -c id" for c in ("\n", "\r\n")] + [f"x{c}y" for c in CONTROL]
+# Each control character at the start, in the middle and at the end of a value.
+INJECT = [f"x{c}ExecStartPre=/bin/sh -c id" for c in ("\n", "\r\n")] + [
+    form.format(c) for c in CONTROL for form in ("x{}y", "{}xy", "xy{}")]
 SYSTEM_DIRS = ["/", "/etc", "/usr", "/usr/local/models", "/bin", "/sbin", "/lib", "/lib64", "/boot", "/proc",
                "/sys", "/dev", "/dev/shm/x", "/run", "/run/user/0", "/root", "/root/models", "/var", "/home",
                "/var/lib", "/var/lib/docker", "/var/lib/docker/volumes/x", "/var/run/docker.sock", "/tmp", "/mnt",
@@ -207,6 +209,9 @@ def profile_cases() -> Iterator[Case]:
                                                      "runtime.model_dir") else payload
             yield plan_case("profile/injection", f"{path} = {value!r}", profile=with_path(base, path, value),
                             names=path.split(".")[-1])
+    for payload in INJECT + ["discard,ro", "ro remount", "x=y z"]:
+        yield plan_case("profile/injection", f"drives[0].mount_options = [{payload!r}]",
+                        profile=with_path(base, "drives.0.mount_options", [payload]), names="mount_options")
     for v in ["Hostctl:Upper", "img name", "img;rm -rf /", "img$HOME", "img`id`", "-rm", "img:tag@sha256:bad",
               "a" * 300]:
         yield plan_case("profile/image-reference", f"runtime.image = {v!r}", profile=with_path(base, "runtime.image", v),
@@ -248,6 +253,7 @@ def recipe_cases() -> Iterator[Case]:
     for key, payloads in {"id": INJECT + ["a b", "%h", "../x", "x/../y", "$X", "'q'", "a" * 200, "-x"],
                           "served_name": INJECT + ["a b", "'", "${X}", "x\"y", "a" * 300],
                           "model": [f"/opt/m{c}x" for c in CONTROL],
+                          "summary": INJECT, "role": INJECT,
                           "image": INJECT + ["UPPER/img", "img name", "img$X"]}.items():
         for v in payloads:
             yield plan_case("recipe/injection", f"{key} = {v!r}", recipe=with_path(base, key, v), names=key)

@@ -47,7 +47,7 @@ def _env_quote(value: str) -> str:
     problem = safetext.control_problem(value)
     if problem:
         raise InputError(f"an environment value {problem}", fix="remove it from the recipe's env")
-    if _PLAIN_ENV.match(value) and not value.startswith('"'):
+    if _PLAIN_ENV.fullmatch(value) and not value.startswith('"'):
         return value
     if "'" not in value:
         return f"'{value}'"
@@ -61,7 +61,7 @@ def _unit_arg(value: object) -> str:
     problem = safetext.control_problem(text)
     if problem:
         raise InputError(f"a path for the systemd units ({text[:80]!r}) {problem}")
-    if _PLAIN_UNIT_ARG.match(text):
+    if _PLAIN_UNIT_ARG.fullmatch(text):
         return text
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%") + '"'
 
