@@ -2,14 +2,17 @@
 facts/, changes in provision/ and service/.
 
 Results go to stdout (with --json: exactly one versioned JSON document); progress, warnings
-and errors go to stderr. Exit codes: 0 ok, 1 failed, 2 bad input, 3 refused for safety.
+and errors go to stderr. Exit codes: 0 ok, 1 failed, 2 bad input, 3 refused for safety, 70 an
+internal error (a bug), 130 / 143 interrupted by SIGINT / SIGTERM.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
+import traceback
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -18,7 +21,15 @@ from rich.console import Console
 
 from hostctl import __version__
 from hostctl.config import Config, load_config
-from hostctl.errors import EXIT_FAILED, FailedError, HostctlError, InputError, NotAvailableError
+from hostctl.errors import (
+    EXIT_FAILED,
+    EXIT_SIGINT,
+    EXIT_SOFTWARE,
+    FailedError,
+    HostctlError,
+    InputError,
+    NotAvailableError,
+)
 from hostctl.facts.model import HostFacts
 
 out = Console(highlight=False, soft_wrap=True)
@@ -195,13 +206,16 @@ def plan(ctx: typer.Context, json_: JsonOpt = False, config: ConfigOpt = None, f
     from hostctl.plan import build_plan
     from hostctl.present import plan_text
 
+    from hostctl.doctor.redact import redact
+
     c = _ctx(ctx, config, facts)
     cfg = c.config()
     result = build_plan(cfg, c.facts(cfg))
+    # The plan carries the recipe's env values: secrets are hidden by name and by value.
     if json_:
-        sys.stdout.write(result.to_json())
+        sys.stdout.write(redact(result.to_json()))
     else:
-        out.print(plan_text(result), end="", markup=False)
+        out.print(redact(plan_text(result)), end="", markup=False)
     if result.errors:
         raise typer.Exit(EXIT_FAILED)
 
@@ -219,12 +233,14 @@ def render(
 ) -> None:
     """Write compose.yaml, runtime.env and the systemd units for this host and recipe.
 
-    Nothing is written when the plan has errors. When Docker Compose is installed the
-    rendered project is checked with `docker compose config`.
+    Nothing is written when the plan has errors. The project is written to a temporary
+    directory beside DIR and checked there (each file re-read against its template and the
+    plan; `docker compose config` when Compose is installed); only a project that passes
+    replaces DIR. runtime.env (it may hold the recipe's secrets) is mode 0600.
     """
     from hostctl.plan import build_plan
-    from hostctl.service.compose import compose_check
-    from hostctl.service.render import render_files, write_files
+    from hostctl.service.compose import compose_available
+    from hostctl.service.render import compose_checked, render_files, write_project
 
     c = _ctx(ctx, config, facts)
     cfg = c.config()
@@ -236,13 +252,13 @@ def render(
             fix="fix the problems above (`hostctl plan` explains each decision)",
         )
     target = out_dir or Path(cfg.profile.runtime.project_dir)
-    written = write_files(render_files(result, hostctl_bin=hostctl_bin), target)
-    check = compose_check(target)
+    files = render_files(result, hostctl_bin=hostctl_bin)
+    probe = compose_available()
+    written = write_project(files, target, check=compose_checked if probe.ok else None)
     for path in written:
         out.print(str(path), markup=False)
-    if check.checked and not check.ok:
-        raise FailedError("docker compose config rejected the rendered project", details=check.output.splitlines()[-10:])
-    err.print("checked with docker compose config" if check.checked else f"not checked: {check.output}")
+    err.print("checked with docker compose config" if probe.ok
+              else f"not checked with docker compose config: it is not available ({probe.why()})")
     for p in result.problems:
         err.print(f"warning: [{p.area}] {p.message}", markup=False)
 
@@ -301,11 +317,14 @@ def _provision_system(c: Context, cfg: Config, dry_run: bool) -> None:
     from hostctl.plan import build_plan
     from hostctl.provision.system import provision_system
 
-    result = provision_system(cfg, build_plan(cfg, c.facts(cfg)), dry_run=dry_run)
+    host = c.facts(cfg)
+    result = provision_system(cfg, build_plan(cfg, host), dry_run=dry_run, facts=host)
     for action in result.actions:
         out.print(("would: " if dry_run else "done: ") + action.describe, markup=False)
     if not result.actions:
         out.print("system: nothing to change", markup=False)
+    for note in result.notes:
+        err.print(f"note: {note}", markup=False)
 
 
 @store_app.command("split")
@@ -422,10 +441,12 @@ def logs(
         sys.stdout.buffer.write(chunk)
         sys.stdout.buffer.flush()
 
+    from hostctl.interrupt import Interrupted
+
     try:
         lifecycle.stream_logs(plan_, follow, write)
-    except KeyboardInterrupt:
-        pass
+    except (KeyboardInterrupt, Interrupted):
+        pass  # Ctrl-C is how `logs -f` is meant to end
 
 
 @app.command()
@@ -495,19 +516,86 @@ def doctor(
         raise typer.Exit(code)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Console entry point: maps errors to exit codes and keeps tracebacks for real bugs.
+BUG_HINT = ("this is a bug in hostctl, not a problem with your input: please report it with this line and the "
+            "command you ran (HOSTCTL_DEBUG=1 prints the traceback)")
 
-    Typer's standalone mode already exits 2 on usage errors (bad flags) and 1 on an abort.
-    """
+
+_COMMAND = None
+
+
+def _click_command():
+    """The click command typer builds from `app`, built once per process (typer rebuilds it on every
+    `app()` call: ~50 ms of introspection, which in-process callers such as the hostile-input
+    generator would pay per case)."""
+    global _COMMAND
+    if _COMMAND is None:
+        _COMMAND = typer.main.get_command(app)
+    return _COMMAND
+
+
+def _sigint(signum, frame) -> None:
+    from hostctl.interrupt import Interrupted
+
+    raise Interrupted(signum)
+
+
+def _run(argv: list[str] | None) -> int:
+    import signal
+    import threading
+
+    from hostctl.interrupt import Interrupted
+
+    # Ctrl-C anywhere exits 130 (click would turn KeyboardInterrupt into "Aborted!" and 1);
+    # `up` installs its own handler for SIGINT and SIGTERM, to take down what it started.
+    previous = signal.signal(signal.SIGINT, _sigint) if threading.current_thread() is threading.main_thread() else None
     try:
-        app(args=argv, prog_name="hostctl")
-        code = 0
+        _click_command()(args=argv, prog_name="hostctl")
+        return 0
     except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_FAILED)
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_FAILED)
     except HostctlError as exc:
         err.print(exc.render(), markup=False)
-        code = exc.exit_code
+        return exc.exit_code
+    except Interrupted as exc:
+        err.print(f"interrupted by {exc.name}", markup=False)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        err.print("interrupted by SIGINT", markup=False)
+        return EXIT_SIGINT
+    except Exception as exc:  # a bug: one line and exit 70, so a script can tell it from a refusal (2)
+        if os.environ.get("HOSTCTL_DEBUG"):
+            traceback.print_exc()
+        text = " ".join(str(exc).split())
+        err.print(f"hostctl: internal error: {type(exc).__name__}: {text[:300]}", markup=False)
+        err.print(BUG_HINT, markup=False)
+        return EXIT_SOFTWARE
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console entry point: maps errors to exit codes (README "Exit codes"); an unexpected
+    exception is one line and exit 70, never a traceback with exit 1.
+
+    Typer's standalone mode already exits 2 on usage errors (bad flags) and 1 on an abort.
+    stdout and stderr pass through hostctl.secrets for the whole command: every value known to be
+    secret (the environment's at start, the config's once loaded) is hidden in everything printed.
+    """
+    from hostctl import secrets
+
+    secrets.remember(secrets.from_environment())
+    real_out, real_err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = secrets.RedactingStream(real_out), secrets.RedactingStream(real_err)
+    try:
+        code = _run(argv)
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        sys.stdout, sys.stderr = real_out, real_err
     if argv is None:
         sys.exit(code)
     return code

@@ -12,16 +12,14 @@ from __future__ import annotations
 
 import ipaddress
 import re
-import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from hostctl import paths
+from hostctl import paths, safepaths, safetext
 from hostctl.errors import InputError
-from hostctl.units import MIB, parse_size
+from hostctl.units import GIB, MIB, TIB, parse_size
 
 Phase = Literal["converting", "serving"]
 ROLE_NAMES = ("planes_cache", "expert_store", "compile_cache")
@@ -46,7 +44,28 @@ def normalise_mountpoint(path: str) -> str:
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: a boolean is not a number (`api_port = true` is not port 1) and "8000" is not 8000;
+    # no infinities or NaN in any float (they would pass every range and overflow later).
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+
+def _problem(problem: str | None) -> None:
+    if problem:
+        raise ValueError(problem)
+
+
+def _size_in(v: int | None, lo: int, hi: int, why_lo: str, why_hi: str = "") -> int | None:
+    """A byte size within [lo, hi], each bound with its reason."""
+    from hostctl.units import fmt_bytes
+
+    if v is None:
+        return v
+    if v < lo:
+        raise ValueError(f"{fmt_bytes(v)} is below {fmt_bytes(lo)}: {why_lo}")
+    if v > hi:
+        raise ValueError(f"{fmt_bytes(v)} is above {fmt_bytes(hi)}" + (f": {why_hi}" if why_hi else
+                         ": no host hostctl serves has that much (a unit typo such as 't' for 'g'?)"))
+    return v
 
 
 # ---------------------------------------------------------------- drive identity
@@ -71,8 +90,13 @@ class DriveIdentity(Strict):
             raise ValueError(f"unknown identity form {kind!r}: use serial:, wwn:, by-id: or path:")
         if not value:
             raise ValueError(f"identity {text!r} has an empty value")
-        if kind == "path" and not value.startswith("/dev/"):
-            raise ValueError(f"a path: identity must name a device under /dev, got {value!r}")
+        if kind == "path":
+            _problem(safepaths.device_path_problem(value))
+        elif kind == "by-id":
+            _problem(safepaths.by_id_problem(value))
+        else:
+            _problem(safetext.match_problem(value, re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._:+-]{0,127}"),
+                                            f"a {kind} such as S7KGNU0X123456 (letters, digits, ._:+- and spaces)"))
         return cls(kind=kind, value=value)
 
     def __str__(self) -> str:
@@ -120,11 +144,20 @@ class Drive(Strict):
     def _mount(cls, v: str | None) -> str | None:
         return None if v is None else normalise_mountpoint(v)
 
+    @field_validator("mountpoint")
+    @classmethod
+    def _mount_safe(cls, v: str | None) -> str | None:
+        # The mountpoint goes into the service unit's RequiresMountsFor= and fstab: no control
+        # characters, spaces or %; and never a system directory (hostctl.safepaths).
+        if v is not None:
+            _problem(safetext.control_problem(v) or safetext.unit_path_problem(v) or safepaths.host_dir_problem(v))
+        return v
+
     @field_validator("mount_options")
     @classmethod
     def _options(cls, v: list[str]) -> list[str]:
         for option in v:
-            if not re.match(r"^[A-Za-z0-9_.=:/+-]+$", option):
+            if not re.fullmatch(r"[A-Za-z0-9_.=:/+-]+", option):  # fullmatch: "$" would let a trailing newline in
                 raise ValueError(f"mount option {option!r}: expected one option such as 'discard' "
                                  "(letters, digits and _.=:/+- only; no commas or spaces)")
         return v
@@ -152,9 +185,29 @@ class MemoryPolicy(Strict):
     def _size(cls, v: Any) -> Any:
         return None if v is None else parse_size(v)
 
+    # Ranges with their reasons: each of these values is a guard, and 0 (or a typo) would turn
+    # it off -- container_ram = 0 rendered no memory cap at all.
+    @field_validator("host_reserve")
+    @classmethod
+    def _reserve(cls, v: int) -> int:
+        return _size_in(v, 512 * MIB, 64 * TIB, "the OS and desktop need RAM outside the container; with less the "
+                        "kernel's OOM killer, not the container's cap, acts first")
+
+    @field_validator("reservation_margin")
+    @classmethod
+    def _margin(cls, v: int) -> int:
+        return _size_in(v, 0, 64 * TIB, "")
+
+    @field_validator("container_ram", "container_ram_swap")
+    @classmethod
+    def _cap(cls, v: int | None) -> int | None:
+        return _size_in(v, 256 * MIB, 64 * TIB, "a cap this small (0 renders no cap at all) leaves the runtime no room "
+                        "to start; remove the key to derive the cap from the host reserve")
+
 
 class GpuPolicy(Strict):
-    devices: list[str] | None = Field(default=None, description="GPU UUIDs or indices to serve on; default: the first N")
+    devices: list[str] | None = Field(default=None, max_length=64,
+                                      description="GPU UUIDs or indices to serve on; default: the first N")
     power_limit_w: float | None = None
     power_limits_w: dict[str, float] = Field(default_factory=dict, description="per GPU (UUID or index) overrides")
 
@@ -166,18 +219,26 @@ class GpuPolicy(Strict):
             raise ValueError("expected a number of watts, got a boolean")
         return v
 
+    @field_validator("devices")
+    @classmethod
+    def _devices(cls, v: list[str] | None) -> list[str] | None:
+        for d in v or []:
+            _problem(safetext.match_problem(d, re.compile(r"[0-9]{1,3}|(?:GPU|MIG)-[A-Za-z0-9/-]{1,100}"),
+                                            "a GPU index such as 0 or a UUID such as GPU-5c2f...-..."))
+        return v
+
     @field_validator("power_limit_w")
     @classmethod
     def _positive(cls, v: float | None) -> float | None:
-        if v is not None and not v > 0:
-            raise ValueError(f"expected a positive number of watts, got {v}")
+        if v is not None and not 0 < v <= 10_000:
+            raise ValueError(f"expected a positive number of watts (at most 10000), got {v}")
         return v
 
     @field_validator("power_limits_w")
     @classmethod
     def _positive_each(cls, v: dict[str, float]) -> dict[str, float]:
         for key, watts in v.items():
-            if not watts > 0:
+            if not 0 < watts <= 10_000:
                 raise ValueError(f"power limit for GPU {key!r}: expected a positive number of watts, got {watts}")
         return v
 
@@ -193,6 +254,24 @@ class StorageRoles(Strict):
     swappiness_serving: int = Field(default=10, ge=0, le=200)
     page_cluster: int = Field(default=0, ge=0, le=10)
 
+    @field_validator("planes_cache", "expert_store", "compile_cache")
+    @classmethod
+    def _role(cls, v: str | None) -> str | None:
+        # An absolute path is a read-write bind into the runtime: never a system directory
+        # (compile_cache = "/" bound the whole root filesystem). A name is a drive's.
+        if v is None:
+            return v
+        if v.startswith("/"):
+            _problem(safepaths.host_dir_problem(v))
+            return safepaths.normalise(v)
+        _problem(safetext.match_problem(v, re.compile(r"[a-z][a-z0-9-]{0,8}"), "a drive name or an absolute path"))
+        return v
+
+
+# Variables every shell sets to a non-secret value: naming one as api_key_env makes the key guessable.
+NOT_A_KEY_ENV = frozenset({"PATH", "HOME", "USER", "LOGNAME", "SHELL", "PWD", "OLDPWD", "LANG", "TERM", "HOSTNAME",
+                           "SHLVL", "TMPDIR", "MAIL", "DISPLAY", "EDITOR", "SUDO_USER", "SUDO_UID", "SUDO_GID", "_"})
+
 
 class RuntimeSettings(Strict):
     image: str | None = Field(default=None, description="override the recipe's runtime image")
@@ -204,6 +283,36 @@ class RuntimeSettings(Strict):
     project_dir: str = Field(default=str(paths.STATE_DIR / "project"), description="where the rendered project lives")
     project: str = Field(default="hostctl", pattern=r"^[a-z0-9][a-z0-9_-]{0,40}$",
                          description="Compose project name; the container is <project>-runtime")
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, v: str | None) -> str | None:
+        if v is not None:
+            _problem(safetext.image_problem(v))
+        return v
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _key_env(cls, v: str | None) -> str | None:
+        # Compose reads ${NAME:?...}: a name that is not an environment name (MY-KEY) turned the
+        # guard into a default value, so the key became the fixed text after the dash.
+        if v is None:
+            return v
+        _problem(safetext.match_problem(v, safetext.ENV_NAME, "an environment variable name such as "
+                                        "HOSTCTL_API_KEY (letters, digits and _, not starting with a digit)"))
+        if v in NOT_A_KEY_ENV:
+            raise ValueError(f"{v} is set in every shell to a well-known value, so the API key would be guessable; "
+                             "name a variable that holds only the key, such as HOSTCTL_API_KEY")
+        return v
+
+    @field_validator("model_dir", "models_dir", "project_dir")
+    @classmethod
+    def _host_dir(cls, v: str | None) -> str | None:
+        # model_dir and models_dir are bind sources; project_dir is where render writes.
+        if v is None:
+            return v
+        _problem(safepaths.host_dir_problem(v))
+        return safepaths.normalise(v)
 
     @field_validator("api_host")
     @classmethod
@@ -229,9 +338,9 @@ class RuntimeSettings(Strict):
 
 
 class HostProfile(Strict):
-    name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$")
-    description: str = ""
-    recipe: str = Field(description="bundled recipe name or a path to a recipe YAML")
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$")
+    description: str = Field(default="", max_length=1000)
+    recipe: str = Field(description="bundled recipe name or a path to a recipe YAML", max_length=4000)
     phase: Phase = "serving"
     drives: list[Drive] = Field(default_factory=list)
     memory: MemoryPolicy = Field(default_factory=MemoryPolicy)
@@ -261,6 +370,12 @@ class HostProfile(Strict):
                 raise ValueError(f"storage.rank_stores[{i}]: {target!r} is not a drive name ({sorted(names)})")
         return self
 
+    @field_validator("description", "recipe")
+    @classmethod
+    def _text(cls, v: str) -> str:
+        _problem(safetext.text_problem(v))
+        return v
+
     def drive(self, name: str) -> Drive | None:
         return next((d for d in self.drives if d.name == name), None)
 
@@ -269,10 +384,11 @@ class HostProfile(Strict):
 
 
 class Requires(Strict):
-    gpus: int = Field(ge=0)
-    vram_gb: float | None = Field(default=None, ge=0)
-    host_ram_gb: float | None = Field(default=None, ge=0)
-    extra_models: list[str] = Field(default_factory=list)
+    # Upper bounds: a value past them is a typo, and an absurd one (1e308) overflows the arithmetic.
+    gpus: int = Field(ge=0, le=64, description="GPUs per host (no host has more than 64)")
+    vram_gb: float | None = Field(default=None, ge=0, le=10_000)
+    host_ram_gb: float | None = Field(default=None, ge=0, le=1_000_000)
+    extra_models: list[str] = Field(default_factory=list, max_length=64)
 
 
 class Architecture(Strict):
@@ -285,20 +401,32 @@ class Architecture(Strict):
 class Conversion(Strict):
     """What the first start (building planes and packs) needs from the host."""
 
-    host_ram_swap_gib: float = Field(default=0, ge=0, description="host MemTotal + SwapTotal needed")
-    cache_free_gib: float = Field(default=0, ge=0, description="free space needed on the cache filesystems")
-    layers: int | None = Field(default=None, ge=1, description="layers converted, for progress")
+    host_ram_swap_gib: float = Field(default=0, ge=0, le=1_048_576, description="host MemTotal + SwapTotal needed")
+    cache_free_gib: float = Field(default=0, ge=0, le=1_048_576, description="free space needed on the cache filesystems")
+    layers: int | None = Field(default=None, ge=1, le=10_000, description="layers converted, for progress")
+
+
+# The longest window any served model has is ~10M tokens; `context: 1e30` rendered --max-model-len 1e30.
+MAX_CONTEXT = 16 * 1024 * 1024
+# A first conversion takes hours; a load timeout past a week is a unit mistake (ms for s).
+MAX_TIMEOUT_S = 7 * 24 * 3600
 
 
 class SmokeTest(Strict):
-    name: str
+    name: str = Field(max_length=200)
     kind: Literal["chat", "tool_call", "models", "needle"]
-    prompt: str | None = None
-    expect: str | None = None
+    prompt: str | None = Field(default=None, max_length=100_000)
+    expect: str | None = Field(default=None, max_length=10_000)
     tool: dict[str, Any] | None = None
     expect_call: dict[str, Any] | None = None
-    tokens: int | None = Field(default=None, ge=1, description="needle: prompt length in tokens")
-    max_completion_tokens: int = Field(default=16, ge=1)
+    tokens: int | None = Field(default=None, ge=1, le=MAX_CONTEXT, description="needle: prompt length in tokens")
+    max_completion_tokens: int = Field(default=16, ge=1, le=1_000_000)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        _problem(safetext.text_problem(v))
+        return v
 
     @model_validator(mode="after")
     def _fields_for_kind(self) -> "SmokeTest":
@@ -326,17 +454,18 @@ class SmokeTest(Strict):
 class Recipe(Strict):
     # vLLM-MoET bench recipe fields, accepted unchanged.
     id: str
-    role: str | None = None
-    model: str
+    role: str | None = Field(default=None, max_length=200)
+    model: str = Field(max_length=4000)
     served_name: str
-    summary: str | None = None
+    summary: str | None = Field(default=None, max_length=1000)
     requires: Requires
-    context: int = Field(ge=1)
-    load_timeout_s: int = Field(ge=1)
-    watchdog_s: int | None = Field(default=None, ge=1, description="hostctl: seconds without log progress before "
+    context: int = Field(ge=1, le=MAX_CONTEXT)
+    load_timeout_s: int = Field(ge=1, le=MAX_TIMEOUT_S)
+    watchdog_s: int | None = Field(default=None, ge=1, le=MAX_TIMEOUT_S,
+                                   description="hostctl: seconds without log progress before "
                                    "`up` calls the runtime stuck (default: min(load_timeout_s, 600))")
-    env: dict[str, Any] = Field(default_factory=dict)
-    serve_args: list[str] = Field(default_factory=list)
+    env: dict[str, Any] = Field(default_factory=dict, max_length=500)
+    serve_args: list[str] = Field(default_factory=list, max_length=500)
     warmup: dict[str, Any] = Field(default_factory=dict)
     suite_params: dict[str, Any] = Field(default_factory=dict)
     tuning: dict[str, Any] = Field(default_factory=dict)
@@ -350,12 +479,72 @@ class Recipe(Strict):
     @field_validator("env")
     @classmethod
     def _env_scalars(cls, v: dict[str, Any]) -> dict[str, Any]:
+        from hostctl.secrets import is_secret_name
+
         for key, value in v.items():
-            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
-                raise ValueError(f"env key {key!r} is not a valid environment variable name")
-            if isinstance(value, (dict, list)):
-                raise ValueError(f"env.{key}: expected a string, number or boolean, got {type(value).__name__}")
+            if not isinstance(key, str) or not safetext.ENV_NAME.fullmatch(key):
+                raise ValueError(f"env key {str(key)[:80]!r} is not a valid environment variable name")
+            if not isinstance(value, str):
+                # YAML 1.1 rewrites unquoted values (no -> false, 010 -> 8, 1.10 -> 1.1): only a
+                # string is what the recipe's author wrote.
+                raise ValueError(f"env.{key}: expected a string, got {type(value).__name__} "
+                                 f"{value if not isinstance(value, (dict, list)) else ''}".rstrip()
+                                 + f"; put the value in quotes (\"...\"), YAML reads unquoted no/yes/on/off, 010 "
+                                 "and 1.10 as other values")
+            problem = safetext.text_problem(value)
+            if problem:
+                # A secret's value is never echoed, not even in an error.
+                shown = "" if is_secret_name(key) else f" ({value[:60]!r})"
+                raise ValueError(f"env.{key}: the value{shown} {problem}")
         return v
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, v: str) -> str:
+        # The id goes into unit Description= lines, Compose labels and rendered headers.
+        _problem(safetext.match_problem(v, safetext.RECIPE_ID, "an id such as deepseek-v4-flash/pro6000x2-tp2 "
+                                        "(letters, digits and ._+/-)"))
+        if ".." in v.split("/"):
+            raise ValueError(f"{v!r}: '..' is not part of an id")
+        return v
+
+    @field_validator("served_name")
+    @classmethod
+    def _served(cls, v: str) -> str:
+        _problem(safetext.match_problem(v, safetext.SERVED_NAME, "a served model name such as deepseek-v4-flash or "
+                                        "org/Model-Name (letters, digits and ._:/@+-)"))
+        return v
+
+    @field_validator("model", "role", "summary")
+    @classmethod
+    def _plain_text(cls, v: str | None) -> str | None:
+        if v is not None:
+            _problem(safetext.text_problem(v))
+        return v
+
+    @field_validator("serve_args")
+    @classmethod
+    def _args_text(cls, v: list[str]) -> list[str]:
+        for i, entry in enumerate(v):
+            problem = safetext.text_problem(entry)
+            if problem:
+                raise ValueError(f"serve_args[{i}] {problem}")
+        return v
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, v: str | None) -> str | None:
+        if v is not None:
+            _problem(safetext.image_problem(v))
+        return v
+
+    @model_validator(mode="after")
+    def _needle_fits_context(self) -> "Recipe":
+        for i, test in enumerate(self.smoke):
+            if test.tokens is not None and test.tokens > self.context:
+                raise ValueError(f"smoke[{i}].tokens {test.tokens} is more than the context {self.context}: the "
+                                 "needle prompt could never be served")
+        return self
 
     def args(self) -> "ServeArgs":
         return ServeArgs.parse(self.serve_args)
@@ -396,13 +585,29 @@ class ServeArgs:
         return out
 
 
+# Serve flags whose value is a secret and the variable the runtime reads it from instead, so the
+# plan moves it out of argv (and out of compose.yaml) into the 0600 env file.
+SECRET_FLAGS_TO_ENV = {"--hf-token": "HF_TOKEN"}
+
+
+def _secret_flag(flag: str) -> bool:
+    from hostctl.secrets import is_secret_name
+
+    return is_secret_name(flag.lstrip("-").replace("-", "_"))
+
+
 def recipe_problems(recipe: Recipe) -> list[str]:
     """Rules that follow from the field reports; each message names the field and the fix."""
     problems: list[str] = []
     args = recipe.args()
     for i, (flag, value) in enumerate(args.pairs):
         if not flag.startswith("-"):
-            problems.append(f"serve_args[{i}]: expected a flag such as '--max-num-seqs 2', got {flag!r}")
+            problems.append(f"serve_args[{i}]: expected a flag such as '--max-num-seqs 2', got {flag[:80]!r}")
+        elif not safetext.FLAG.fullmatch(flag):
+            problems.append(f"serve_args[{i}]: {flag[:80]!r} is not a flag name (letters, digits and _.- after --)")
+        elif value is not None and flag not in SECRET_FLAGS_TO_ENV and flag != "--api-key" and _secret_flag(flag):
+            problems.append(f"serve_args[{i}]: {flag} carries a secret on the command line, where `ps`, compose.yaml "
+                            "and `docker inspect` show it; pass it through env instead (redacted, mode 0600)")
     seqs = args.get("--max-num-seqs")
     if seqs is not None:
         try:
@@ -442,6 +647,9 @@ def recipe_problems(recipe: Recipe) -> list[str]:
                 problems.append(
                     f"{where}: unknown placeholder {{{m.group(1)}}}; known: {{planes_cache}}, {{expert_store}}, {{model:NAME}}"
                 )
+            elif m.group(1) == "model" and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", m.group(2) or ""):
+                problems.append(f"{where}: {{model:{m.group(2)}}}: NAME is one directory name under runtime.models_dir "
+                                "(letters, digits and ._-; no '/' or '..')")
     return problems
 
 
@@ -458,8 +666,10 @@ def _format_validation(exc: ValidationError, source: str) -> InputError:
         elif err["type"] == "missing":
             msg = "required field is missing"
         elif "input" in err and err["type"] not in ("value_error", "assertion_error"):
-            msg = f"{msg} (got {err['input']!r})"
-        details.append(f"{loc}: {msg}" if loc else msg)
+            shown = repr(err["input"])
+            msg = f"{msg} (got {shown if len(shown) <= 100 else shown[:100] + '...'})"
+        # A validator that names the entry itself (env.HF_TOKEN: ...) is not prefixed twice.
+        details.append(msg if not loc or msg.startswith((loc + ".", loc + "[")) else f"{loc}: {msg}")
     return InputError(f"{source} is not valid", details=details, fix="correct the fields named above; nothing was changed")
 
 
@@ -483,13 +693,22 @@ def parse_recipe(data: Any, source: str = "recipe") -> Recipe:
     return recipe
 
 
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except OSError:  # a name too long, a permission denied on the way
+        return False
+
+
 def find_profile(explicit: Path | None) -> Path:
     if explicit is not None:
-        if not explicit.is_file():
-            raise InputError(f"config file {explicit} does not exist", fix="pass --config PATH to a host profile (TOML)")
+        if not _is_file(explicit):
+            problem = safepaths.lexical_problem(str(explicit.absolute())) if str(explicit) else "empty path"
+            raise InputError(f"config file {str(explicit)[:200]} does not exist" + (f" ({problem})" if problem else ""),
+                             fix="pass --config PATH to a host profile (TOML)")
         return explicit
     for candidate in paths.PROFILE_SEARCH:
-        if candidate.is_file():
+        if _is_file(candidate):
             return candidate
     raise InputError(
         "no host profile found",
@@ -499,11 +718,9 @@ def find_profile(explicit: Path | None) -> Path:
 
 
 def load_profile(path: Path) -> HostProfile:
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"{path} is not valid TOML", details=[str(exc)]) from None
-    return parse_profile(data, str(path))
+    from hostctl.safeload import load_toml
+
+    return parse_profile(load_toml(path, "host profile"), str(path))
 
 
 def recipe_path(ref: str, relative_to: Path | None = None) -> Path:
@@ -517,14 +734,21 @@ def recipe_path(ref: str, relative_to: Path | None = None) -> Path:
 
 
 def load_recipe(path: Path) -> Recipe:
-    if not path.is_file():
+    from hostctl.safeload import load_yaml
+
+    if not _is_file(path):
         bundled = sorted(p.stem for p in paths.recipes_dir().glob("*.yaml"))
-        raise InputError(f"recipe {path} does not exist", fix=f"name a bundled recipe ({', '.join(bundled)}) or a YAML path")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise InputError(f"{path} is not valid YAML", details=[str(exc)]) from None
-    return parse_recipe(data, str(path))
+        raise InputError(f"recipe {str(path)[:200]} does not exist",
+                         fix=f"name a bundled recipe ({', '.join(bundled)}) or a YAML path")
+    doc = load_yaml(path, "recipe")
+    rewritten = doc.plain_scalars("env")
+    if rewritten:
+        # Said with the text the author wrote: YAML 1.1 already turned `no` into false, `010` into 8.
+        raise InputError(f"{path} is not valid", details=[
+            f"env.{name}: {text!r} is read by YAML as a {tag}, not the text {text!r}; write it in quotes: "
+            f'{name}: "{text}"' for name, (tag, text) in sorted(rewritten.items())],
+            fix="quote every env value; nothing was changed")
+    return parse_recipe(doc.data, str(path))
 
 
 class Config(BaseModel):
@@ -548,4 +772,9 @@ def load_config(explicit: Path | None) -> Config:
         for i, d in enumerate(profile.drives)
         if d.identity.kind == "path"
     ]
-    return Config(profile=profile, recipe=recipe, source=str(path), warnings=warnings)
+    config = Config(profile=profile, recipe=recipe, source=str(path), warnings=warnings)
+    # From here on every output of this process hides these values (hostctl.secrets).
+    from hostctl import secrets
+
+    secrets.remember(secrets.from_config(config))
+    return config

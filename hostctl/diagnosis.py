@@ -1,10 +1,13 @@
-"""The catalogue of known failure signatures (DESIGN.md) and the classifier that matches
-runtime logs, kernel logs and container state against it.
+"""The catalogue of known failure signatures and the classifier that matches runtime logs,
+kernel logs and container state against it.
 
 Each signature says what the symptom really means and what to do: the field reports lost
 days to symptoms that pointed the wrong way (a TCPStore broken pipe that was a host OOM,
 100% GPU utilisation that was an NCCL deadlock, "No free indices" that was one request
 slot). `up` calls classify() on failure; `doctor --log FILE` calls it on a saved log.
+
+Every signature has a captured-style log excerpt and a near miss in
+tests/unit/data/failures.yaml, each saying what real report or issue thread it is modelled on.
 """
 
 from __future__ import annotations
@@ -66,21 +69,32 @@ WATCHDOG = re.compile(r"Watchdog caught collective operation timeout|ProcessGrou
                       r"NCCL (watchdog|communicator) .*(timed out|abort)")
 NCCL_SHM = re.compile(r"NCCL INFO Channel \d+.* via SHM")
 GPU_OOM = re.compile(r"CUDA out of memory|torch\.OutOfMemoryError|OutOfMemoryError: CUDA|cudaErrorMemoryAllocation")
-TUNING = re.compile(r"autotun|Autotun|[Tt]uning|flashinfer.*(jit|compil)|Capturing CUDA graph|compile_fx|inductor",)
+TUNING = re.compile(r"autotun|Autotun|[Tt]uning|flashinfer.*(jit|compil)|compile_fx|inductor",)
+GRAPH_CAPTURE = re.compile(r"Capturing CUDA graph|CUDA graph captur|cudagraph captur|Capturing cudagraphs", re.I)
+GRAPH_DONE = re.compile(r"[Gg]raph capturing finished|cudagraph capture finished|Capturing CUDA graphs.*100%")
 XID = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F:.]+)\): (\d+)")
+XID_FALLEN_OFF = {79}
+XID_ECC = {48, 63, 64, 92, 94, 95}
+NCCL_SHM_SEGMENT = re.compile(r"Error while (creating|attaching to) shared memory segment|"
+                              r"unable to allocate shared memory|Cannot allocate memory.*/dev/shm")
+P2P_UNSUPPORTED = re.compile(r"peer access is not supported between these two devices|cudaErrorPeerAccessUnsupported")
+NCCL_SYSTEM = re.compile(r"NCCL error[^\n]*unhandled system error|ncclSystemError")
 
 
 def _host_oom(ev: Evidence) -> list[str] | None:
     store = _grep(ev.log, TCPSTORE, "log")
     pipe = _grep(ev.log, BROKEN_PIPE, "log")
-    if not (store and pipe):
+    # The store's own socket must be the broken one (one line says both): a TCPStore line and an
+    # unrelated client's broken pipe elsewhere are not a dead rank.
+    both = sorted(set(store) & set(pipe))
+    if not both:
         return None
     kernel = _grep(ev.kernel_log, HOST_OOM, "kernel")
     # Without a kernel log the broken pipe still most likely follows a dead rank; with one that
     # shows no host OOM, another finding (container OOM, a crash) explains it better.
     if ev.kernel_log and not kernel:
         return None
-    return kernel + sorted(set(store) & set(pipe) or set(store[:2] + pipe[:2]))
+    return kernel + both
 
 
 def _container_oom(ev: Evidence) -> list[str] | None:
@@ -101,18 +115,72 @@ def _deadlock(ev: Evidence) -> list[str] | None:
     return None
 
 
-def _autotune_oom(ev: Evidence) -> list[str] | None:
+def _oom_context(ev: Evidence) -> tuple[list[str], str]:
+    """The GPU OOM lines and the 30 log lines before the first one."""
     oom = _grep(ev.log, GPU_OOM, "log")
     if not oom:
-        return None
+        return [], ""
     lines = ev.log.splitlines()
     first = int(oom[0].split(":")[1]) - 1
-    context = "\n".join(lines[max(0, first - 30):first + 1])
-    return oom[:2] if TUNING.search(context) else None
+    return oom, "\n".join(lines[max(0, first - 30):first + 1])
+
+
+def _autotune_oom(ev: Evidence) -> list[str] | None:
+    oom, context = _oom_context(ev)
+    return oom[:2] if oom and TUNING.search(context) and not GRAPH_CAPTURE.search(context) else None
+
+
+def _graph_capture_oom(ev: Evidence) -> list[str] | None:
+    oom, context = _oom_context(ev)
+    if not oom or not GRAPH_CAPTURE.search(context) or GRAPH_DONE.search(context):
+        return None
+    return _grep(context, GRAPH_CAPTURE, "log")[-1:] + oom[:2]
+
+
+def _xids(ev: Evidence, wanted) -> list[str] | None:
+    found = [f"kernel:{i}: {line.strip()}" for i, line in enumerate(ev.kernel_log.splitlines(), 1)
+             if (m := XID.search(line)) and wanted(int(m.group(2)))]
+    return found or None
 
 
 def _xid(ev: Evidence) -> list[str] | None:
-    return _grep(ev.kernel_log, XID, "kernel") or None
+    return _xids(ev, lambda n: n not in XID_FALLEN_OFF | XID_ECC)
+
+
+def _fallen_off(ev: Evidence) -> list[str] | None:
+    return (_xids(ev, lambda n: n in XID_FALLEN_OFF) or []) + _grep(
+        ev.log, re.compile(r"GPU has fallen off the bus|cudaErrorDevicesUnavailable"), "log")[:2] or None
+
+
+def _ecc(ev: Evidence) -> list[str] | None:
+    return (_xids(ev, lambda n: n in XID_ECC) or []) + _grep(
+        ev.log, re.compile(r"uncorrectable ECC error encountered|cudaErrorECCUncorrectable"), "log")[:2] or None
+
+
+def _nccl_system(ev: Evidence) -> list[str] | None:
+    """The generic NCCL system error, when no more specific cause (shm segment, P2P) is in the log."""
+    if NCCL_SHM_SEGMENT.search(ev.log) or P2P_UNSUPPORTED.search(ev.log):
+        return None
+    return _grep(ev.log, NCCL_SYSTEM, "log") or None
+
+
+ROOT_ERROR = re.compile(r"(?:^|\] )\s*([A-Z][A-Za-z0-9_.]*(?:Error|Exception)): ")
+
+
+def _engine_core(ev: Evidence) -> list[str] | None:
+    """vLLM's "engine core failed to start": the parent's words; the child's own first errors are
+    the evidence (they name the real cause when no other signature knows it)."""
+    head = _grep(ev.log, re.compile(r"Engine core initialization failed|EngineCore failed to start"), "log")
+    if not head:
+        return None
+    roots: list[str] = []
+    for line in _grep(ev.log, ROOT_ERROR, "log"):
+        text = line.split(": ", 1)[1]
+        if "Engine core initialization failed" not in text and text not in [r.split(": ", 1)[1] for r in roots]:
+            roots.append(line)
+        if len(roots) >= 3:
+            break
+    return head[:1] + roots
 
 
 SIGNATURES: tuple[Signature, ...] = (
@@ -144,6 +212,25 @@ SIGNATURES: tuple[Signature, ...] = (
         _container_oom,
     ),
     Signature(
+        "gpu-fallen-off-bus",
+        "a GPU fell off the bus (Xid 79)",
+        "the GPU stopped answering on PCIe: a power excursion (transient load spikes past what the PSU or its "
+        "cabling delivers), overheating, a riser or slot fault, or a PCIe link that drops at its negotiated speed",
+        "power the host off and on (a reset does not bring it back); check the PSU, the 12V-2x6 connectors and risers; "
+        "lower the GPU's power limit (gpu.power_limit_w) or force a lower PCIe generation in the firmware; "
+        "`hostctl doctor` reads the link",
+        _fallen_off,
+    ),
+    Signature(
+        "gpu-ecc-error",
+        "the GPU reported a memory (ECC) error",
+        "Xid 48/94/95 are uncorrectable or contained ECC errors and 63/64 row-remapping events: the GPU's memory "
+        "returned bad data, and the process using it was stopped",
+        "reset the GPU when idle (`nvidia-smi -r`) so pending row remaps take effect, and read `nvidia-smi -q -d "
+        "ECC,ROW_REMAPPER`; repeated errors after a reset mean the card needs service",
+        _ecc,
+    ),
+    Signature(
         "no-free-indices",
         "sparse-MLA warm-up ran out of request slots (No free indices)",
         "max_num_seqs is 1, but the sparse-MLA warm-up needs one decode and one prefill slot at once; this is not "
@@ -157,6 +244,127 @@ SIGNATURES: tuple[Signature, ...] = (
         "--safetensors-load-strategy eager does not support the checkpoint's F8_E8M0 scale tensors",
         "remove --safetensors-load-strategy eager; the default streamed, memory-mapped loader works",
         _log(r"F8_E8M0.*(rror|nsupported|not supported|[Uu]nknown)|(rror|nsupported|[Uu]nknown).*F8_E8M0"),
+    ),
+    Signature(
+        "kv-cache-too-small",
+        "the KV cache cannot hold one request of the full context",
+        "after the weights (and the FP4 pool, the graphs) there is too little GPU memory left for the KV cache of "
+        "one max_model_len-long request, so vLLM refuses to start",
+        "lower context in the recipe to what the log estimates, or raise --gpu-memory-utilization, or use an FP8 KV "
+        "cache (--kv-cache-dtype fp8), or shrink what else lives on the GPU (delta pool, speculative drafts)",
+        _log(r"max seq len \(\d+\) is larger than the maximum number of tokens that can be stored in KV cache|"
+             r"KV cache is needed, which is larger than the available KV cache memory|"
+             r"No available memory for the cache blocks"),
+    ),
+    Signature(
+        "gpu-memory-in-use",
+        "another process holds GPU memory the runtime was told it could use",
+        "vLLM reserves --gpu-memory-utilization of the whole GPU at start and checks that much is free; something "
+        "else (a desktop session, a leftover container, another Python process) is using part of it",
+        "free the GPU (`nvidia-smi` shows who holds memory; `docker ps` for a leftover runtime) or lower "
+        "--gpu-memory-utilization in the recipe",
+        _log(r"Free memory on device \S+ \([^)]*\) on startup is less than desired GPU memory utilization"),
+    ),
+    Signature(
+        "cuda-graph-capture-oom",
+        "out of GPU memory while capturing CUDA graphs",
+        "graph capture allocates per batch size after the KV cache has taken its share; with a high "
+        "--gpu-memory-utilization the last capture sizes do not fit",
+        "lower --gpu-memory-utilization by 0.01-0.02, or capture fewer sizes (--max-cudagraph-capture-size / "
+        "--cuda-graph-sizes), or --enforce-eager to skip capture (slower decode)",
+        _graph_capture_oom,
+    ),
+    Signature(
+        "no-kernel-image",
+        "the runtime has no CUDA kernels for this GPU's architecture",
+        "the image's PyTorch or vLLM was built without this GPU's compute capability (stock vLLM wheels on "
+        "workstation Blackwell, sm_120), so the first kernel launch fails",
+        "use the runtime image built for this GPU (runtime/sm120/Dockerfile: vLLM-MoET with sm_120 kernels), not a "
+        "stock vLLM image",
+        _log(r"no kernel image is available for execution on the device|"
+             r"sm_\d+ is not compatible with the current PyTorch installation"),
+    ),
+    Signature(
+        "nccl-shm-segment",
+        "NCCL could not create its shared-memory segment in /dev/shm",
+        "ranks on one host exchange data through /dev/shm (the host's, under host IPC): it is too small or full of "
+        "stale segments from killed runs",
+        "enlarge /dev/shm (a tmpfs, e.g. `mount -o remount,size=32G /dev/shm`) and remove stale nccl-* files; "
+        "`hostctl doctor` checks both (memory.shm.*)",
+        _log(NCCL_SHM_SEGMENT.pattern),
+    ),
+    Signature(
+        "p2p-not-supported",
+        "CUDA peer access between the GPUs is not supported here",
+        "the GPUs cannot map each other's memory over this PCIe path (a chipset or a VM without P2P), but the "
+        "runtime asked for it (custom all-reduce, or NCCL P2P forced on)",
+        "run with NCCL_P2P_DISABLE=1 and --disable-custom-all-reduce (hostctl's plan does this unless P2P passed "
+        "its functional check: `hostctl provision --only gpu`)",
+        _log(P2P_UNSUPPORTED.pattern),
+    ),
+    Signature(
+        "nccl-system-error",
+        "NCCL failed with an unhandled system error",
+        "a system call NCCL needs failed (shared memory, memlock, sockets, or a device error) during communicator "
+        "set-up; the line after it names the call",
+        "start once with NCCL_DEBUG=INFO to see which call failed; check /dev/shm and memlock with `hostctl doctor`",
+        _nccl_system,
+    ),
+    Signature(
+        "checkpoint-shard-broken",
+        "a checkpoint shard is missing or damaged",
+        "a safetensors file is truncated (an interrupted download or copy), corrupt, or missing from the "
+        "checkpoint directory",
+        "re-download or re-copy the named shard and compare its size and checksum with the source "
+        "(`hostctl model verify` once it exists); check runtime.model_dir points at the complete checkpoint",
+        _log(r"SafetensorError|Error while deserializing header|MetadataIncompleteBuffer|HeaderTooLarge|"
+             r"incomplete metadata, file not fully covered|No such file or directory: '[^']*\.safetensors'"),
+    ),
+    Signature(
+        "port-in-use",
+        "the API port is already taken",
+        "another process (often a runtime from an earlier start) listens on the API address",
+        "find it with `ss -ltnp 'sport = :PORT'` and stop it (`hostctl down` for hostctl's own), or move the API: "
+        "runtime.api_port in the profile",
+        _log(r"\[Errno 98\]|[Aa]ddress already in use"),
+    ),
+    Signature(
+        "unknown-parser",
+        "the recipe names a tool-call or reasoning parser this runtime does not have",
+        "--tool-call-parser or --reasoning-parser names a parser the image's vLLM does not register (a typo, or one "
+        "added in a newer vLLM)",
+        "use a parser the runtime lists in its error (e.g. hermes, glm47 / glm45, deepseek_v3), or the image that "
+        "brings it",
+        _log(r"invalid tool call parser|invalid reasoning parser|reasoning parser[^\n]*not found|"
+             r"argument --(tool-call-parser|reasoning-parser): invalid choice"),
+    ),
+    Signature(
+        "driver-too-old",
+        "the host's NVIDIA driver is older than the image's CUDA needs",
+        "the runtime image was built for a newer CUDA than the host driver supports",
+        "update the host driver (the image's CUDA version needs a matching minimum driver) or use an image built for "
+        "the installed driver",
+        _log(r"NVIDIA driver on your system is too old|CUDA driver version is insufficient for CUDA runtime version|"
+             r"cudaErrorInsufficientDriver"),
+    ),
+    Signature(
+        "follower-died",
+        "a worker on another node (or process) died",
+        "in a multi-node or Ray-managed start a follower's process ended (often the kernel's OOM killer on that "
+        "node, or a network drop); the leader only sees the loss",
+        "read that node's kernel log (`hostctl doctor` on it: logs.kernel.oom) and its runtime log; give it the "
+        "same memory caps and swap as the leader",
+        _log(r"ActorDiedError|The actor died unexpectedly|marked dead because the detector has missed too many "
+             r"heartbeats|A worker died or was killed"),
+    ),
+    Signature(
+        "trust-remote-code",
+        "the model needs its own code, and it was not allowed to run it",
+        "the checkpoint's config names Python code shipped with the model; the runtime refuses it without "
+        "--trust-remote-code",
+        "add --trust-remote-code to the recipe's serve_args (only for a checkpoint you trust)",
+        _log(r"requires you to execute the configuration file|contains custom code which must be executed|"
+             r"(pass|set) the (argument|option) `trust_remote_code=True`"),
     ),
     Signature(
         "nccl-shm-fallback",
@@ -182,12 +390,21 @@ SIGNATURES: tuple[Signature, ...] = (
         _log(r"No space left on device|ENOSPC|\[Errno 28\]"),
     ),
     Signature(
+        "engine-core-failed",
+        "the engine core failed to start",
+        "vLLM's engine process died during start-up; the lines below are the first errors it logged, which name "
+        "the actual cause",
+        "fix what the first error names (an argument, the model, memory); `hostctl up --keep-on-failure` keeps the "
+        "container for `hostctl logs`",
+        _engine_core,
+    ),
+    Signature(
         "gpu-xid",
         "the GPU driver reported an Xid error",
-        "an Xid in the kernel log is a driver-level GPU fault (79: fallen off the bus; 48/63/64/94/95: memory errors; "
-        "13/31/43: application faults)",
-        "check power, cabling and PCIe link health; for 79 reseat the card or lower its power limit; see NVIDIA's "
-        "Xid catalogue for the number",
+        "an Xid in the kernel log is a driver-level GPU fault (13/31/43: a process's own fault; 61/62/119/120: the "
+        "GPU's firmware; 74: NVLink)",
+        "check power, cabling and PCIe link health; see NVIDIA's Xid catalogue for the number; a process fault "
+        "after a driver update often needs a reboot",
         _xid,
     ),
 )

@@ -1,7 +1,8 @@
 """Errors as values a user can act on, and the exit code each one maps to.
 
-Exit codes (DESIGN.md): 0 ok; 1 a check, gate or step failed (or a command is not
-available yet); 2 bad input, nothing changed; 3 refused for safety.
+Exit codes (README "Exit codes"): 0 ok; 1 a check, gate or step failed (or a command is not
+available yet); 2 bad input, nothing changed; 3 refused for safety; 70 an internal error (a bug:
+sysexits' EX_SOFTWARE); 130 / 143 interrupted by SIGINT / SIGTERM (128 + the signal).
 """
 
 from __future__ import annotations
@@ -10,6 +11,9 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_REFUSED = 3
+EXIT_SOFTWARE = 70
+EXIT_SIGINT = 130
+EXIT_SIGTERM = 143
 
 
 class HostctlError(Exception):

@@ -33,7 +33,11 @@ class Result:
         return f"{' '.join(self.argv)} exited {self.returncode}: {tail[0]}"
 
 
-def run(argv: list[str], *, timeout: float = 30.0, input_text: str | None = None, env: dict | None = None) -> Result:
+def run(argv: list[str], *, timeout: float = 30.0, input_text: str | None = None, env: dict | None = None,
+        new_session: bool = False) -> Result:
+    """new_session: the child gets its own session, so a Ctrl-C at the terminal reaches only
+    hostctl, which then decides what to stop (hostctl.interrupt); the child is still killed when
+    hostctl abandons the wait."""
     if not argv:
         raise ValueError("empty command")
     if shutil.which(argv[0]) is None:
@@ -44,7 +48,8 @@ def run(argv: list[str], *, timeout: float = 30.0, input_text: str | None = None
         testhooks.run_then_kill(proc, when)
     try:
         proc = subprocess.run(
-            argv, capture_output=True, text=True, timeout=timeout, input=input_text, env=env, check=False
+            argv, capture_output=True, text=True, timeout=timeout, input=input_text, env=env, check=False,
+            start_new_session=new_session,
         )
     except subprocess.TimeoutExpired as exc:
         out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")

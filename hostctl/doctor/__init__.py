@@ -43,6 +43,13 @@ def _load_config(opts: Options):
         raise
 
 
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except OSError:
+        return False
+
+
 def port_requests(config) -> list[tuple[str, int]]:
     rt = config.profile.runtime
     return [(rt.api_host, rt.api_port)]
@@ -56,7 +63,11 @@ def build_report(opts: Options, err: TextIO | None = None):
 
     if opts.level not in LEVELS:
         raise InputError(f"--level: expected quick or full, got {opts.level!r}")
-    if opts.log is not None and not opts.log.is_file():
+    if opts.bundle is not None:
+        from hostctl.doctor.bundle import check_target
+
+        check_target(opts.bundle)
+    if opts.log is not None and not _is_file(opts.log):
         raise InputError(f"--log {opts.log}: no such file", fix="save the runtime's log first, e.g. "
                          "`docker logs hostctl-runtime > runtime.log 2>&1`")
     # In-process phases; interpreter start-up and imports are what a process's wall time adds

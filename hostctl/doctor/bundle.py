@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hostctl.config import Config
-from hostctl.doctor.redact import count, redact
+from hostctl.doctor.redact import MASK, count, redact
 from hostctl.errors import InputError
 from hostctl.facts.model import HostFacts
 from hostctl.plan.model import Plan
@@ -117,24 +117,48 @@ def gather(*, doctor_json: str, facts: HostFacts, plan: Plan | None, config: Con
     return b
 
 
+def check_target(path: Path) -> None:
+    """Refuse a --bundle path that cannot take an archive, before any work (exit 2)."""
+    from hostctl import safepaths
+
+    shown = str(path)[:200]
+    problem = safepaths.lexical_problem(os.path.abspath(path))
+    if problem:
+        raise InputError(f"--bundle {shown}: {problem}", fix="name a file such as support.tar.gz")
+    try:
+        if path.is_dir():
+            raise InputError(f"--bundle {shown} is a directory; expected the archive's file name",
+                             fix=f"e.g. --bundle {shown.rstrip('/')}/hostctl-support.tar.gz")
+        if not path.parent.is_dir():
+            raise InputError(f"--bundle {shown}: the folder {path.parent} does not exist")
+    except OSError as exc:
+        raise InputError(f"--bundle {shown}: {exc.strerror or exc}") from None
+    absolute = os.path.abspath(path)
+    if any(absolute.startswith(p + "/") for p in ("/proc", "/sys", "/dev")):
+        raise InputError(f"--bundle {shown} is on a kernel pseudo-filesystem, which cannot hold files")
+
+
 def write(path: Path, contents: BundleContents) -> dict[str, int]:
-    """Redact every file and write the archive atomically; returns redactions per file."""
-    if not path.parent.is_dir():
-        raise InputError(f"--bundle {path}: the folder {path.parent} does not exist")
+    """Redact every file (its name too) and write the archive atomically; returns redactions per file."""
+    check_target(path)
     redactions: dict[str, int] = {}
     members: list[tuple[str, bytes]] = []
-    for name, text in sorted(contents.files.items()):
+    for raw_name, text in sorted(contents.files.items()):
+        name = redact(raw_name).replace(MASK, "REDACTED")
         redactions[name] = count(text)
         members.append((name, redact(text).encode()))
     manifest = ["hostctl support bundle", f"written {time.strftime('%Y-%m-%dT%H:%M:%S%z')}", "",
                 "files, each redacted (API keys, tokens, passwords, Authorization headers, API key arguments):"]
     manifest += [f"  {name}  ({len(data)} bytes, {redactions[name]} secret(s) redacted)" for name, data in members]
     if contents.missing:
-        manifest += ["", "not included:"] + [f"  {m}" for m in contents.missing]
-    # hostctl writes the manifest itself (names, sizes, reasons), so it is not redacted: that would
-    # only mangle its own words.
-    members.insert(0, ("MANIFEST.txt", ("\n".join(manifest) + "\n").encode()))
+        manifest += ["", "not included:"] + [f"  {redact(m)}" for m in contents.missing]
+    # The manifest's reasons quote exceptions and paths, which can carry a secret: it is redacted
+    # by value like every member (its own words hold none).
+    from hostctl.secrets import redact_values
+
+    members.insert(0, ("MANIFEST.txt", redact_values("\n".join(manifest) + "\n").encode()))
     root = path.name.removesuffix(".gz").removesuffix(".tar").removesuffix(".tgz") or "hostctl-bundle"
+    root = redact(root).replace(MASK, "REDACTED")
     fd, tmp = tempfile.mkstemp(prefix=".hostctl-bundle-", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w:gz") as tar:

@@ -57,7 +57,8 @@ def read_log(path: Path) -> str:
         with path.open("rb") as f:
             if size > MAX_LOG_BYTES:
                 f.seek(size - MAX_LOG_BYTES)
-            return f.read().decode("utf-8", "replace")
+            # Bounded: a device or a pipe (/dev/zero) reports size 0 and never ends.
+            return f.read(MAX_LOG_BYTES).decode("utf-8", "replace")
     except FileNotFoundError:
         raise InputError(f"--log {path}: no such file", fix="save the runtime's log first, e.g. "
                          "`docker logs hostctl-runtime > runtime.log 2>&1`") from None

@@ -1,13 +1,14 @@
 """Secret redaction for everything doctor prints or packs: API keys, Hugging Face tokens,
-Authorization headers, `--api-key` arguments and any VAR=value whose name says it holds a
-secret. Each match keeps its name and loses its value, so a reader still sees *that* a key
-was set."""
+Authorization headers, `--api-key` arguments, any VAR=value whose name says it holds a
+secret, a password in a URL and a key in a Python args dump (`'api_key': ['...']`). Each match
+keeps its name and loses its value, so a reader still sees *that* a key was set. Every value
+hostctl knows to be secret is hidden by value first (hostctl.secrets), whatever surrounds it."""
 
 from __future__ import annotations
 
 import re
 
-MASK = "***REDACTED***"
+from hostctl.secrets import MASK, redact_values
 
 # A variable or key whose name says "secret". Names that only *point at* a secret
 # (api_key_env = "MY_KEY_VAR") keep their value: it is a variable name, not the key.
@@ -19,9 +20,14 @@ _PATTERNS: tuple[tuple[re.Pattern, str], ...] = (
     # --api-key VALUE, --api-key=VALUE, "--api-key", "VALUE" (an argv in JSON)
     (re.compile(r"(?i)(--(?:api-key|hf-token|token|password)(?:=|\s+|[\"']\s*,\s*[\"']))(?!-)[^\s\"',]+"),
      lambda m: m.group(1) + MASK),
-    # NAME=value, NAME: value, "NAME": "value", NAME = 'value' (not ${NAME:?...}, Compose interpolation)
-    (re.compile(rf"(?i)((?<!\$\{{)\b{_SECRET_NAME}\"?'?\s*[:=]\s*[\"']?)(?![\"']?\s*(?:$|,|\}}))(?!\$\{{)[^\s\"',}}]+"),
+    # a Python repr of parsed args: 'api_key': ['value'] or "hf_token": "value"
+    (re.compile(rf"(?i)(['\"]{_SECRET_NAME}['\"]\s*:\s*\[?\s*['\"])(?!['\"])[^'\"]+"),
      lambda m: m.group(1) + MASK),
+    # NAME=value, NAME: value, "NAME": "value", NAME = 'value' (not ${NAME:?...}, Compose interpolation)
+    (re.compile(rf"(?i)((?<!\$\{{)\b{_SECRET_NAME}\"?'?\s*[:=]\s*[\"']?)(?![\"']?\s*(?:$|,|\}}))(?!\$\{{)(?!\*\*\*REDACTED)\[?[^\s\"',}}\[]+"),
+     lambda m: m.group(1) + MASK),
+    # the password in scheme://user:password@host
+    (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^/\s:@]+:)[^@\s/]+@"), lambda m: m.group(1) + MASK + "@"),
     # bare tokens that are secrets whatever surrounds them
     (re.compile(r"\bhf_[A-Za-z0-9]{20,}\b"), lambda m: "hf_" + MASK),
     (re.compile(r"\bsk-[A-Za-z0-9_-]{20,}\b"), lambda m: "sk-" + MASK),
@@ -30,6 +36,7 @@ _PATTERNS: tuple[tuple[re.Pattern, str], ...] = (
 
 
 def redact(text: str) -> str:
+    text = redact_values(text)
     for pattern, repl in _PATTERNS:
         text = pattern.sub(repl, text)
     return text
@@ -37,4 +44,5 @@ def redact(text: str) -> str:
 
 def count(text: str) -> int:
     """How many secrets redact() would hide (for the bundle's manifest)."""
-    return sum(len(pattern.findall(text)) for pattern, _ in _PATTERNS)
+    masked = redact_values(text)
+    return masked.count(MASK) - text.count(MASK) + sum(len(pattern.findall(masked)) for pattern, _ in _PATTERNS)

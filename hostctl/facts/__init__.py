@@ -7,7 +7,6 @@ doctor must still be able to say what it could read.
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 from collections.abc import Callable, Sequence
@@ -173,19 +172,22 @@ def _field_path(loc: tuple[int | str, ...]) -> str:
     return out or "(top level)"
 
 
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:80] + "..."
+
+
 def load_snapshot(path: str | os.PathLike[str]) -> HostFacts:
     """Read a facts snapshot; InputError names what is wrong (and for a field, where)."""
+    from hostctl.safeload import load_json
+
     p = Path(path)
     try:
-        text = p.read_text()
-    except FileNotFoundError:
-        raise InputError(f"facts snapshot {p} does not exist", fix="make one with `hostctl facts --json > snap.json`") from None
-    except OSError as exc:
-        raise InputError(f"cannot read facts snapshot {p}: {exc.strerror or exc}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"facts snapshot {p} is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
+        data = load_json(p, "facts snapshot")
+    except InputError as exc:
+        if "does not exist" in exc.message:
+            exc.fix = "make one with `hostctl facts --json > snap.json`"
+        raise
     if not isinstance(data, dict):
         raise InputError(f"facts snapshot {p} must be a JSON object, not {type(data).__name__}")
     schema = data.get("schema", FACTS_SCHEMA)
@@ -197,7 +199,8 @@ def load_snapshot(path: str | os.PathLike[str]) -> HostFacts:
     try:
         return HostFacts.model_validate(data)
     except ValidationError as exc:
-        problems = [f"{_field_path(e['loc'])}: {e['msg']}" for e in exc.errors()]
+        problems = [f"{_field_path(e['loc'])}: {e['msg']}" + (f" (got {_shown(e['input'])})" if "input" in e and
+                    e["type"] not in ("missing", "extra_forbidden", "value_error") else "") for e in exc.errors()]
         raise InputError(
             f"facts snapshot {p} is not valid {FACTS_SCHEMA}: {problems[0]}"
             + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""),

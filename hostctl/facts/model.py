@@ -63,7 +63,8 @@ class Gpu(Part):
 class GpuPair(Part):
     a: int
     b: int
-    topology: str | None = None  # one of TOPOLOGY_ORDER, or None if NVML could not tell
+    # One of TOPOLOGY_ORDER, or None if NVML could not tell; anything else in a snapshot is bad input.
+    topology: Literal["SELF", "NVLINK", "PIX", "PXB", "PHB", "NODE", "SYS"] | None = None
     p2p_read: str | None = None  # NVML P2P status: ok, chipset_not_supported, ...
     p2p_write: str | None = None
     nvlink: bool = False
@@ -203,10 +204,11 @@ class SwapDevice(Part):
 
 
 class MemoryFacts(Part):
-    mem_total_bytes: int
-    mem_available_bytes: int
-    swap_total_bytes: int
-    swap_free_bytes: int
+    # Never negative: a snapshot that says so is bad input (exit 2), not a plan with odd numbers.
+    mem_total_bytes: int = Field(ge=0)
+    mem_available_bytes: int = Field(ge=0)
+    swap_total_bytes: int = Field(ge=0)
+    swap_free_bytes: int = Field(ge=0)
     swaps: list[SwapDevice] = Field(default_factory=list)
     swappiness: int | None = None
     page_cluster: int | None = None

@@ -8,7 +8,7 @@ overridden by the profile, which binds 127.0.0.1 unless it opts in with an API k
 
 from __future__ import annotations
 
-from hostctl.config import PLACEHOLDER_RE, Config, ServeArgs
+from hostctl.config import PLACEHOLDER_RE, SECRET_FLAGS_TO_ENV, Config, ServeArgs
 from hostctl.plan.model import MemoryPlan, NcclPlan, PlacementPlan, RuntimeSpec, StoragePlan, Volume
 from hostctl.units import docker_size
 
@@ -124,6 +124,15 @@ def plan_runtime(config: Config, memory: MemoryPlan, placement: PlacementPlan, n
     args = recipe.args()
     kept: list[tuple[str, str | None]] = []
     for flag, value in args.pairs:
+        if flag in SECRET_FLAGS_TO_ENV and value is not None:
+            # A secret on the command line shows in compose.yaml, `ps` and `docker inspect`; the
+            # runtime reads the same value from its environment (the 0600 env file).
+            var = SECRET_FLAGS_TO_ENV[flag]
+            spec.env[var] = value
+            spec.env_sources[var] = "recipe"
+            spec.decide(flag, f"moved to the environment as {var}",
+                        "a secret goes only to runtime.env (mode 0600), never into compose.yaml or the argv")
+            continue
         if flag in OWNED_FLAGS:
             if flag == "--host" and value != settings.api_host:
                 spec.decide("--host", settings.api_host, f"the recipe asks for {value}; the profile decides the address")

@@ -23,6 +23,7 @@ from hostctl import paths, runner
 from hostctl.atomic import write_atomic
 from hostctl.config import Config, recipe_path
 from hostctl.errors import FailedError, InputError
+from hostctl.facts.model import HostFacts
 from hostctl.plan.model import Plan
 from hostctl.provision.actions import Action, command
 from hostctl.service.render import INSTALLED_HOSTCTL, INSTALLED_PROFILE, render_files
@@ -38,6 +39,24 @@ SYSTEMCTL_TIMEOUT = 60
 class SystemResult:
     actions: list[Action] = field(default_factory=list)
     applied: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+def reload_deferred(plan: Plan, facts: HostFacts | None) -> str | None:
+    """Why `systemctl daemon-reload` must wait, or None. A reload while a GPU container runs can
+    take its GPUs away (the engine's systemd cgroup driver rewrites the container's device
+    cgroup; "Failed to initialize NVML: Unknown Error" inside: NVIDIA/nvidia-container-toolkit#48),
+    so with hostctl's GPU runtime up the unit is written and enabled without a reload."""
+    if facts is None or not plan.runtime.gpu_uuids or not facts.engine.available:
+        return None
+    running = sorted(c.name for c in facts.engine.containers
+                     if c.state == "running" and c.labels.get("io.hostctl.profile"))
+    if not running:
+        return None
+    driver = facts.engine.cgroup_driver or "unknown"
+    return (f"systemd was not reloaded: the GPU runtime {', '.join(running)} is up, and a daemon-reload can take "
+            f"its GPUs away (engine cgroup driver: {driver}; NVIDIA/nvidia-container-toolkit#48). Run "
+            "`systemctl daemon-reload` after `hostctl down`; the unit file is in place and enabled")
 
 
 def _systemctl(*args: str) -> list[str]:
@@ -94,8 +113,10 @@ def _enabled(unit: str) -> bool:
     return res.ok and res.stdout.strip() == "enabled"
 
 
-def system_actions(config: Config, plan: Plan, *, hostctl_bin: str = INSTALLED_HOSTCTL) -> list[Action]:
-    """The actions still needed to make /etc match the plan (empty when it already does)."""
+def system_actions(config: Config, plan: Plan, *, hostctl_bin: str = INSTALLED_HOSTCTL,
+                   defer_reload: bool = False) -> list[Action]:
+    """The actions still needed to make /etc match the plan (empty when it already does).
+    defer_reload: no daemon-reload, and `enable` with --no-reload (see reload_deferred)."""
     if plan.errors:
         raise FailedError(
             "the plan has errors; no unit was installed",
@@ -112,11 +133,13 @@ def system_actions(config: Config, plan: Plan, *, hostctl_bin: str = INSTALLED_H
                           fix="run hostctl on a systemd host (Debian, Ubuntu, Fedora, ...)")
     actions = [a for p, data in desired_files(config, plan, hostctl_bin=hostctl_bin).items()
                if (a := _file_action(p, data)) is not None]
-    if any(a.step.startswith(f"system/file{UNIT_DIR}/") for a in actions) and _systemd_running():
+    if any(a.step.startswith(f"system/file{UNIT_DIR}/") for a in actions) and _systemd_running() and not defer_reload:
         actions.append(command("system/daemon-reload", ["systemctl", "daemon-reload"], timeout=SYSTEMCTL_TIMEOUT))
     for unit in UNITS:
         if not _enabled(unit):
-            actions.append(command(f"system/enable/{unit}", _systemctl("enable", unit), timeout=SYSTEMCTL_TIMEOUT))
+            # `systemctl enable` reloads systemd by itself unless told not to.
+            enable = ["--no-reload", "enable", unit] if defer_reload and _systemd_running() else ["enable", unit]
+            actions.append(command(f"system/enable/{unit}", _systemctl(*enable), timeout=SYSTEMCTL_TIMEOUT))
     return actions
 
 
@@ -131,8 +154,12 @@ def verify_system(config: Config, plan: Plan, *, hostctl_bin: str = INSTALLED_HO
     return wrong
 
 
-def provision_system(config: Config, plan: Plan, *, dry_run: bool, hostctl_bin: str = INSTALLED_HOSTCTL) -> SystemResult:
-    result = SystemResult(actions=system_actions(config, plan, hostctl_bin=hostctl_bin))
+def provision_system(config: Config, plan: Plan, *, dry_run: bool, hostctl_bin: str = INSTALLED_HOSTCTL,
+                     facts: HostFacts | None = None) -> SystemResult:
+    deferred = reload_deferred(plan, facts)
+    result = SystemResult(actions=system_actions(config, plan, hostctl_bin=hostctl_bin, defer_reload=bool(deferred)))
+    if deferred and any(a.step.startswith("system/") for a in result.actions):
+        result.notes.append(deferred)
     if dry_run or not result.actions:
         return result
     for action in result.actions:

@@ -36,16 +36,17 @@ def _base(project_dir: Path | None, project: str) -> list[str]:
     return argv
 
 
-def compose_up(project_dir: Path, project: str, *, timeout: float = 600) -> runner.Result:
-    """Create and start the runtime detached; readiness is hostctl's job, not Compose's."""
+def compose_up(project_dir: Path, project: str, *, timeout: float = 600, new_session: bool = False) -> runner.Result:
+    """Create and start the runtime detached; readiness is hostctl's job, not Compose's.
+    new_session: a Ctrl-C at the terminal reaches hostctl only (hostctl.interrupt decides)."""
     return runner.run(_base(project_dir, project) + ["up", "--detach", "--no-build", "--pull", "never",
-                                                     "--remove-orphans"], timeout=timeout)
+                                                     "--remove-orphans"], timeout=timeout, new_session=new_session)
 
 
 def compose_down(project_dir: Path | None, project: str, *, stop_timeout_s: int = 30,
-                 timeout: float = 300) -> runner.Result:
+                 timeout: float = 300, new_session: bool = False) -> runner.Result:
     """Stop (SIGTERM, then SIGKILL after stop_timeout_s) and remove the project's containers.
     Volumes are binds to the caches: never removed. Works without the rendered file (by
     project name), so it is idempotent."""
     return runner.run(_base(project_dir, project) + ["down", "--remove-orphans", "--timeout", str(stop_timeout_s)],
-                      timeout=timeout)
+                      timeout=timeout, new_session=new_session)

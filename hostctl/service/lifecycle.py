@@ -104,75 +104,126 @@ def _finding(id_: str, title: str, cause: str, fix: str, lines: list[str] | None
 
 def up(config: Config, plan: Plan, facts, *, timeout: int | None, keep_on_failure: bool, say: Say,
        hostctl_bin: str = "/usr/local/bin/hostctl") -> Outcome:
-    from hostctl.service.compose import compose_check
-    from hostctl.service.render import render_files, write_files
+    from hostctl.interrupt import Interrupted, Interruptible
 
-    with LifecycleLock("up"):
-        t_start = time.monotonic()
-        name = container_name(plan)
-        ep = preflight.endpoint(plan)
-        failures = preflight.check_engine(facts)
-        if not failures:
-            failures += preflight.check_plan(plan)
-            image_checks = preflight.check_image(plan.runtime.image)
-            for f in image_checks:
-                if f.id.endswith("-warning"):
-                    say(f"warning: {f.message} ({f.fix})")
-                else:
-                    failures.append(f)
-            failures += preflight.check_dirs(config, plan)
-            own = container_state(name)
-            if not own.running:
-                failures += preflight.check_port(plan)
-        if failures:
-            first = failures[0]
-            details = first.details + [f"also: {f.message} (fix: {f.fix})" for f in failures[1:]]
-            raise FailedError(f"preflight: {first.message}", details=details + ["nothing was started"], fix=first.fix)
-        for p in plan.problems:
-            if p.severity == "warn":
-                say(f"warning: [{p.area}] {p.message}" + (f" (fix: {p.fix})" if p.fix else ""))
-        say(f"preflight ok: {plan.runtime.image}, API {ep}, {len(plan.runtime.volumes)} bind mount(s) checked")
+    with LifecycleLock("up"), Interruptible() as guard:
+        started: list[bool] = [False]  # set just before `docker compose up`: from then on there is something to stop
+        try:
+            return _up(config, plan, facts, timeout=timeout, keep_on_failure=keep_on_failure, say=say,
+                       hostctl_bin=hostctl_bin, started=started)
+        except Interrupted as exc:
+            if started[0]:
+                interrupted(config, plan, exc, guard, keep_on_failure=keep_on_failure, say=say)
+            else:
+                say(f"interrupted by {exc.name} before anything was started: nothing to take down")
+            raise
 
-        target = project_dir(config)
-        write_files(render_files(plan, hostctl_bin=hostctl_bin, config_path=str(Path(config.source).resolve())), target)
-        check = compose_check(target)
-        if check.checked and not check.ok:
-            raise FailedError("docker compose config rejected the rendered project",
-                              details=check.output.splitlines()[-10:] + ["nothing was started"])
-        say(f"rendered {target}")
 
-        since = time.time() - 1
-        res = compose_up(target, plan.runtime.project)
-        t_compose = time.monotonic()
-        if not res.ok:
-            compose_down(target, plan.runtime.project)
-            raise FailedError("docker compose up failed", details=(res.stderr or res.stdout).strip().splitlines()[-10:],
-                              fix="read the error above; the project was taken down again")
-        say(f"started {name} ({t_compose - t_start:.1f} s); waiting for it to load "
-            f"(timeout {timeout or config.recipe.load_timeout_s} s, watchdog {watchdog_s(config)} s without progress)")
-        outcome = _watch(config, plan, name, since, timeout or config.recipe.load_timeout_s, say)
-        outcome.timings["preflight_render_s"] = t_compose - t_start
-        outcome.timings["total_s"] = time.monotonic() - t_start
+def interrupted(config: Config, plan: Plan, exc, guard, *, keep_on_failure: bool, say: Say) -> None:
+    """After SIGINT/SIGTERM during `up`: record the state as interrupted, then take the project
+    down (gracefully, FAILED_STOP_S; at a second signal at once) unless --keep-on-failure."""
+    from hostctl.interrupt import Hurry
 
-        if outcome.ready:
-            state.save_service({"state": "ready", "profile": config.profile.name, "recipe": config.recipe.id,
-                                "endpoint": ep, "container": name, "project": plan.runtime.project,
-                                "project_dir": str(target), "ready_at": _now_iso(), "kv": outcome.kv,
-                                "timings": outcome.timings})
-            return outcome
-
-        state.save_service({"state": "failed", "profile": config.profile.name, "recipe": config.recipe.id,
-                            "endpoint": ep, "container": name, "project": plan.runtime.project,
-                            "project_dir": str(target), "failed_at": _now_iso(),
-                            "cause": outcome.cause.id if outcome.cause else None,
-                            "kept": keep_on_failure})
+    name, target = container_name(plan), project_dir(config)
+    doc = {"state": "interrupted", "profile": config.profile.name, "recipe": config.recipe.id,
+           "endpoint": preflight.endpoint(plan), "container": name, "project": plan.runtime.project,
+           "project_dir": str(target), "interrupted_at": _now_iso(), "signal": exc.name, "kept": keep_on_failure}
+    with guard.cleaning_up():
+        try:
+            state.save_service(doc)
+        except OSError as err:
+            say(f"warning: could not record the interruption: {err}")
         if keep_on_failure:
-            say(f"--keep-on-failure: {name} left as it is (inspect with `hostctl logs`, remove with `hostctl down`)")
-        else:
-            # A failed start has nothing to finish gracefully, and a stuck one may ignore SIGTERM.
-            down_res = compose_down(target, plan.runtime.project, stop_timeout_s=FAILED_STOP_S)
-            say(f"took the project down ({'ok' if down_res.ok else down_res.why()}): nothing left running")
+            say(f"interrupted by {exc.name}; --keep-on-failure: {name} left as it is (remove it with `hostctl down`)")
+            return
+        say(f"interrupted by {exc.name}: taking the project down (press Ctrl-C again to skip the wait)")
+        try:
+            res = compose_down(target, plan.runtime.project, stop_timeout_s=FAILED_STOP_S, new_session=True)
+        except Hurry:
+            say("second signal: removing the container without waiting for it to stop")
+            res = compose_down(target, plan.runtime.project, stop_timeout_s=0, new_session=True)
+        left = container_state(name).exists
+        try:
+            state.save_service({**doc, "taken_down": res.ok and not left})
+        except OSError:
+            pass
+        say(f"took the project down ({'ok' if res.ok else res.why()})"
+            + (f"; {name} still exists: remove it with `docker rm -f {name}`" if left else ": nothing left running"))
+
+
+def _up(config: Config, plan: Plan, facts, *, timeout: int | None, keep_on_failure: bool, say: Say,
+        hostctl_bin: str, started: list[bool]) -> Outcome:
+    from hostctl.service.render import compose_checked, render_files, write_project
+
+    t_start = time.monotonic()
+    name = container_name(plan)
+    ep = preflight.endpoint(plan)
+    failures = preflight.check_engine(facts)
+    if not failures:
+        failures += preflight.check_plan(plan)
+        image_checks = preflight.check_image(plan.runtime.image)
+        for f in image_checks:
+            if f.id.endswith("-warning"):
+                say(f"warning: {f.message} ({f.fix})")
+            else:
+                failures.append(f)
+        failures += preflight.check_dirs(config, plan)
+        own = container_state(name)
+        if not own.running:
+            failures += preflight.check_port(plan)
+        if not failures:
+            failures += preflight.check_gpus_in_image(plan)
+    if failures:
+        first = failures[0]
+        details = first.details + [f"also: {f.message} (fix: {f.fix})" for f in failures[1:]]
+        raise FailedError(f"preflight: {first.message}", details=details + ["nothing was started"], fix=first.fix)
+    for p in plan.problems:
+        if p.severity == "warn":
+            say(f"warning: [{p.area}] {p.message}" + (f" (fix: {p.fix})" if p.fix else ""))
+    say(f"preflight ok: {plan.runtime.image}, API {ep}, {len(plan.runtime.volumes)} bind mount(s) checked")
+
+    target = project_dir(config)
+    try:
+        write_project(render_files(plan, hostctl_bin=hostctl_bin, config_path=str(Path(config.source).resolve())),
+                      target, check=compose_checked)
+    except FailedError as exc:
+        exc.details.append("nothing was started")
+        raise
+    say(f"rendered {target}")
+
+    since = time.time() - 1
+    started[0] = True
+    res = compose_up(target, plan.runtime.project, new_session=True)
+    t_compose = time.monotonic()
+    if not res.ok:
+        compose_down(target, plan.runtime.project)
+        raise FailedError("docker compose up failed", details=(res.stderr or res.stdout).strip().splitlines()[-10:],
+                          fix="read the error above; the project was taken down again")
+    say(f"started {name} ({t_compose - t_start:.1f} s); waiting for it to load "
+        f"(timeout {timeout or config.recipe.load_timeout_s} s, watchdog {watchdog_s(config)} s without progress)")
+    outcome = _watch(config, plan, name, since, timeout or config.recipe.load_timeout_s, say)
+    outcome.timings["preflight_render_s"] = t_compose - t_start
+    outcome.timings["total_s"] = time.monotonic() - t_start
+
+    if outcome.ready:
+        state.save_service({"state": "ready", "profile": config.profile.name, "recipe": config.recipe.id,
+                            "endpoint": ep, "container": name, "project": plan.runtime.project,
+                            "project_dir": str(target), "ready_at": _now_iso(), "kv": outcome.kv,
+                            "timings": outcome.timings})
         return outcome
+
+    state.save_service({"state": "failed", "profile": config.profile.name, "recipe": config.recipe.id,
+                        "endpoint": ep, "container": name, "project": plan.runtime.project,
+                        "project_dir": str(target), "failed_at": _now_iso(),
+                        "cause": outcome.cause.id if outcome.cause else None,
+                        "kept": keep_on_failure})
+    if keep_on_failure:
+        say(f"--keep-on-failure: {name} left as it is (inspect with `hostctl logs`, remove with `hostctl down`)")
+    else:
+        # A failed start has nothing to finish gracefully, and a stuck one may ignore SIGTERM.
+        down_res = compose_down(target, plan.runtime.project, stop_timeout_s=FAILED_STOP_S)
+        say(f"took the project down ({'ok' if down_res.ok else down_res.why()}): nothing left running")
+    return outcome
 
 
 def _watch(config: Config, plan: Plan, name: str, since: float, timeout: int, say: Say) -> Outcome:
@@ -345,14 +396,17 @@ def _fail(outcome: Outcome, ev: Evidence, fallback: Finding, log) -> Outcome:
 
 
 def failure_error(outcome: Outcome) -> FailedError:
+    """The failure as the user sees it; log lines are redacted (by pattern and by value)."""
+    from hostctl.doctor.redact import redact
+
     c = outcome.cause
     assert c is not None
     details = [f"cause: {c.cause}"]
-    details += [f"evidence: {line}" for line in c.lines]
+    details += [f"evidence: {redact(line)}" for line in c.lines]
     details += [f"also matched: {f.title} (fix: {f.fix})" for f in outcome.also]
     if outcome.log_tail:
         details.append("last log lines:")
-        details += [f"  | {line}" for line in outcome.log_tail]
+        details += [f"  | {redact(line)}" for line in outcome.log_tail]
     return FailedError(f"hostctl up failed [{c.id}]: {c.title}", details=details, fix=c.fix)
 
 
@@ -403,8 +457,8 @@ def status(config: Config, plan: Plan) -> dict:
     doc["healthy"] = health
     service = state.load_service()
     if service and service.get("container") == name:
-        doc["last_up"] = {k: service.get(k) for k in ("state", "ready_at", "failed_at", "down_at", "cause", "kv")
-                          if service.get(k) is not None}
+        doc["last_up"] = {k: service.get(k) for k in ("state", "ready_at", "failed_at", "interrupted_at", "signal",
+                                                      "down_at", "cause", "kv") if service.get(k) is not None}
     smoke = state.load_smoke()
     if smoke:
         doc["last_smoke"] = {"at": smoke.get("started_at"), "ok": smoke.get("ok"), "url": smoke.get("url"),
@@ -423,8 +477,9 @@ def status_text(doc: dict) -> str:
     lines.append(f"  image: {doc['image']}")
     last = doc.get("last_up")
     if last:
-        when = last.get("ready_at") or last.get("failed_at") or last.get("down_at")
-        lines.append(f"  last up: {last.get('state')} at {when}" + (f" ({last['cause']})" if last.get("cause") else ""))
+        when = last.get("ready_at") or last.get("failed_at") or last.get("interrupted_at") or last.get("down_at")
+        why = last.get("cause") or (f"by {last['signal']}" if last.get("signal") else None)
+        lines.append(f"  last up: {last.get('state')} at {when}" + (f" ({why})" if why else ""))
         kv = last.get("kv") or {}
         if kv.get("tokens") is not None or kv.get("full_context_requests") is not None:
             lines.append(f"  KV cache: {kv.get('tokens') or '?'} tokens, {kv.get('full_context_requests')} "

@@ -157,3 +157,16 @@ def check_port(plan: Plan) -> list[Failure]:
         return []
     return [Failure("port-taken", f"the API port {host}:{port} is already taken by {owner}",
                     "stop that process, or set runtime.api_port in the profile to a free port")]
+
+
+def check_gpus_in_image(plan: Plan, run_query=None) -> list[Failure]:
+    """With GPUs planned: a one-second container from the runtime image must see exactly them
+    (hostctl.service.gpu_preflight). Unexercised where no machine has Docker and a GPU."""
+    if not plan.runtime.gpu_uuids:
+        return []
+    from hostctl.service import gpu_preflight
+
+    verdict = (run_query or gpu_preflight.run_query)(plan.runtime.image, plan.runtime.gpu_uuids)
+    if verdict.ok:
+        return []
+    return [Failure(f"gpu-{verdict.code}", verdict.message, verdict.fix or "", verdict.evidence)]

@@ -1,20 +1,31 @@
-"""Render a Plan into files: compose.yaml, runtime.env and the systemd units.
+"""Render a Plan into files: compose.yaml, runtime.env and the systemd units, and write them as
+one project.
 
 Rendering is a pure function of the plan (plus the hostctl binary and profile paths the
-units call); writing is separate and replaces each file atomically, so a failed render
-never leaves a half-written project behind.
+units call), and it re-reads its own output (hostctl.service.rendercheck): a unit whose keys
+are not its template's, or a compose.yaml or env file that does not read back as the plan, is
+refused before anything is written. Writing goes to a temporary directory beside the target,
+is checked there (`docker compose config` when the caller asks), and only then takes the
+target's place, so a rejected render never replaces a working project. runtime.env holds the
+recipe's secrets: it is mode 0600 in a 0700 directory.
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import json
+import os
 import re
+import shutil
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import jinja2
 
-from hostctl import __version__, paths
-from hostctl.atomic import write_atomic
+from hostctl import __version__, paths, safetext
+from hostctl.errors import FailedError, InputError
 from hostctl.plan.model import Plan
 
 INSTALLED_HOSTCTL = "/usr/local/bin/hostctl"
@@ -26,18 +37,36 @@ FILES = {
     "hostctl-power.service": "hostctl-power.service.j2",
 }
 _PLAIN_ENV = re.compile(r"^[A-Za-z0-9_./:,=+@%-]*$")
+_PLAIN_UNIT_ARG = re.compile(r"^[A-Za-z0-9_./:,=+@-]+$")
+SECRET_MODE, FILE_MODE, DIR_MODE = 0o600, 0o644, 0o700
 
 
 def _env_quote(value: str) -> str:
-    # Compose interpolates $ and strips # comments in unquoted values; single quotes are literal.
-    if _PLAIN_ENV.match(value) and not value.startswith('"'):
+    """One env-file value as Compose reads it back unchanged: plain; 'single-quoted' (literal);
+    or "double-quoted" with \\, \" and $$ escaped when it holds a single quote."""
+    problem = safetext.control_problem(value)
+    if problem:
+        raise InputError(f"an environment value {problem}", fix="remove it from the recipe's env")
+    if _PLAIN_ENV.fullmatch(value) and not value.startswith('"'):
         return value
-    if "'" in value:
-        raise ValueError(f"environment value {value!r} contains a single quote, which an env file cannot carry")
-    return f"'{value}'"
+    if "'" not in value:
+        return f"'{value}'"
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("$", "$$") + '"'
 
 
-def _environment() -> jinja2.Environment:
+def _unit_arg(value: object) -> str:
+    """One word of an Exec*= line: as is, or double-quoted with \\ and \" escaped and % doubled
+    (systemd's specifier sign); a control character is refused."""
+    text = str(value)
+    problem = safetext.control_problem(text)
+    if problem:
+        raise InputError(f"a path for the systemd units ({text[:80]!r}) {problem}")
+    if _PLAIN_UNIT_ARG.fullmatch(text):
+        return text
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%") + '"'
+
+
+def _environment(compose: bool = False) -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(paths.templates_dir())),
         undefined=jinja2.StrictUndefined,
@@ -45,23 +74,25 @@ def _environment() -> jinja2.Environment:
         autoescape=False,
     )
     env.filters["env_quote"] = _env_quote
-    # A JSON string is a valid YAML double-quoted scalar: safe quoting for any argv or path.
-    env.filters["q"] = lambda value: json.dumps(value, ensure_ascii=False)
+    env.filters["unit_arg"] = _unit_arg
+    # A JSON string is a valid YAML double-quoted scalar: safe quoting for any value. In
+    # compose.yaml every literal `$` is doubled (Compose interpolates the file); `qi` is the one
+    # place hostctl means interpolation (the API key's ${VAR:?...} guard).
+    if compose:
+        env.filters["q"] = lambda value: json.dumps(str(value).replace("$", "$$") if isinstance(value, str)
+                                                    else [str(v).replace("$", "$$") for v in value]
+                                                    if isinstance(value, list) else value, ensure_ascii=False)
+    else:
+        env.filters["q"] = lambda value: json.dumps(value, ensure_ascii=False)
+    env.filters["qi"] = lambda value: json.dumps(value, ensure_ascii=False)
     return env
 
 
-def _compose_escape(plan: Plan) -> Plan:
-    """Compose interpolates `$` in the file: a literal dollar in argv or paths must be doubled."""
-    rt = plan.runtime.model_copy(deep=True)
-    rt.command = [a.replace("$", "$$") for a in rt.command]
-    for v in rt.volumes:
-        v.source = v.source.replace("$", "$$")
-    return plan.model_copy(update={"runtime": rt})
-
-
 def render_files(plan: Plan, *, hostctl_bin: str = INSTALLED_HOSTCTL, config_path: str = INSTALLED_PROFILE) -> dict[str, str]:
-    env = _environment()
-    escaped = _compose_escape(plan)
+    """The project's files; InputError when one does not read back as its template and the plan."""
+    from hostctl.service.rendercheck import project_problems
+
+    env, compose_env = _environment(), _environment(compose=True)
     groups: dict[str, list[tuple[str, str]]] = {}
     for key, value in plan.runtime.env.items():
         groups.setdefault(plan.runtime.env_sources.get(key, "plan"), []).append((key, value))
@@ -78,10 +109,136 @@ def render_files(plan: Plan, *, hostctl_bin: str = INSTALLED_HOSTCTL, config_pat
     }
     out = {}
     for name, template in FILES.items():
-        ctx = dict(context, rt=escaped.runtime) if name == "compose.yaml" else context
-        out[name] = env.get_template(template).render(**ctx)
+        out[name] = (compose_env if name == "compose.yaml" else env).get_template(template).render(**context)
+    problems = project_problems(out, plan, plan.runtime.env, FILES)
+    if problems:
+        raise InputError("the rendered project is not what its templates write; nothing was written",
+                         details=problems[:10],
+                         fix="a value in the profile or recipe carries text the files would read as their own "
+                         "(a line break, a quote): correct it")
     return out
 
 
+# ---------------------------------------------------------------- writing a project
+
+_PSEUDO_FS = ("/proc", "/sys", "/dev")
+
+
+def _target_problem(out_dir: Path) -> str | None:
+    """Why out_dir cannot hold a rendered project, judged before anything is written."""
+    text = str(out_dir)
+    from hostctl import safepaths
+
+    absolute = os.path.abspath(text)
+    problem = safepaths.lexical_problem(absolute)
+    if problem:
+        return problem
+    if any(absolute == p or absolute.startswith(p + "/") for p in _PSEUDO_FS):
+        return f"{absolute} is on a kernel pseudo-filesystem (/proc, /sys, /dev), which cannot hold files"
+    system = safepaths.system_dir(absolute)
+    if system:
+        return system
+    probe = Path(absolute)
+    while True:
+        try:
+            if probe.exists() and not probe.is_dir():
+                return f"{probe} is a file, not a directory" if probe == Path(absolute) else \
+                    f"{probe} is a file, so {absolute} cannot be a directory"
+        except OSError as exc:
+            return f"{probe}: {exc.strerror or exc}"
+        if probe.exists() or probe.parent == probe:
+            return None
+        probe = probe.parent
+
+
+def _renameat2_exchange(a: Path, b: Path) -> bool:
+    """Swap two directories in one step (Linux renameat2 RENAME_EXCHANGE); False where the
+    kernel or filesystem cannot."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    if fn(at_fdcwd, os.fsencode(str(a)), at_fdcwd, os.fsencode(str(b)), rename_exchange) == 0:
+        return True
+    if ctypes.get_errno() in (errno.EINVAL, errno.ENOSYS, errno.EXDEV, errno.ENOTSUP):
+        return False
+    raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()), str(b))
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_project(files: dict[str, str], out_dir: Path, *, check: Callable[[Path], None] | None = None) -> list[Path]:
+    """Write `files` into a temporary directory beside out_dir, run `check` on it (it raises to
+    refuse), then put it in place: a new directory is renamed into place; a directory that holds
+    only hostctl's files is swapped in one step; a directory that also holds other files keeps
+    them and gets each file replaced atomically. On any failure out_dir is as it was."""
+    problem = _target_problem(out_dir)
+    if problem:
+        raise InputError(f"cannot write the project to {str(out_dir)[:200]}: {problem}",
+                         fix="pass --out a directory (it is created if missing), or set runtime.project_dir")
+    out_dir = Path(os.path.abspath(out_dir))
+    try:
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.hostctl-", dir=out_dir.parent))
+    except OSError as exc:
+        raise InputError(f"cannot write the project to {out_dir}: {exc.strerror or exc}",
+                         fix="pass --out a directory you can write to") from None
+    try:
+        os.chmod(tmp, DIR_MODE)
+        for name, text in files.items():
+            path = tmp / name
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, SECRET_MODE if name == "runtime.env" else FILE_MODE)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.chmod(path, SECRET_MODE if name == "runtime.env" else FILE_MODE)
+        _fsync_dir(tmp)
+        if check is not None:
+            check(tmp)
+        _put_in_place(tmp, out_dir, list(files))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return [out_dir / name for name in files]
+
+
+def _put_in_place(tmp: Path, out_dir: Path, names: list[str]) -> None:
+    if not out_dir.exists() and not out_dir.is_symlink():
+        os.rename(tmp, out_dir)
+        _fsync_dir(out_dir.parent)
+        tmp.mkdir()  # so the caller's clean-up finds what it expects
+        return
+    ours = set(FILES) | set(names)
+    only_ours = not out_dir.is_symlink() and all(e in ours for e in os.listdir(out_dir))
+    if only_ours and _renameat2_exchange(tmp, out_dir):
+        _fsync_dir(out_dir.parent)
+        return  # tmp now holds the old project; the caller removes it
+    for name in names:
+        os.replace(tmp / name, out_dir / name)
+    if only_ours:
+        os.chmod(out_dir, DIR_MODE)
+    _fsync_dir(out_dir)
+
+
 def write_files(files: dict[str, str], out_dir: Path) -> list[Path]:
-    return [write_atomic(out_dir / name, text, mode=0o644) for name, text in files.items()]
+    """write_project without an extra check (the rendered files were re-read by render_files)."""
+    return write_project(files, out_dir)
+
+
+def compose_checked(project_dir: Path) -> None:
+    """A `check` for write_project: `docker compose config` on the temporary project, when Compose
+    is installed (FailedError when it rejects the project)."""
+    from hostctl.service.compose import compose_check
+
+    res = compose_check(project_dir)
+    if res.checked and not res.ok:
+        raise FailedError("docker compose config rejected the rendered project; nothing was written",
+                          details=res.output.replace(str(project_dir), "<project>").splitlines()[-10:])

@@ -1,5 +1,7 @@
 """The failure catalogue on captured log text, each with near-misses that must not match."""
 
+from pathlib import Path
+
 import pytest
 
 from hostctl.diagnosis import SIGNATURES, Evidence, classify
@@ -109,7 +111,8 @@ def test_enospc_and_xid():
     assert ids(log="OSError: [Errno 28] No space left on device: '/planes/layer17.plane'\n") == ["enospc"]
     assert ids(log="INFO /planes has 2.1 TiB of space left on device nvme1n1p2\n") == []
     findings = classify(Evidence(kernel_log="[99.1] NVRM: Xid (PCI:0000:01:00): 79, pid=0, GPU has fallen off the bus.\n"))
-    assert [f.id for f in findings] == ["gpu-xid"] and "79" in findings[0].lines[0]
+    assert [f.id for f in findings] == ["gpu-fallen-off-bus"] and "79" in findings[0].lines[0]
+    assert ids(kernel_log=JOURNAL_XID) == ["gpu-xid"]  # an application Xid is the generic entry
 
 
 # ---------------------------------------------------------------- kernel log events (doctor's logs.kernel.*)
@@ -171,3 +174,47 @@ def test_up_reads_only_kernel_events_since_it_began(monkeypatch):
     # With that line, the TCPStore broken pipe of a dead rank is a host OOM; the kernel line is evidence.
     findings = classify(Evidence(log=TCPSTORE_LOG, kernel_log=text))
     assert findings[0].id == "host-oom-tcpstore" and any("process 310" in ln for ln in findings[0].lines)
+
+
+# ---------------------------------------------------------------- every signature: its fixture and near miss
+
+from hostctl.safeload import load_yaml  # noqa: E402
+
+FIXTURES = load_yaml(Path(__file__).resolve().parent / "data" / "failures.yaml", "fixtures").data
+EVIDENCE_KEYS = ("log", "kernel_log", "oom_killed", "exit_code", "stalled_s")
+
+
+def _evidence(case: dict) -> Evidence:
+    return Evidence(**{k: case[k] for k in EVIDENCE_KEYS if k in case})
+
+
+def test_the_catalogue_has_twenty_signatures_each_with_a_fixture_and_a_near_miss():
+    assert len(SIGNATURES) >= 20
+    assert set(FIXTURES) == set(IDS)
+    for sig_id, case in FIXTURES.items():
+        assert case.get("source") and case.get("near_miss"), sig_id
+
+
+@pytest.mark.parametrize("sig_id", IDS)
+def test_fixture_is_recognised_first(sig_id):
+    findings = classify(_evidence(FIXTURES[sig_id]))
+    assert findings and findings[0].id == sig_id, [f.id for f in findings]
+    assert findings[0].lines  # evidence lines, quoted from the log
+
+
+@pytest.mark.parametrize("sig_id", IDS)
+def test_near_miss_does_not_match(sig_id):
+    assert sig_id not in ids(**{k: v for k, v in FIXTURES[sig_id]["near_miss"].items() if k in EVIDENCE_KEYS})
+
+
+def test_engine_core_failure_quotes_the_childs_error():
+    (f, *_) = classify(_evidence(FIXTURES["engine-core-failed"]))
+    assert any("ImportError: libnuma.so.1" in line for line in f.lines)
+    # with a specific cause in the same log, that cause comes first
+    log = FIXTURES["engine-core-failed"]["log"] + FIXTURES["no-kernel-image"]["log"]
+    assert ids(log=log)[0] == "no-kernel-image"
+
+
+def test_graph_capture_and_autotune_ooms_are_told_apart():
+    assert ids(log=FIXTURES["cuda-graph-capture-oom"]["log"]) == ["cuda-graph-capture-oom"]
+    assert ids(log=FIXTURES["autotune-oom-cold-cache"]["log"]) == ["autotune-oom-cold-cache"]

@@ -134,7 +134,9 @@ def test_full_level_checks_skip_at_quick_level():
 def test_reference_desktop_is_healthy():
     config, facts = desktop()
     s = statuses(facts, config)
-    assert {k for k, v in s.items() if v in ("fail", "warn")} == set()
+    # The one warning is real for this host: Docker's systemd cgroup driver and a GPU runtime
+    # (a daemon-reload can take its GPUs away, NVIDIA/nvidia-container-toolkit#48).
+    assert {k for k, v in s.items() if v in ("fail", "warn")} == {"docker.cgroup_driver"}
     for k in ("gpu.power.limit", "nccl.p2p.ladder", "nccl.p2p.functional", "memory.ram_swap", "memory.swap",
               "memory.container_caps", "storage.mounts", "storage.rank_stores", "docker.runtime.nvidia"):
         assert s[k] == "pass", k

@@ -73,8 +73,14 @@ def test_a_failing_check_exits_1_and_prints_the_fix_under_it(tmp_path, capsys):
 
 def test_strict_makes_warnings_fail(capsys, tmp_path):
     code, _, _ = run(["doctor", "--strict"] + DESKTOP, capsys)
-    assert code == 0  # the reference desktop has no warning
+    assert code == 1  # the reference desktop's one warning: the systemd cgroup driver (docker.cgroup_driver)
     snap = json.loads((HOSTS / "pro6000x2-desktop.facts.json").read_text())
+    snap["engine"]["cgroup_driver"] = "cgroupfs"
+    clean = tmp_path / "clean.json"
+    clean.write_text(json.dumps(snap))
+    code, _, _ = run(["doctor", "--strict", "--config", str(HOSTS / "pro6000x2-desktop.toml"), "--facts", str(clean)],
+                     capsys)
+    assert code == 0  # no warning left
     snap["gpus"]["devices"][0]["pcie"]["width_max"] = 16  # GPU 0 runs x8 of an x16 link
     narrow = tmp_path / "narrow.json"
     narrow.write_text(json.dumps(snap))

@@ -43,6 +43,34 @@ def nvidia_runtime(ctx: Context) -> Result:
                 "`systemctl restart docker`", observed=observed, expected="nvidia among the runtimes", source=ENGINE)
 
 
+@check("docker.cgroup_driver", "the engine's cgroup driver and the daemon-reload risk", area="docker")
+def cgroup_driver(ctx: Context) -> Result:
+    """Under the systemd cgroup driver a `systemctl daemon-reload` can take a running GPU
+    container's devices away ("Failed to initialize NVML: Unknown Error" inside it;
+    NVIDIA/nvidia-container-toolkit#48 and the toolkit's troubleshooting guide)."""
+    e = ctx.facts.engine
+    if ctx.plan is not None and not ctx.plan.runtime.gpu_uuids:
+        return skipped("the runtime uses no GPU")
+    if ctx.plan is None and not ctx.facts.gpus.available:
+        return skipped("no GPU here, so no GPU container is at risk")
+    if not e.available:
+        return skipped(f"the engine is unreachable: {e.reason}")
+    observed = f"cgroup driver {e.cgroup_driver or 'unknown'}, cgroup v{e.cgroup_version or '?'}"
+    if e.cgroup_driver == "systemd":
+        return warned("a `systemctl daemon-reload` (a package upgrade runs one) can take the GPUs away from the "
+                      "running runtime under the systemd cgroup driver; `hostctl provision --only system` does not "
+                      "reload while the GPU runtime is up, other tools do",
+                      fix="create the /dev/char links the toolkit needs and keep them at boot: `nvidia-ctk system "
+                      "create-dev-char-symlinks --create-all` with its udev rule (NVIDIA/nvidia-container-toolkit#48), "
+                      "or set `\"exec-opts\": [\"native.cgroupdriver=cgroupfs\"]` in /etc/docker/daemon.json and "
+                      "restart docker", observed=observed, expected="cgroupfs, or systemd with the /dev/char links",
+                      source=ENGINE)
+    if e.cgroup_driver == "cgroupfs":
+        return passed(f"{observed}: a daemon-reload does not rewrite the containers' device cgroups", observed,
+                      "cgroupfs, or systemd with the /dev/char links", ENGINE)
+    return skipped(f"the engine reports no cgroup driver ({observed})", source=ENGINE)
+
+
 @check("docker.compose", "Compose v2 installed", area="docker")
 def compose(ctx: Context) -> Result:
     e = ctx.facts.engine

@@ -1,0 +1,97 @@
+"""Which host paths hostctl may mount a drive on, bind into the runtime container or write a
+rendered project to: the one list of system directories it refuses, and the lexical checks
+(absolute, no `..`, no control characters, within the kernel's length limits).
+
+The checks are lexical on purpose: the profile is judged where it is loaded, before any fact is
+read, and a path that needs `..` or names a system directory is refused whatever the disk holds.
+A symlink placed under an allowed directory is outside what a lexical rule can see; the bind
+sources are created by hostctl's own provisioning, not by following the user's links.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+
+# Whole trees: nothing below them is a cache, a store or a mountpoint hostctl should own.
+# /var/lib/docker and containerd's state: a read-write bind there hands the container every
+# other container's filesystem.
+DENIED_TREES = ("/etc", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/boot", "/proc",
+                "/sys", "/dev", "/run", "/root", "/var/run", "/var/lib/docker", "/var/lib/containerd")
+# The directories themselves, whose subdirectories are fine: mounting over /home or /var hides
+# everyone's files; a read-write bind of /tmp or /var/lib exposes every service's state.
+DENIED_EXACT = ("/", "/var", "/var/lib", "/var/cache", "/var/log", "/home", "/tmp", "/srv", "/mnt", "/opt",
+                "/media")
+PATH_MAX = 4096  # Linux's limit for a whole path
+NAME_MAX = 255  # and for one component
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\ufeff]")
+
+
+def lexical_problem(path: str) -> str | None:
+    """Why `path` cannot be taken as an absolute host path at all, or None."""
+    if not isinstance(path, str) or not path:
+        return "expected an absolute path"
+    if _CONTROL.search(path):
+        return f"{path!r} contains a control character (a newline, tab or similar)"
+    if not path.startswith("/"):
+        return f"expected an absolute path (starting with /), got {path!r}"
+    if len(path.encode()) >= PATH_MAX:
+        return f"the path is {len(path.encode())} bytes long; Linux allows {PATH_MAX - 1}"
+    parts = path.split("/")
+    if ".." in parts:
+        return f"{path!r} contains '..': write the path without it"
+    long = next((p for p in parts if len(p.encode()) > NAME_MAX), None)
+    if long is not None:
+        return f"a component of the path is {len(long.encode())} bytes long; Linux allows {NAME_MAX}"
+    return None
+
+
+def normalise(path: str) -> str:
+    """Lexical normal form of a path that passed lexical_problem(): `.` and repeated or trailing
+    slashes removed (no `..` is left to resolve)."""
+    out = posixpath.normpath(path)
+    return "/" + out.lstrip("/") if out.startswith("//") else out
+
+
+def system_dir(path: str) -> str | None:
+    """Why `path` (absolute, checked) names a system directory hostctl must not mount on or bind,
+    or None. Compared in its normal form, so /etc/, /./etc and //etc are /etc."""
+    p = normalise(path)
+    if p in DENIED_EXACT:
+        return (f"{p} is a system directory: a drive mounted on it hides what it holds, a read-write bind of it "
+                "hands the container the whole tree, and a project written there mixes with it; use a directory "
+                "below it (e.g. /mnt/hostctl/<name>, /var/lib/hostctl/<role>, /srv/<name>)")
+    for tree in DENIED_TREES:
+        if p == tree or p.startswith(tree + "/"):
+            return (f"{p} is {'the system directory ' + tree if p == tree else 'inside the system directory ' + tree}"
+                    ": hostctl never mounts a drive, binds the runtime or writes a project there; use a directory "
+                    "below /mnt, /srv, /var/lib or a user's home")
+    return None
+
+
+def host_dir_problem(path: str) -> str | None:
+    """Everything that refuses `path` as a mountpoint or a bind source: lexical, then the denylist."""
+    return lexical_problem(path) or system_dir(path)
+
+
+def device_path_problem(path: str) -> str | None:
+    """A `path:` drive identity names a device node: /dev/<name>[/<name>...], no `..`, no `.`."""
+    problem = lexical_problem(path)
+    if problem:
+        return problem
+    parts = path.split("/")[1:]
+    if parts[0] != "dev" or len(parts) < 2 or any(p in ("", ".") for p in parts[1:]):
+        return f"expected a device node such as /dev/nvme0n1 or /dev/disk/by-id/<name>, got {path!r}"
+    if not all(re.fullmatch(r"[A-Za-z0-9._:+@=-]+", p) for p in parts[1:]):
+        return f"{path!r}: device node names hold letters, digits and ._:+@=- only"
+    return None
+
+
+def by_id_problem(name: str) -> str | None:
+    """A `by-id:` identity is one plain name in /dev/disk/by-id (no slash, no `..`); the full
+    /dev/disk/by-id/<name> path is accepted for that name."""
+    name = name.removeprefix("/dev/disk/by-id/") if isinstance(name, str) else name
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._:+@=-]{0,254}", name or "") or name in (".", ".."):
+        return (f"expected one name from /dev/disk/by-id (e.g. nvme-Samsung_SSD_990_PRO_4TB_S7KGNU0X123456), "
+                f"got {name!r}")
+    return None

@@ -1,0 +1,168 @@
+"""The values hostctl knows to be secret, and hiding them by value wherever hostctl prints, logs
+or packs text.
+
+Pattern redaction (hostctl.doctor.redact) finds secrets by their shape (`HF_TOKEN=...`,
+`Authorization: Bearer ...`); it cannot see a key that appears bare, inside vLLM's
+`'api_key': ['...']` args dump, URL-quoted or JSON-escaped. What hostctl knows is secret is
+hidden by value as well: the API key (the variable runtime.api_key_env names), every recipe env
+value whose name says secret, a secret serve argument (`--hf-token X`), and the caller's own
+secret-named variables (HF_TOKEN and the like). The CLI remembers them as soon as it knows them
+(environment at start, the config once loaded) and filters stdout and stderr through them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterable, Mapping
+from urllib.parse import quote
+
+MASK = "***REDACTED***"
+# A shorter value would blank ordinary words; a key of 5 characters is not a key.
+MIN_SECRET_LEN = 6
+# The same definition the pattern redactor uses: a name that says it holds a secret. Names that
+# only point at one (api_key_env, *_ENV) are not secret.
+_SECRET_NAME = re.compile(
+    r"(?i)^[A-Za-z0-9_.-]*(?:API[_-]?KEY|ACCESS[_-]?KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?|PRIVATE[_-]?KEY)$")
+# Secret variables some tools read whatever their name says.
+ENV_SECRETS = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "VLLM_API_KEY")
+
+_known: set[str] = set()
+
+
+def is_secret_name(name: str) -> bool:
+    """True for HF_TOKEN, VLLM_API_KEY, MY_SECRET, db_password; False for API_KEY_ENV, tokens_per_s."""
+    return bool(_SECRET_NAME.match(name)) and not name.upper().endswith("_ENV")
+
+
+def _usable(value: object) -> str | None:
+    if not isinstance(value, str):
+        return None
+    value = value.strip()
+    return value if len(value) >= MIN_SECRET_LEN else None
+
+
+def from_environment(environ: Mapping[str, str] | None = None) -> set[str]:
+    env = os.environ if environ is None else environ
+    return {v for name, raw in env.items() if (name in ENV_SECRETS or is_secret_name(name)) and (v := _usable(raw))}
+
+
+def from_config(config, environ: Mapping[str, str] | None = None) -> set[str]:
+    """Every value the profile and recipe make secret."""
+    from hostctl.config import SECRET_FLAGS_TO_ENV
+
+    env = os.environ if environ is None else environ
+    found: set[str] = set()
+    key_env = config.profile.runtime.api_key_env
+    if key_env and (v := _usable(env.get(key_env))):
+        found.add(v)
+    for name, raw in config.recipe.env.items():
+        if is_secret_name(name) and (v := _usable(raw)):
+            found.add(v)
+    for flag, value in config.recipe.args().pairs:
+        if value is not None and (flag in SECRET_FLAGS_TO_ENV or flag == "--api-key"
+                                  or is_secret_name(flag.lstrip("-").replace("-", "_"))):
+            if v := _usable(value):
+                found.add(v)
+    return found
+
+
+def remember(values: Iterable[str]) -> None:
+    """Add values to the process's set of known secrets (never removed: hiding too much is safe)."""
+    for v in values:
+        if (u := _usable(v)) is not None:
+            _known.add(u)
+
+
+def known() -> frozenset[str]:
+    return frozenset(_known)
+
+
+def _forms(value: str) -> set[str]:
+    """The ways a value is written out: as is, JSON-escaped, URL-quoted."""
+    return {value, json.dumps(value)[1:-1], quote(value, safe=""), quote(value)}
+
+
+def redact_values(text: str, values: Iterable[str] | None = None) -> str:
+    """`text` with every known secret (in any of its written forms) replaced by MASK."""
+    pool = _known if values is None else set(values)
+    if not pool or not text:
+        return text
+    for value in sorted(pool, key=len, reverse=True):
+        for form in sorted(_forms(value), key=len, reverse=True):
+            if form and form in text:
+                text = text.replace(form, MASK)
+    return text
+
+
+def redact_values_bytes(data: bytes) -> bytes:
+    if not _known or not data:
+        return data
+    for value in sorted(_known, key=len, reverse=True):
+        for form in sorted(_forms(value), key=len, reverse=True):
+            raw = form.encode()
+            if raw and raw in data:
+                data = data.replace(raw, MASK.encode())
+    return data
+
+
+class _RedactingBinary:
+    def __init__(self, target):
+        self._t = target
+        self._buf = b""
+
+    def write(self, data: bytes) -> int:
+        self._buf += bytes(data)
+        head, sep, tail = self._buf.rpartition(b"\n")
+        if sep:
+            self._t.write(redact_values_bytes(head + sep))
+            self._buf = tail
+        return len(data)
+
+    def flush(self) -> None:
+        if self._buf:
+            self._t.write(redact_values_bytes(self._buf))
+            self._buf = b""
+        self._t.flush()
+
+    def __getattr__(self, name):
+        return getattr(self._t, name)
+
+
+class RedactingStream:
+    """A text stream in front of stdout or stderr that hides every known secret in what passes
+    through. Whole lines are passed on (a secret split across two writes is still seen whole);
+    flush() passes on the rest, so a prompt without a newline still shows."""
+
+    def __init__(self, target):
+        self._t = target
+        self._buf = ""
+        self.buffer = _RedactingBinary(target.buffer) if hasattr(target, "buffer") else None
+
+    def write(self, text: str) -> int:
+        self._buf += text
+        head, sep, tail = self._buf.rpartition("\n")
+        if sep:
+            self._t.write(redact_values(head + sep))
+            self._buf = tail
+        return len(text)
+
+    def writelines(self, lines) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        if self._buf:
+            self._t.write(redact_values(self._buf))
+            self._buf = ""
+        if self.buffer is not None:
+            self.buffer.flush()
+        self._t.flush()
+
+    @property
+    def target(self):
+        return self._t
+
+    def __getattr__(self, name):
+        return getattr(self._t, name)

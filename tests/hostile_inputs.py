@@ -1,0 +1,471 @@
+"""A generator of hostile but honest inputs: bad profiles, recipes, facts snapshots, files that are
+not what they claim, and paths that point where nothing should be written, each run in-process
+through the CLI's main(argv) so thousands take seconds.
+
+Every case has a class (what kind of bad input it is), the argv, the files it writes, and what
+must happen: the exit codes allowed (2 for bad input: refused, the field named; 0 for benign
+inputs that must keep working) and a text the error must name. A case fails when hostctl crashes
+(exit 70, a traceback, an exception out of main), accepts a harmful value (exit 0/1 where 2 was
+due), refuses a benign one, or does not name the field.
+
+`python3 benchmarks/hostile_inputs.py` runs every case; tests/unit/test_hostile_inputs.py keeps
+one case per class.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import json
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+HOSTS = ROOT / "runtime" / "hosts"
+RECIPES = ROOT / "runtime" / "recipes"
+_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+REFUSED = frozenset({2})
+OK = frozenset({0})
+
+
+@dataclass
+class Case:
+    cls: str  # the class of bad input, e.g. "profile/bool-as-number"
+    argv: list[str]  # "{w}" is replaced by the case's work directory
+    files: dict[str, bytes] = field(default_factory=dict)  # name in {w} -> content
+    expect: frozenset[int] = REFUSED
+    names: str | None = None  # a text the stderr must contain (the field)
+    what: str = ""  # one line: the value tried
+
+    def label(self) -> str:
+        return f"{self.cls}: {self.what}"
+
+
+@dataclass
+class Result:
+    case: Case
+    code: int | None
+    stdout: str
+    stderr: str
+    seconds: float
+    crashed: str | None = None  # an exception that escaped main
+
+    @property
+    def problem(self) -> str | None:
+        if self.crashed:
+            return f"exception out of main: {self.crashed}"
+        if self.code == 70 or "Traceback (most recent call last)" in self.stderr:
+            return f"internal error (exit {self.code}): {self.stderr.strip().splitlines()[:2]}"
+        if self.code not in self.case.expect:
+            kind = "accepted a harmful value" if self.case.expect == REFUSED else "refused a benign input"
+            return f"{kind}: exit {self.code}, expected {sorted(self.case.expect)}; {self.stderr.strip()[-300:]!r}"
+        if self.case.names and self.case.names not in self.stderr:
+            return f"does not name {self.case.names!r}: {self.stderr.strip()[-300:]!r}"
+        return None
+
+
+# ---------------------------------------------------------------- writing the inputs
+
+
+def toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)  # JSON's escapes are TOML basic-string escapes
+    if isinstance(v, list):
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{json.dumps(k)} = {toml_value(x)}" for k, x in v.items()) + "}"
+    raise TypeError(type(v))
+
+
+def toml_text(data: dict) -> str:
+    lines = [f"{json.dumps(k)} = {toml_value(v)}" for k, v in data.items() if not isinstance(v, (dict, list))
+             or (isinstance(v, list) and not all(isinstance(x, dict) for x in v))]
+    for k, v in data.items():
+        if isinstance(v, dict):
+            lines.append(f"\n[{k}]")
+            lines += [f"{json.dumps(kk)} = {toml_value(vv)}" for kk, vv in v.items()]
+        elif isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
+            for item in v:
+                lines.append(f"\n[[{k}]]")
+                lines += [f"{json.dumps(kk)} = {toml_value(vv)}" for kk, vv in item.items()]
+    return "\n".join(lines) + "\n"
+
+
+def base_profile() -> dict:
+    return {
+        "name": "hostile",
+        "recipe": "recipe.yaml",
+        "drives": [{"name": "d1", "identity": "serial:S1HOSTILE", "swap": "1GiB"}],
+        "memory": {"host_reserve": "4GiB"},
+        "storage": {"compile_cache": "/var/lib/hostctl/compile-cache"},
+        "runtime": {"api_host": "127.0.0.1", "api_port": 18599},
+    }
+
+
+_RECIPE = yaml.safe_load((RECIPES / "demo-cpu-tiny-moe.yaml").read_text())
+
+
+def base_recipe() -> dict:
+    return copy.deepcopy(_RECIPE)
+
+
+FACTS = (HOSTS / "demo-cpu.facts.json").read_bytes()
+
+
+def plan_case(cls: str, what: str, *, profile: dict | None = None, recipe: dict | None = None,
+              profile_text: str | bytes | None = None, recipe_text: str | bytes | None = None,
+              expect=REFUSED, names: str | None = None, command: tuple[str, ...] = ("plan", "--json")) -> Case:
+    files = {"facts.json": FACTS}
+    p = profile_text if profile_text is not None else toml_text(profile or base_profile())
+    # Escaped, not raw: a raw NEL or U+2028 is a line break to YAML and would reach hostctl as a space.
+    r = recipe_text if recipe_text is not None else yaml.dump(recipe or base_recipe(), Dumper=_DUMPER, sort_keys=False,
+                                                              allow_unicode=False)
+    files["hostctl.toml"] = p.encode() if isinstance(p, str) else p
+    files["recipe.yaml"] = r.encode() if isinstance(r, str) else r
+    return Case(cls, [*command, "--config", "{w}/hostctl.toml", "--facts", "{w}/facts.json"], files, expect, names, what)
+
+
+def with_path(data: dict, dotted: str, value) -> dict:
+    d = copy.deepcopy(data)
+    cur = d
+    parts = dotted.split(".")
+    for p in parts[:-1]:
+        cur = cur[int(p)] if isinstance(cur, list) else cur.setdefault(p, {})
+    if isinstance(cur, list):
+        cur[int(parts[-1])] = value
+    else:
+        cur[parts[-1]] = value
+    return d
+
+
+# ---------------------------------------------------------------- the payloads
+
+CONTROL = ["\n", "\r", "\t", "\x00", "\x1b", "\x7f", "\u2028", "\x85", "\ufeff"]
+# Each control character at the start, in the middle and at the end of a value.
+INJECT = [f"x{c}ExecStartPre=/bin/sh -c id" for c in ("\n", "\r\n")] + [
+    form.format(c) for c in CONTROL for form in ("x{}y", "{}xy", "xy{}")]
+SYSTEM_DIRS = ["/", "/etc", "/usr", "/usr/local/models", "/bin", "/sbin", "/lib", "/lib64", "/boot", "/proc",
+               "/sys", "/dev", "/dev/shm/x", "/run", "/run/user/0", "/root", "/root/models", "/var", "/home",
+               "/var/lib", "/var/lib/docker", "/var/lib/docker/volumes/x", "/var/run/docker.sock", "/tmp", "/mnt",
+               "/srv", "/opt", "/etc/hostctl"]
+PATH_FORMS = [lambda p: p, lambda p: p + "/", lambda p: "/." + p, lambda p: "//" + p.lstrip("/"),
+              lambda p: "/mnt/hostctl/../.." + p if p != "/" else "/mnt/..", lambda p: p + "/."]
+BAD_PATHS = ["relative/dir", "", "/mnt/a/../b", "/mnt/" + "a" * 300, "/" + "a/" * 2500, "~/models", "./x"]
+BOOLS = [True, False]
+
+
+def profile_cases() -> Iterator[Case]:
+    base = base_profile()
+    # booleans taken as numbers, and numbers of the wrong kind
+    for path in ["runtime.api_port", "storage.swappiness_converting", "storage.swappiness_serving",
+                 "storage.page_cluster", "drives.0.swap_priority", "gpu.power_limit_w"]:
+        for v in BOOLS:
+            yield plan_case("profile/bool-as-number", f"{path} = {v}", profile=with_path(base, path, v),
+                            names=path.replace(".0.", "[0]."))
+        for v in [8000.0, "8000", [1], {"a": 1}]:
+            if path == "gpu.power_limit_w" and isinstance(v, float):
+                continue
+            yield plan_case("profile/wrong-type", f"{path} = {v!r}", profile=with_path(base, path, v),
+                            names=path.replace(".0.", "[0]."))
+    # out of range
+    for path, values in {"runtime.api_port": [0, -1, 65536, 10**12], "storage.swappiness_serving": [-1, 201, 10**9],
+                         "storage.page_cluster": [-1, 11], "drives.0.swap_priority": [-2, 40000],
+                         "gpu.power_limit_w": [0, -300, 1e6, 10**7]}.items():
+        for v in values:
+            yield plan_case("profile/out-of-range", f"{path} = {v}", profile=with_path(base, path, v),
+                            names=path.replace(".0.", "[0]."))
+    # values that turn a guard off, and absurd sizes
+    for key in ["container_ram", "container_ram_swap", "host_reserve"]:
+        for v in [0, "0", "0GiB", "0g", 1, "1k", "100m", "1e308GiB", "inf", "nan", "-1GiB", "99999999999999TiB",
+                  "1.5e3g", True, 1.5]:
+            yield plan_case("profile/guard-disabled-or-absurd-size", f"memory.{key} = {v!r}",
+                            profile=with_path(base, f"memory.{key}", v), names=f"memory.{key}")
+    for raw in ["inf", "nan", "-inf", "1e308", "+inf"]:
+        text = toml_text(base).replace("[gpu]", "") + f"\n[gpu]\npower_limit_w = {raw}\n"
+        yield plan_case("profile/infinity", f"gpu.power_limit_w = {raw}", profile_text=text, names="gpu.power_limit_w")
+        text = toml_text(with_path(base, "gpu.power_limits_w", {})).replace("\"power_limits_w\" = {}", "") \
+            + f"power_limits_w = {{\"0\" = {raw}}}\n"
+        yield plan_case("profile/infinity", f"gpu.power_limits_w.0 = {raw}", profile_text=text, names="power_limits_w")
+    # api_key_env names that break Compose's ${VAR:?} guard or are guessable
+    for v in ["MY-KEY", "1KEY", "KEY WITH SPACE", "KEY}", "$KEY", "KEY:-default", "", "PATH", "HOME", "USER", "PWD",
+              "K" * 200, "KEY\n"]:
+        p = with_path(with_path(base, "runtime.api_key_env", v), "runtime.api_host", "0.0.0.0")
+        yield plan_case("profile/api-key-env-name", f"api_key_env = {v!r}", profile=p, names="runtime.api_key_env")
+    # injection into strings that reach rendered files
+    for path in ["name", "runtime.image", "runtime.project", "runtime.api_host", "description", "recipe",
+                 "drives.0.name", "drives.0.mountpoint", "storage.compile_cache", "runtime.model_dir"]:
+        for payload in INJECT:
+            value = ("/mnt/" + payload) if path in ("drives.0.mountpoint", "storage.compile_cache",
+                                                     "runtime.model_dir") else payload
+            yield plan_case("profile/injection", f"{path} = {value!r}", profile=with_path(base, path, value),
+                            names=path.split(".")[-1])
+    for payload in INJECT + ["discard,ro", "ro remount", "x=y z"]:
+        yield plan_case("profile/injection", f"drives[0].mount_options = [{payload!r}]",
+                        profile=with_path(base, "drives.0.mount_options", [payload]), names="mount_options")
+    for v in ["Hostctl:Upper", "img name", "img;rm -rf /", "img$HOME", "img`id`", "-rm", "img:tag@sha256:bad",
+              "a" * 300]:
+        yield plan_case("profile/image-reference", f"runtime.image = {v!r}", profile=with_path(base, "runtime.image", v),
+                        names="runtime.image")
+    for v in ["/mnt/a b", "/mnt/%h", "/mnt/x'y", '/mnt/x"y', "/mnt/x\\y", "/mnt/$HOME", "/mnt/a;b"]:
+        yield plan_case("profile/unit-path-characters", f"drives[0].mountpoint = {v!r}",
+                        profile=with_path(base, "drives.0.mountpoint", v), names="mountpoint")
+    # system directories as mountpoints, bind sources and the project directory
+    for where in ["drives.0.mountpoint", "storage.compile_cache", "storage.planes_cache", "runtime.model_dir",
+                  "runtime.models_dir", "runtime.project_dir"]:
+        for d in SYSTEM_DIRS:
+            for form in PATH_FORMS:
+                value = form(d)
+                yield plan_case("profile/system-directory", f"{where} = {value!r}", profile=with_path(base, where, value),
+                                names=where.split(".")[-1])
+        for value in BAD_PATHS:
+            if where == "storage.compile_cache" and not value.startswith("/") and value and "/" not in value:
+                continue
+            yield plan_case("profile/bad-path", f"{where} = {value[:60]!r}", profile=with_path(base, where, value),
+                            names=where.split(".")[-1])
+    # drive identities
+    for ident in ["path:/dev/../etc/passwd", "path:/etc/passwd", "path:/dev/", "path:/dev/./sda", "path:/dev//sda",
+                  "path:/dev/sda\n", "path:relative", "by-id:../../nvme0n1", "by-id:a/b", "by-id:..", "by-id:",
+                  "by-id:/dev/disk/by-id/../../sda", "serial:a\nb", "serial:", "wwn:x\x00", "uuid:1234", "/dev/sda",
+                  "serial:" + "x" * 300]:
+        yield plan_case("profile/drive-identity", f"identity = {ident!r}",
+                        profile=with_path(base, "drives.0.identity", ident), names="identity")
+    for v in ["GPU-x\ny", "GPU-$(id)", "0; rm", "9999", True]:
+        yield plan_case("profile/gpu-device-id", f"gpu.devices = [{v!r}]", profile=with_path(base, "gpu.devices", [v]),
+                        names="gpu.devices")
+    # unknown keys and structure
+    for path, v in [("runtime.api_prot", 1), ("memorry.host_reserve", "1GiB"), ("drives", "d1"), ("storage", [1]),
+                    ("runtime", "x")]:
+        yield plan_case("profile/structure", f"{path} = {v!r}", profile=with_path(base, path, v), names=path.split(".")[0])
+
+
+def recipe_cases() -> Iterator[Case]:
+    base = base_recipe()
+    for key, payloads in {"id": INJECT + ["a b", "%h", "../x", "x/../y", "$X", "'q'", "a" * 200, "-x"],
+                          "served_name": INJECT + ["a b", "'", "${X}", "x\"y", "a" * 300],
+                          "model": [f"/opt/m{c}x" for c in CONTROL],
+                          "summary": INJECT, "role": INJECT,
+                          "image": INJECT + ["UPPER/img", "img name", "img$X"]}.items():
+        for v in payloads:
+            yield plan_case("recipe/injection", f"{key} = {v!r}", recipe=with_path(base, key, v), names=key)
+    for key, values in {"context": [True, False, 0, -1, 2**40, 1e30, "2048", 2048.0, None],
+                        "load_timeout_s": [True, 0, -5, 10**9, 1e308, "300"],
+                        "watchdog_s": [False, 0, 10**9],
+                        "requires.gpus": [True, -1, 1000, 1.5],
+                        "requires.vram_gb": [float("inf"), float("nan"), 1e308, -1, True],
+                        "requires.host_ram_gb": [float("inf"), 1e308, True],
+                        "conversion.host_ram_swap_gib": [float("inf"), float("nan"), 1e308, -1],
+                        "conversion.cache_free_gib": [float("inf"), 1e308],
+                        "conversion.layers": [0, True, 10**6]}.items():
+        for v in values:
+            yield plan_case("recipe/number", f"{key} = {v!r}", recipe=with_path(base, key, v), names=key.split(".")[-1])
+    # env: names, non-strings, control characters
+    for name in ["MY-VAR", "1X", "A B", "X=Y", "", "X\nY", "Ä"]:
+        r = copy.deepcopy(base)
+        r["env"] = {name: "1"}
+        yield plan_case("recipe/env-name", f"env key {name!r}", recipe=r, names="env")
+    for v in [True, False, 8, 1.1, None, [1], {"a": 1}]:
+        r = copy.deepcopy(base)
+        r["env"]["VLLM_X"] = v
+        yield plan_case("recipe/env-not-a-string", f"env.VLLM_X = {v!r}", recipe=r, names="env.VLLM_X")
+    for c in CONTROL:
+        r = copy.deepcopy(base)
+        r["env"]["VLLM_X"] = f"a{c}VLLM_Y=b"
+        yield plan_case("recipe/env-control-character", f"env value with {c!r}", recipe=r, names="env.VLLM_X")
+    text = (RECIPES / "demo-cpu-tiny-moe.yaml").read_text()
+    for raw in ["no", "yes", "on", "off", "010", "1.10", "0x1F", "1_000", "~", "null", "true", "1e3", ".5"]:
+        yaml_text = text.replace('VLLM_CPU_KVCACHE_SPACE: "1"', f"VLLM_CPU_KVCACHE_SPACE: {raw}")
+        expect = OK if raw in ("1e3",) else REFUSED  # PyYAML reads 1e3 as the string "1e3"
+        yield plan_case("recipe/yaml11-rewrite", f"env value {raw} unquoted", recipe_text=yaml_text, expect=expect,
+                        names=None if expect == OK else "VLLM_CPU_KVCACHE_SPACE")
+    # serve_args
+    for entry in [f"--max-num-seqs 2{c}--x" for c in CONTROL] + ["--x\ny 1", "max-num-seqs 2", "--bad$flag 1",
+                                                                 "--api-token abcdefghij", "--db-password hunter22",
+                                                                 "-- 1"]:
+        r = copy.deepcopy(base)
+        r["serve_args"] = [*r["serve_args"], entry]
+        yield plan_case("recipe/serve-args", f"serve_args += {entry!r}", recipe=r, names="serve_args")
+    for v in [1, True, None, ["--x"]]:
+        r = copy.deepcopy(base)
+        r["serve_args"] = [*r["serve_args"], v]
+        yield plan_case("recipe/serve-args-type", f"serve_args += {v!r}", recipe=r, names="serve_args")
+    for ph in ["{model:../../etc}", "{model:a/b}", "{model:..}", "{nope}", "{model:x y}"]:
+        r = copy.deepcopy(base)
+        r["env"]["VLLM_P"] = ph
+        yield plan_case("recipe/placeholder", f"env value {ph}", recipe=r, names="env.VLLM_P")
+    for k, v in [("smoke.0.max_completion_tokens", True), ("smoke.1.max_completion_tokens", 10**9),
+                 ("smoke.1.kind", "shell")]:
+        yield plan_case("recipe/smoke", f"{k} = {v!r}", recipe=with_path(base, k, v), names="smoke")
+    r = copy.deepcopy(base)
+    r["smoke"] = [{"name": "needle", "kind": "needle", "expect": "x", "tokens": 10**6}]
+    yield plan_case("recipe/smoke", "needle tokens beyond the context", recipe=r, names="smoke")
+    # YAML shapes: duplicate keys, alias bombs, deep nesting, not a mapping
+    yield plan_case("recipe/duplicate-key", "context twice", recipe_text=text + "context: 999999\n", names="duplicate key")
+    yield plan_case("recipe/duplicate-key", "env key twice",
+                    recipe_text=text.replace("env:\n", "env:\n  VLLM_HOST_IP: 0.0.0.0\n"), names="duplicate key")
+    for levels, width in [(9, 9), (12, 4), (20, 2), (6, 30)]:
+        lines = ["a0: &a0 [x, y, z]"]
+        for i in range(1, levels):
+            lines.append(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * width) + "]")
+        bomb = text + "warmup:\n" + "\n".join("  " + line for line in lines) + "\n"
+        yield plan_case("recipe/alias-bomb", f"{levels} levels x {width}", recipe_text=bomb, names="alias")
+    for depth in [40, 500, 5000]:
+        deep = text + "warmup:\n  x: " + "[" * depth + "]" * depth + "\n"
+        yield plan_case("recipe/deep-nesting", f"{depth} levels", recipe_text=deep, names="nests deeper")
+        deep_map = text + "warmup:\n  x: " + "{a: " * depth + "1" + "}" * depth + "\n"
+        yield plan_case("recipe/deep-nesting", f"{depth} mapping levels", recipe_text=deep_map, names="nests deeper")
+    yield plan_case("recipe/recursive-anchor", "an anchor inside itself", recipe_text=text + "warmup: &w\n  self: *w\n")
+    for top in ["- a\n- b\n", "just a string\n", "", "42\n", "---\n...\n", "? [a, b]\n: 1\n", "!!python/object:os.system {}\n"]:
+        yield plan_case("recipe/not-a-mapping", f"top level {top[:20]!r}", recipe_text=top)
+
+
+ENCODINGS = {
+    "utf-16": lambda t: t.encode("utf-16"),
+    "utf-16-be-bom": lambda t: b"\xfe\xff" + t.encode("utf-16-be"),
+    "utf-32": lambda t: t.encode("utf-32"),
+    "latin-1": lambda t: t.replace("CPU demo", "CPU démo").replace("tiny MoE", "tiny MoE é").encode("latin-1"),
+    "binary": lambda t: b"\x7fELF\x02\x01\x01\x00" + os.urandom(64),
+    "nul-inside": lambda t: t.encode()[:40] + b"\x00" + t.encode()[40:],
+    "utf-16-no-bom": lambda t: t.encode("utf-16-le"),
+    "huge": lambda t: t.encode() + b"#" * (1024 * 1024 + 10),
+}
+
+
+def file_cases() -> Iterator[Case]:
+    profile = toml_text({**base_profile(), "description": "CPU demo, tiny MoE"})
+    recipe = (RECIPES / "demo-cpu-tiny-moe.yaml").read_text()
+    for name, enc in ENCODINGS.items():
+        yield plan_case("file/profile-encoding", name, profile_text=enc(profile), names="hostctl.toml")
+        yield plan_case("file/recipe-encoding", name, recipe_text=enc(recipe), names="recipe.yaml")
+    # a UTF-8 BOM is what editors on Windows write: accepted
+    yield plan_case("file/utf8-bom", "profile", profile_text=b"\xef\xbb\xbf" + profile.encode(), expect=OK)
+    yield plan_case("file/utf8-bom", "recipe", recipe_text=b"\xef\xbb\xbf" + recipe.encode(), expect=OK)
+    for depth in [50, 5000]:
+        yield plan_case("file/profile-deep-nesting", f"{depth} levels",
+                        profile_text=profile + "x = " + "[" * depth + "]" * depth + "\n", names="nests deeper")
+    yield plan_case("file/profile-duplicate-key", "name twice", profile_text=profile + 'name = "again"\n',
+                    names="hostctl.toml")
+    facts = {"facts.json": FACTS, "hostctl.toml": profile.encode(), "recipe.yaml": recipe.encode()}
+    special = [("a directory", "{w}"), ("/dev/zero", "/dev/zero"), ("/proc/self/mem", "/proc/self/mem"),
+               ("a 5000-character path", "/tmp/" + "a" * 5000), ("a missing file", "{w}/missing.toml"),
+               ("a path through a file", "{w}/hostctl.toml/x"), ("/dev/null", "/dev/null"), ("empty", "")]
+    for what, path in special:
+        yield Case("file/config-path", ["plan", "--config", path, "--facts", "{w}/facts.json"], dict(facts), REFUSED,
+                   None, what)
+        yield Case("file/facts-path", ["plan", "--config", "{w}/hostctl.toml", "--facts", path], dict(facts), REFUSED,
+                   None, what)
+        yield Case("file/log-path", ["doctor", "--config", "{w}/hostctl.toml", "--facts", "{w}/facts.json", "--log", path],
+                   dict(facts), REFUSED, "--log", what)
+
+
+def facts_cases() -> Iterator[Case]:
+    good = json.loads(FACTS)
+    desktop = json.loads((HOSTS / "pro6000x2-desktop.facts.json").read_bytes())
+    profile = toml_text(base_profile()).encode()
+    recipe = (RECIPES / "demo-cpu-tiny-moe.yaml").read_bytes()
+    desktop_profile = (HOSTS / "pro6000x2-desktop.toml").read_text().replace(
+        'recipe = "dsv4-flash-0731-tp2-400k"', f'recipe = "{RECIPES / "dsv4-flash-0731-tp2-400k.yaml"}"').encode()
+
+    def case(what: str, data, *, names=None, raw: bytes | None = None, on_desktop=False, expect=REFUSED) -> Case:
+        files = {"facts.json": raw if raw is not None else json.dumps(data).encode(),
+                 "hostctl.toml": desktop_profile if on_desktop else profile, "recipe.yaml": recipe}
+        return Case("facts/" + what.split(":")[0], ["plan", "--config", "{w}/hostctl.toml", "--facts", "{w}/facts.json"],
+                    files, expect, names, what)
+
+    for topo in ["FOO", "", "nvlink", 3, "PHB?"]:
+        d = copy.deepcopy(desktop)
+        d["gpus"]["pairs"][0]["topology"] = topo
+        yield case(f"unknown-topology: {topo!r}", d, names="topology", on_desktop=True)
+    for depth in [40, 5000, 100000]:
+        yield case(f"deep-nesting: {depth}", None, raw=b'{"notes": ' + b"[" * depth + b"]" * depth + b"}",
+                   names="nests deeper")
+    for raw, what in [(b'{"memory": NaN}', "nan"), (b'{"memory": Infinity}', "infinity"), (b"[1, 2]", "a list"),
+                      (b"", "empty"), (b"{", "truncated"), ('{"hostname": "caf\xe9"}'.encode("latin-1"), "latin-1"),
+                      ('{"hostname": "x"}'.encode("utf-16"), "utf-16"), (b'{"schema": "hostctl.facts/v9"}', "schema")]:
+        yield case(f"not-a-snapshot: {what}", None, raw=raw)
+    for path, v in [("memory.mem_total_bytes", -1), ("memory.mem_total_bytes", "lots"), ("numa.cpu_count", 1e308),
+                    ("gpus.devices", "none"), ("engine.containers", [{"id": 1}]), ("extra_key", 1),
+                    ("memory.swap_total_bytes", None)]:
+        d = with_path(good, path, v)
+        yield case(f"bad-field: {path} = {v!r}", d, names=path.split(".")[0])
+
+
+def output_cases() -> Iterator[Case]:
+    profile = toml_text(base_profile()).encode()
+    recipe = (RECIPES / "demo-cpu-tiny-moe.yaml").read_bytes()
+    files = {"facts.json": FACTS, "hostctl.toml": profile, "recipe.yaml": recipe, "afile": b"x"}
+    for out in ["/proc", "/proc/x", "/sys/kernel/x", "/dev/null/x", "/dev/shm/x", "{w}/afile", "{w}/afile/sub", "/",
+                "/etc", "/etc/hostctl/project", "/usr/local/x", "/tmp/" + "b" * 5000, "/var", "/home"]:
+        yield Case("output/render-out", ["render", "--config", "{w}/hostctl.toml", "--facts", "{w}/facts.json",
+                                         "--out", out], dict(files), REFUSED, None, out[:60])
+    for bundle in ["{w}", "/proc/x", "/dev/null/x", "/tmp/" + "c" * 5000, "{w}/missing-dir/b.tar.gz", "/sys/x.tgz"]:
+        yield Case("output/doctor-bundle", ["doctor", "--config", "{w}/hostctl.toml", "--facts", "{w}/facts.json",
+                                            "--bundle", bundle], dict(files), REFUSED, "--bundle", bundle[:60])
+
+
+def benign_cases() -> Iterator[Case]:
+    """Inputs that look odd and are fine: they must keep working (through render and its checks)."""
+    base = base_recipe()
+    for v in ["it's", 'say "hi"', "a $HOME b", "100%", "a#b #c", " lead and trail ", "x'y\"z$w\\v", "naïve ünïcode",
+              "{\"json\": [1, 2]}", "", "=", "a=b=c"]:
+        r = copy.deepcopy(base)
+        r["env"]["VLLM_ODD"] = v
+        yield plan_case("benign/env-value", f"env.VLLM_ODD = {v!r}", recipe=r, expect=OK,
+                        command=("render", "--out", "{w}/out"))
+    r = copy.deepcopy(base)
+    r["serve_args"] = [*r["serve_args"], "--hf-token hf_abcdefghijklmnopqrstuvwxyz12"]
+    yield plan_case("benign/secret-serve-arg", "--hf-token moved to the env file", recipe=r, expect=OK,
+                    command=("render", "--out", "{w}/out"))
+    yield plan_case("benign/served-name", "org/Model-Name", recipe=with_path(base, "served_name", "org/Model-Name_v1.2"),
+                    expect=OK)
+    yield plan_case("benign/recipe-id", "vLLM-MoET style id", recipe=with_path(base, "id", "deepseek-v4-flash/pro6000x2-tp2"),
+                    expect=OK)
+    p = base_profile()
+    for d in ["/srv/hostctl/cache", "/mnt/nvme0/compile", "/var/lib/hostctl/cc", "/home/user/cache", "/tmp/hc-cache",
+              "/srv/cache/", "/srv/./cache"]:
+        yield plan_case("benign/bind-source", d, profile=with_path(p, "storage.compile_cache", d), expect=OK)
+    for ident in ["by-id:nvme-Samsung_SSD_990_PRO_4TB_S7KGNU0X123456", "path:/dev/nvme0n1",
+                  "by-id:/dev/disk/by-id/nvme-Model_S1", "wwn:eui.0025388b31b0e6a1", "serial:WD-WX12A3456789"]:
+        yield plan_case("benign/drive-identity", ident, profile=with_path(p, "drives.0.identity", ident), expect=OK)
+
+
+def generate() -> list[Case]:
+    return [*profile_cases(), *recipe_cases(), *file_cases(), *facts_cases(), *output_cases(), *benign_cases()]
+
+
+# ---------------------------------------------------------------- running
+
+
+def run_case(case: Case, work: Path) -> Result:
+    from hostctl.cli import main
+
+    work.mkdir(parents=True, exist_ok=True)
+    for name, data in case.files.items():
+        (work / name).write_bytes(data)
+    argv = [a.replace("{w}", str(work)) for a in case.argv]
+    out, err = io.StringIO(), io.StringIO()
+    t0 = time.perf_counter()
+    crashed = None
+    code = None
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(argv)
+    except BaseException as exc:  # noqa: BLE001 - the point is to see anything that escapes
+        crashed = f"{type(exc).__name__}: {exc}"
+    return Result(case, code, out.getvalue(), err.getvalue(), time.perf_counter() - t0, crashed)
+
+
+def one_per_class(cases: list[Case]) -> list[Case]:
+    seen: dict[str, Case] = {}
+    for c in cases:
+        seen.setdefault(c.cls, c)
+    return list(seen.values())

@@ -1,0 +1,157 @@
+"""A token planted in every place a user can put one never appears in any output: plan (text and
+JSON), render's output and compose.yaml, doctor (text, JSON, --log evidence), every support bundle
+member, member name and the manifest, a bad-input error, `up`'s failure report and `logs`.
+
+Each place gets its own token, shaped like no known secret (no hf_ or sk- prefix), so only
+redaction by value can hide it; the log given to doctor quotes each token the ways real logs do
+(bare, vLLM's args dump, a URL password, JSON-escaped, URL-quoted)."""
+
+import io
+import json
+import tarfile
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+import yaml
+
+from hostctl import paths, secrets
+from hostctl.cli import main
+
+HOSTS = paths.hosts_dir()
+TOKENS = {  # where -> the token planted there
+    "recipe env HF_TOKEN": "Q7planted-envhf-4d2a9",
+    "recipe env VLLM_API_KEY": "Q7planted-envapi-81c3",
+    "recipe env MY_SECRET": "Q7planted-envsecret-55e0",
+    "recipe env DB_PASSWORD": "Q7planted-envpw-9b1f",
+    "serve arg --hf-token": "Q7planted-argHF-7e21",
+    "serve arg --api-key": "Q7planted-argapi-0c4d",
+    "environment HF_TOKEN": "Q7planted-callerhf-3a3a",
+    "environment api_key_env": "Q7planted-callerkey-6f6f",
+}
+
+
+@pytest.fixture
+def planted(tmp_path, monkeypatch):
+    monkeypatch.setattr(secrets, "_known", set())  # this test's own registry
+    recipe = yaml.safe_load((paths.recipes_dir() / "dsv4-flash-0731-tp2-400k.yaml").read_text())
+    recipe["env"].update({"HF_TOKEN": TOKENS["recipe env HF_TOKEN"], "VLLM_API_KEY": TOKENS["recipe env VLLM_API_KEY"],
+                          "MY_SECRET": TOKENS["recipe env MY_SECRET"], "DB_PASSWORD": TOKENS["recipe env DB_PASSWORD"]})
+    recipe["serve_args"] += [f"--hf-token {TOKENS['serve arg --hf-token']}", f"--api-key {TOKENS['serve arg --api-key']}"]
+    (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(recipe))
+    text = (HOSTS / "pro6000x2-desktop.toml").read_text().replace('recipe = "dsv4-flash-0731-tp2-400k"',
+                                                                  'recipe = "recipe.yaml"')
+    assert "[runtime]" in text and "api_key_env" not in text
+    text = text.replace("[runtime]", '[runtime]\napi_key_env = "HOSTCTL_API_KEY"')
+    profile = tmp_path / "hostctl.toml"
+    profile.write_text(text)
+    monkeypatch.setenv("HF_TOKEN", TOKENS["environment HF_TOKEN"])
+    monkeypatch.setenv("HOSTCTL_API_KEY", TOKENS["environment api_key_env"])
+    log = tmp_path / "runtime.log"
+    lines = []
+    for i, t in enumerate(TOKENS.values()):
+        # Each token on lines that a signature quotes as evidence (ENOSPC, port in use), in every form.
+        head = "OSError: [Errno 28] No space left on device" if i % 2 else "ERROR [Errno 98] address already in use"
+        lines += [f"{head}; args {{'model': '/model', 'api_key': ['{t}'], 'port': 8000}}",
+                  f"{head} fetching https://hf-user:{t}@huggingface.co/api/models",
+                  f"{head} token {t} (bare)",
+                  f'{head} {json.dumps({"value": t})} url-quoted {quote(t, safe="")}']
+    lines.append("")
+    log.write_text("\n".join(lines))
+    return ["--config", str(profile), "--facts", str(HOSTS / "pro6000x2-desktop.facts.json")], log
+
+
+def leaks(text: str) -> list[str]:
+    return [where for where, t in TOKENS.items() if t in text or quote(t, safe="") in text]
+
+
+def run(argv, capsys) -> tuple[int, str]:
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out + err
+
+
+def test_plan_text_and_json_hide_every_token(planted, capsys):
+    argv, _ = planted
+    for extra in ([], ["--json"]):
+        code, text = run(["plan", *extra, *argv], capsys)
+        assert code in (0, 1) and "REDACTED" in text
+        assert leaks(text) == [], extra
+
+
+def test_render_output_and_compose_never_carry_a_secret(planted, capsys, tmp_path):
+    argv, _ = planted
+    out = tmp_path / "project"
+    code, text = run(["render", "--out", str(out), *argv], capsys)
+    assert code == 0, text
+    assert leaks(text) == []
+    compose = (out / "compose.yaml").read_text()
+    assert leaks(compose) == []  # secrets go only to the env file
+    assert "--hf-token" not in compose
+    env = (out / "runtime.env").read_text()
+    assert TOKENS["serve arg --hf-token"] in env and TOKENS["recipe env HF_TOKEN"] not in env  # the serve arg wins
+    assert (out / "runtime.env").stat().st_mode & 0o777 == 0o600 and out.stat().st_mode & 0o777 == 0o700
+
+
+def test_doctor_text_json_and_log_evidence_hide_every_token(planted, capsys):
+    argv, log = planted
+    for extra in ([], ["--json"]):
+        code, text = run(["doctor", "--log", str(log), *extra, *argv], capsys)
+        assert code == 1  # the log matches known failures
+        assert leaks(text) == [], extra
+        assert text.count("REDACTED") >= 8  # the evidence lines were shown, with the tokens hidden
+
+
+def test_every_bundle_member_its_name_and_the_manifest_hide_every_token(planted, capsys, tmp_path):
+    argv, log = planted
+    named = tmp_path / f"runtime-{TOKENS['recipe env MY_SECRET']}.log"  # a token in a file name, too
+    named.write_text(log.read_text())
+    bundle = tmp_path / "support.tar.gz"
+    code, text = run(["doctor", "--bundle", str(bundle), "--log", str(named), *argv], capsys)
+    assert bundle.is_file() and leaks(text) == []
+    with tarfile.open(bundle) as tar:
+        members = tar.getmembers()
+        assert len(members) >= 6
+        for m in members:
+            assert leaks(m.name) == [], m.name
+            data = tar.extractfile(m).read().decode()
+            assert leaks(data) == [], m.name
+        names = [m.name for m in members]
+    assert any(n.endswith("MANIFEST.txt") for n in names) and any(n.endswith("rendered/runtime.env") for n in names)
+
+
+def test_a_bad_input_error_never_echoes_a_secret_value(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(secrets, "_known", set())
+    recipe = yaml.safe_load((paths.recipes_dir() / "demo-cpu-tiny-moe.yaml").read_text())
+    token = "Q7planted-badinput-2b2b"
+    recipe["env"]["HF_TOKEN"] = token + "\nVLLM_X=1"  # refused: a control character
+    (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(recipe))
+    (tmp_path / "p.toml").write_text('name = "x"\nrecipe = "recipe.yaml"\n')
+    code, text = run(["plan", "--config", str(tmp_path / "p.toml"), "--facts", str(HOSTS / "demo-cpu.facts.json")],
+                     capsys)
+    assert code == 2 and "env.HF_TOKEN" in text and token not in text
+
+
+def test_up_failure_report_and_logs_stream_hide_known_secrets(monkeypatch):
+    from hostctl.diagnosis import Finding
+    from hostctl.service import lifecycle
+
+    monkeypatch.setattr(secrets, "_known", set())
+    token = "Q7planted-uplog-4c4c"
+    secrets.remember([token])
+    outcome = lifecycle.Outcome(ready=False, endpoint="http://127.0.0.1:1",
+                                cause=Finding("x", "t", "c", "f", [f"log:3: api_key={token}"]),
+                                log_tail=[f"INFO non-default args: {{'api_key': ['{token}']}}", f"bare {token} here"])
+    assert token not in lifecycle.failure_error(outcome).render()
+    # `hostctl logs` writes the container's bytes through the redacting stdout, a secret split across writes
+    raw = io.BytesIO()
+
+    class Target(io.StringIO):
+        buffer = raw
+
+    stream = secrets.RedactingStream(Target())
+    half = len(token) // 2
+    stream.buffer.write(f"line one {token[:half]}".encode())
+    stream.buffer.write(f"{token[half:]} end\nnext\n".encode())
+    stream.flush()
+    assert token.encode() not in raw.getvalue() and b"REDACTED" in raw.getvalue()
