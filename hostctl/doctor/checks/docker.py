@@ -25,15 +25,22 @@ def engine(ctx: Context) -> Result:
                               expected="a reachable engine", source=ENGINE)
 
 
-@check("docker.runtime.nvidia", "the engine has the nvidia runtime", area="docker")
-def nvidia_runtime(ctx: Context) -> Result:
-    e = ctx.facts.engine
+def _no_gpu_container(ctx: Context, why_not: str) -> Result | None:
+    """The skip of a check about GPU containers where there is none to judge, or None."""
     if ctx.plan is not None and not ctx.plan.runtime.gpu_uuids:
         return skipped("the runtime uses no GPU")
     if ctx.plan is None and not ctx.facts.gpus.available:
-        return skipped("no GPU here, so containers need no nvidia runtime")
-    if not e.available:
-        return skipped(f"the engine is unreachable: {e.reason}")
+        return skipped(f"no GPU here, {why_not}")
+    if not ctx.facts.engine.available:
+        return skipped(f"the engine is unreachable: {ctx.facts.engine.reason}")
+    return None
+
+
+@check("docker.runtime.nvidia", "the engine has the nvidia runtime", area="docker")
+def nvidia_runtime(ctx: Context) -> Result:
+    e = ctx.facts.engine
+    if (skip := _no_gpu_container(ctx, "so containers need no nvidia runtime")) is not None:
+        return skip
     observed = f"runtimes: {', '.join(e.runtimes) or 'none'} (default {e.default_runtime})"
     if "nvidia" in e.runtimes:
         return passed(observed, observed, "nvidia among the runtimes", ENGINE)
@@ -49,12 +56,8 @@ def cgroup_driver(ctx: Context) -> Result:
     container's devices away ("Failed to initialize NVML: Unknown Error" inside it;
     NVIDIA/nvidia-container-toolkit#48 and the toolkit's troubleshooting guide)."""
     e = ctx.facts.engine
-    if ctx.plan is not None and not ctx.plan.runtime.gpu_uuids:
-        return skipped("the runtime uses no GPU")
-    if ctx.plan is None and not ctx.facts.gpus.available:
-        return skipped("no GPU here, so no GPU container is at risk")
-    if not e.available:
-        return skipped(f"the engine is unreachable: {e.reason}")
+    if (skip := _no_gpu_container(ctx, "so no GPU container is at risk")) is not None:
+        return skip
     observed = f"cgroup driver {e.cgroup_driver or 'unknown'}, cgroup v{e.cgroup_version or '?'}"
     if e.cgroup_driver == "systemd":
         return warned("a `systemctl daemon-reload` (a package upgrade runs one) can take the GPUs away from the "
