@@ -128,7 +128,8 @@ def collect(path_requests: Sequence[tuple[str, bool]] = (), port_requests: Seque
     )
 
 
-def collect_storage(path_requests: Sequence[tuple[str, bool]] = (), alias_paths: Sequence[str] = ()) -> HostFacts:
+def collect_storage(path_requests: Sequence[tuple[str, bool]] = (), alias_paths: Sequence[str] = (),
+                    checked: Sequence[tuple[str, str]] = ()) -> HostFacts:
     """Only what storage provisioning decides on: disks, mounts, swap and memory, and the
     directories asked for (milliseconds, where a full `collect` waits on NVML and the Docker
     socket). The other parts say they were not read, so nothing mistakes them for absent."""
@@ -141,7 +142,7 @@ def collect_storage(path_requests: Sequence[tuple[str, bool]] = (), alias_paths:
         cmdline = CMDLINE.read_text().strip()
     except OSError:
         cmdline = ""
-    disks = _guarded("disk", lambda: probe_disks(mountinfo, swaps, alias_paths),
+    disks = _guarded("disk", lambda: probe_disks(mountinfo, swaps, alias_paths, checked),
                      lambda w: DiskFacts(available=False, reason=w), notes)
     memory = _guarded("memory", lambda: probe_memory(swaps),
                       lambda w: MemoryFacts(mem_total_bytes=0, mem_available_bytes=0, swap_total_bytes=0,

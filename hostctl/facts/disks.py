@@ -32,6 +32,8 @@ ROOT_MOUNTS = ("/", "/boot")
 SKIP_PREFIXES = ("ram", "zram", "dm-", "md", "sr", "fd")
 SECTOR = 512
 MIB = 1 << 20
+GIB = 1 << 30
+SAMPLE = 4096
 GPT_MAGIC = b"EFI PART"
 EXT4_MAGIC, EXT4_MAGIC_OFFSET = b"\x53\xef", 0x38
 FSCK_TIMEOUT_S = 600.0
@@ -177,7 +179,36 @@ def blank_proof(path: str, size_bytes: int) -> BlankProof:
     proof.primary_gpt = any(head[o:o + 8] == GPT_MAGIC for o in (512, 4096))
     proof.backup_gpt = any(len(tail) >= o and tail[len(tail) - o:len(tail) - o + 8] == GPT_MAGIC for o in (512, 4096))
     proof.signatures, proof.error = wipefs_signatures(path)
+    if proof.error is None:
+        proof.sampled_nonzero, error = nonzero_samples(path, size_bytes)
+        proof.error = proof.error or error
     return proof
+
+
+def sample_offsets(size_bytes: int) -> list[int]:
+    """Where a disk that once held partitions keeps traces after its tables were zapped: every
+    MiB boundary of the first and last GiB (partitions start on MiB boundaries), and each GiB
+    boundary and the MiB after it across the disk (hostctl's data partition starts 1 MiB after a
+    whole-GiB swap). About 4,100 reads of 4 KiB on a 4 TB disk."""
+    offsets = set(range(0, min(size_bytes, GIB), MIB))
+    offsets |= set(range(max(size_bytes - GIB, 0) // MIB * MIB, size_bytes, MIB))
+    for g in range(0, size_bytes, GIB):
+        offsets |= {g, g + MIB}
+    return sorted(o for o in offsets if o + SAMPLE <= size_bytes)
+
+
+def nonzero_samples(path: str, size_bytes: int, offsets: list[int] | None = None) -> tuple[list[str], str | None]:
+    """The sampled offsets (as "<n> MiB") whose first 4 KiB are not all zero."""
+    found: list[str] = []
+    try:
+        with open(path, "rb", buffering=0) as f:
+            for offset in sample_offsets(size_bytes) if offsets is None else offsets:
+                f.seek(offset)
+                if any(f.read(SAMPLE)):
+                    found.append(f"{offset // MIB} MiB")
+    except OSError as exc:
+        return found, f"{path}: {exc.strerror or exc}"
+    return found, None
 
 
 def ext4_backup_superblock(path: str) -> str | None:
@@ -204,15 +235,31 @@ def fs_check(path: str, fs_type: str | None) -> FsCheck:
     check = FsCheck()
     if fs_type is None:
         check.backup_superblock = ext4_backup_superblock(path)
+        try:
+            with open(path, "rb", buffering=0) as f:
+                check.first_mib_zero = not any(f.read(MIB))
+        except OSError:
+            check.first_mib_zero = None
         return check
     if fs_type == "xfs":
         res = runner.run(["xfs_db", "-r", "-c", "sb 0", "-c", "p inprogress", path], timeout=60)
-        if res.ok and "=" in res.stdout:
-            check.inprogress = res.stdout.split("=", 1)[1].strip() != "0"
-        if check.inprogress:
+        out = res.stdout + res.stderr
+        # a superblock whose checksum fails proves nothing: one flipped byte reads inprogress = 1
+        check.crc_error = "CRC error" in out or "bad magic" in out.lower()
+        values = [ln.split("=", 1)[1].strip() for ln in res.stdout.splitlines() if ln.startswith("inprogress")]
+        if values:
+            check.inprogress = values[-1] != "0"
+        if check.inprogress and not check.crc_error:
             return check  # mkfs never finished: there is nothing to check
         res = runner.run(["xfs_repair", "-n", path], timeout=FSCK_TIMEOUT_S)
     elif fs_type == "ext4":
+        head = runner.run(["dumpe2fs", "-h", path], timeout=60)
+        features = next((ln for ln in head.stdout.splitlines() if ln.startswith("Filesystem features:")), "")
+        if "needs_recovery" in features.split():
+            # a journal to replay (the host crashed while it was mounted): mounting replays it, and
+            # a read-only check cannot judge the filesystem before that
+            check.fsck, check.detail = "clean", "needs journal recovery, which mounting does"
+            return check
         res = runner.run(["e2fsck", "-n", "-f", path], timeout=FSCK_TIMEOUT_S)
     else:
         return check
@@ -347,6 +394,7 @@ class _Probe:
         self.by_id = by_id_links()
         self.udev: dict[str, dict[str, str]] = {}
         self.blkid: dict[str, dict[str, str]] = {}
+        self.check_disks: set[str] = set()  # disks whose hostctl partitions get the read-only fs checks
 
     def contents(self, name: str) -> dict[str, str | None]:
         """Partition-table, GPT-entry and filesystem tags, from udev or else blkid."""
@@ -382,8 +430,8 @@ class _Probe:
         number = _read(sysdir / "partition")
         mountpoints = self.mounts.get(dev, [])
         checked = None
-        if (marks.role_of(c["part_label"], c["fs_label"]) == "data" and not mountpoints and swap is None
-                and not _holders(sysdir) and not marks.unfinished(_flags(c["part_flags"]))):
+        if (disk in self.check_disks and marks.role_of(c["part_label"], c["fs_label"]) is not None
+                and not mountpoints and swap is None and not _holders(sysdir)):
             checked = fs_check(f"/dev/{name}", c["fs_type"])
         return Partition(
             name=name,
@@ -415,6 +463,11 @@ class _Probe:
         removable = _read(sysdir / "removable")
         size = int(_read(sysdir / "size") or 0) * SECTOR
         looks_blank = not (c["table_type"] or c["fs_type"] or parts)
+        after: list[str] = []
+        if parts and name in self.check_disks:
+            # where a partition deleted by hand would have started: right after each one that remains
+            ends = sorted({-(-(_part_end(sysdir / p.name)) // MIB) * MIB for p in parts})
+            after, _ = nonzero_samples(f"/dev/{name}", size, [e for e in ends if e + SAMPLE <= size - MIB])
         return Disk(
             name=name,
             path=f"/dev/{name}",
@@ -436,8 +489,13 @@ class _Probe:
             is_root_disk=name in self.roots,
             read_only=_read(sysdir / "ro") == "1",
             blank=blank_proof(f"/dev/{name}", size) if looks_blank else None,
+            nonzero_after_partitions=after,
             partitions=parts,
         )
+
+
+def _part_end(sysdir: Path) -> int:
+    return (int(_read(sysdir / "start") or 0) + int(_read(sysdir / "size") or 0)) * SECTOR
 
 
 def _flags(value: str | None) -> int | None:
@@ -448,7 +506,10 @@ def _flags(value: str | None) -> int | None:
 
 
 def probe_disks(mounts: Sequence[MountLine] | None = None, swaps: Sequence[SwapDevice] | None = None,
-                alias_paths: Sequence[str] = ()) -> DiskFacts:
+                alias_paths: Sequence[str] = (), checked: Sequence[tuple[str, str]] = ()) -> DiskFacts:
+    """checked: the drive identities (kind, value) whose disks get the read-only checks of
+    hostctl's own partitions (fsck -n, xfs in-progress, traces after the last partition): the
+    profile's drives only, never every disk of the host."""
     try:
         names = disk_names()
     except OSError as exc:
@@ -458,6 +519,9 @@ def probe_disks(mounts: Sequence[MountLine] | None = None, swaps: Sequence[SwapD
     probe.udev, no_udev = udev_properties(all_names)
     missing = [f"/dev/{n}" for n in all_names if n not in probe.udev]
     probe.blkid, blkid_error = blkid_probe(missing)
+    aliases = {p: resolve_alias(p) for p in alias_paths}
+    probe.check_disks = {n for n in names if any(identity_matches(kind, value, _identities(probe, n), aliases)
+                                                 for kind, value in checked)}
     if probe.udev:
         source, reason = "udev", None
         if missing:
@@ -467,5 +531,27 @@ def probe_disks(mounts: Sequence[MountLine] | None = None, swaps: Sequence[SwapD
     if blkid_error:
         failed = f"{blkid_error} (contents of those devices unknown)"
         reason = f"{reason}; {failed}" if reason else failed
-    return DiskFacts(source=source, source_reason=reason, devices=[probe.disk(n) for n in names],
-                     aliases={p: resolve_alias(p) for p in alias_paths})
+    return DiskFacts(source=source, source_reason=reason, devices=[probe.disk(n) for n in names], aliases=aliases)
+
+
+def _identities(probe: "_Probe", name: str) -> Disk:
+    """Just the identity fields of a disk, for matching before the full probe."""
+    sysdir = SYS_BLOCK / name
+    u = probe.udev.get(name, {})
+    return Disk(name=name, path=f"/dev/{name}", by_id=probe.by_id.get(name, []),
+                serial=u.get("ID_SERIAL_SHORT") or _read(sysdir / "device" / "serial") or _read(sysdir / "serial") or None,
+                wwn=u.get("ID_WWN_WITH_EXTENSION") or u.get("ID_WWN") or _read(sysdir / "wwid")
+                or _read(sysdir / "device" / "wwid") or None)
+
+
+def identity_matches(kind: str, value: str, disk: Disk, aliases: dict[str, str | None] | None = None) -> bool:
+    """Whether a drive identity (serial:, wwn:, by-id:, path:) names this disk. aliases: the
+    resolution of `path:` identities (a symlink such as /dev/disk/by-path/... names the disk it
+    leads to)."""
+    if kind == "serial":
+        return disk.serial is not None and disk.serial == value
+    if kind == "wwn":
+        return disk.wwn is not None and disk.wwn.lower() == value.lower()
+    if kind == "by-id":
+        return os.path.basename(value) in disk.by_id
+    return disk.path == value or (aliases or {}).get(value) == disk.name

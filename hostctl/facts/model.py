@@ -101,11 +101,13 @@ class BlankProof(Part):
     primary_gpt: bool = False  # "EFI PART" at LBA 1 (512- or 4096-byte sectors)
     backup_gpt: bool = False  # "EFI PART" at the last LBA
     signatures: list[str] = Field(default_factory=list)  # wipefs: "<type> at <offset>"
+    # sampled offsets inside the disk whose first 4 KiB are not zero (facts.disks.sample_offsets)
+    sampled_nonzero: list[str] = Field(default_factory=list)
 
     @property
     def proven(self) -> bool:
         return (self.error is None and self.first_mib_zero and self.last_mib_zero and not self.signatures
-                and not (self.mbr_signature or self.primary_gpt or self.backup_gpt))
+                and not self.sampled_nonzero and not (self.mbr_signature or self.primary_gpt or self.backup_gpt))
 
     def found(self) -> str:
         """What stands against blank, in words (empty when blank is proven)."""
@@ -125,6 +127,10 @@ class BlankProof(Part):
             if where:
                 what.append(f"non-zero bytes in its {' and '.join(where)} MiB with no signature hostctl knows "
                             "(encrypted data, a raw image, or another tool's layout)")
+        if self.sampled_nonzero:
+            shown = ", ".join(self.sampled_nonzero[:4]) + (", ..." if len(self.sampled_nonzero) > 4 else "")
+            what.append(f"non-zero bytes inside the disk at {len(self.sampled_nonzero)} sampled place(s) ({shown}): "
+                        "data left after its partition table was erased")
         return "; ".join(what)
 
 
@@ -133,6 +139,8 @@ class FsCheck(Part):
     filesystem sound. Read only for such partitions (a user's filesystems are never checked)."""
 
     inprogress: bool | None = None  # xfs sb_inprogress: mkfs.xfs set it and never cleared it
+    crc_error: bool = False  # xfs_db found the superblock's checksum wrong: its fields prove nothing
+    first_mib_zero: bool | None = None  # read only when there is no filesystem signature
     backup_superblock: str | None = None  # no primary signature, but ext4 magic at this backup offset
     fsck: Literal["clean", "damaged", "unknown"] | None = None
     detail: str | None = None  # the checker's own words, when damaged or unknown
@@ -180,6 +188,9 @@ class Disk(Part):
     is_root_disk: bool = False
     read_only: bool = False  # /sys/block/<disk>/ro: every write would fail
     blank: BlankProof | None = None  # read only for a disk that shows no table, partition or filesystem
+    # sampled starts of the space right after each partition that are not zero (a partition
+    # deleted by hand leaves its data there); read only for the profile's disks
+    nonzero_after_partitions: list[str] = Field(default_factory=list)
     partitions: list[Partition] = Field(default_factory=list)
 
 
@@ -312,6 +323,7 @@ class PathFacts(Part):
     owner_uid: int | None = None  # of the directory itself, when it exists
     owner_gid: int | None = None
     symlink: str | None = None  # the first component of the path that is a symlink, "link -> target"
+    not_a_directory: bool = False  # the path exists and is a file (or another non-directory)
     entries: list[str] | None = None  # the first few names inside the directory, when it exists
 
 

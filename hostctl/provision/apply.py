@@ -64,7 +64,8 @@ def storage_facts(config: Config) -> HostFacts:
     requests = path_requests(config) + [(d, False) for d in dir_requests(config)]
     seen: set[str] = set()
     return collect_storage([(p, listing) for p, listing in requests if not (p in seen or seen.add(p))],
-                           alias_requests(config))
+                           alias_requests(config),
+                           [(d.identity.kind, d.identity.value) for d in config.profile.drives])
 
 
 def read_system_files(config: Config, facts: HostFacts) -> SystemFiles:

@@ -37,7 +37,8 @@ from typing import Literal
 from hostctl import marks, paths, runner
 from hostctl.config import Config, Drive
 from hostctl.errors import FailedError, InputError, RefusedError
-from hostctl.facts.disks import blank_proof, blkid_probe, table_entries
+from hostctl.facts.disks import blank_proof, blkid_probe, nonzero_samples, table_entries
+from hostctl.facts.disks import identity_matches as disk_identity_matches
 from hostctl.facts.model import Disk, HostFacts, Partition
 from hostctl.plan.storage import plan_storage
 from hostctl.provision import files, fstab, sysctl
@@ -93,22 +94,19 @@ def required_bytes(drive: Drive) -> int:
     return ALIGN + swap + MIN_DATA[drive.filesystem] + GPT_TAIL
 
 
+def partition_start(specs: list[PartSpec], spec: PartSpec) -> int:
+    """The byte offset where sgdisk puts a partition of the layout: 1 MiB, then right after the
+    partitions before it (whole MiB each)."""
+    return ALIGN + sum(s.size or 0 for s in specs if s.number < spec.number)
+
+
 def partition_path(disk_path: str, number: int) -> str:
     """The kernel's name for partition N: nvme0n1p2 and loop0p2 (a name ending in a digit), sda2."""
     return f"{disk_path}p{number}" if disk_path[-1].isdigit() else f"{disk_path}{number}"
 
 
 def identity_matches(drive: Drive, disk: Disk, aliases: dict[str, str | None] | None = None) -> bool:
-    """aliases: the facts' resolution of `path:` identities (a symlink such as /dev/disk/by-path/...
-    names the disk it leads to)."""
-    ident = drive.identity
-    if ident.kind == "serial":
-        return disk.serial is not None and disk.serial == ident.value
-    if ident.kind == "wwn":
-        return disk.wwn is not None and disk.wwn.lower() == ident.value.lower()
-    if ident.kind == "by-id":
-        return os.path.basename(ident.value) in disk.by_id
-    return disk.path == ident.value or (aliases or {}).get(ident.value) == disk.name
+    return disk_identity_matches(drive.identity.kind, drive.identity.value, disk, aliases)
 
 
 def names_drive(erase_arg: str, drive: Drive) -> bool:
@@ -218,17 +216,36 @@ def _signature(path: str) -> dict[str, str]:
     return tags.get(path, {})
 
 
-def _guard_disk_blank(disk: Disk, drive: Drive) -> Callable[[], None]:
-    """Just before a new table goes onto a disk that was planned as blank: prove it again."""
+def _guard_disk_blank(disk: Disk, drive: Drive, starts: list[int]) -> Callable[[], None]:
+    """Just before a new table goes onto a disk that was planned as blank: prove it again, and
+    check the first 4 KiB where each new partition will start (an old filesystem there would
+    otherwise show up only inside the new partition, after the table is written)."""
 
     def _check() -> None:
         proof = blank_proof(disk.path, disk.size_bytes)
+        if proof.proven:
+            proof.sampled_nonzero, proof.error = nonzero_samples(disk.path, disk.size_bytes, starts)
         if not proof.proven:
             raise RefusedError(
                 f"drive {drive.name} ({drive.identity}): {disk.path} is no longer provably blank: it holds "
                 f"{proof.found()}, which the plan did not see; nothing was written to it",
                 fix=f"look at it (`wipefs --no-act {disk.path}`); if it may be destroyed, re-run with "
                     f"--erase {drive.identity}")
+
+    return _check
+
+
+def _guard_space_free(disk: Disk, drive: Drive, starts: list[int]) -> Callable[[], None]:
+    """Just before a partition is added to hostctl's table: the space it will start in is zero."""
+
+    def _check() -> None:
+        found, error = nonzero_samples(disk.path, disk.size_bytes, starts)
+        if found or error:
+            raise RefusedError(
+                f"drive {drive.name} ({drive.identity}): the space where hostctl would add a partition "
+                f"({', '.join(found) or error}) holds data (a partition deleted by hand?); nothing was written",
+                fix="look at it (`blkid -p -O <offset> DISK`); restore the partition, or move the data away and wipe the "
+                    "drive yourself")
 
     return _check
 
@@ -259,7 +276,8 @@ def _guard_partition(path: str, drive: Drive, expect: tuple[str | None, str | No
             saw = f"a {expect[0]} signature" if expect[0] else "no signature"
             raise RefusedError(
                 f"drive {drive.name} ({drive.identity}): {path} now carries {found} where the plan saw {saw} "
-                "(another program wrote it, or the facts were stale); nothing was written to it",
+                "(data left there before hostctl's table, another program, or stale facts); nothing was written "
+                "to this partition",
                 fix=f"look at it (`blkid -p {path}`), then re-run `hostctl provision`")
 
     return _check
@@ -322,20 +340,30 @@ def _content_is_ours(p: Partition, role: marks.Role) -> bool:
 
 
 def _unfinished(p: Partition) -> str | None:
-    """Why this partition of hostctl's holds no data by construction, or None."""
+    """Why this partition of hostctl's holds no data by construction, or None.
+
+    The unfinished mark alone is not enough: a partition hostctl created over old data (a table
+    zapped by hand, a partition deleted from the GPT) carries the mark too until its mkfs runs.
+    hostctl gives each new partition the UUID its filesystem will get (its PARTUUID), so a
+    filesystem inside a marked partition is hostctl's interrupted mkfs only when the UUIDs agree."""
+    check = p.fs_check
     if marks.unfinished(p.part_flags):
-        return f"hostctl created it and its {'mkswap' if _role(p) == 'swap' else 'mkfs'} never finished " \
-               f"(GPT attribute bit {marks.UNFINISHED_BIT} still set)"
-    if p.fs_check and p.fs_check.inprogress:
-        return "its xfs was never finished (mkfs.xfs left the superblock's in-progress flag set)"
-    if p.fs_type is None and not (p.fs_check and p.fs_check.backup_superblock):
-        return "it carries no superblock magic at all"
+        made_here = p.fs_uuid is not None and p.part_uuid is not None and p.fs_uuid.lower() == p.part_uuid.lower()
+        if p.fs_type is None or made_here:
+            return f"hostctl created it and its {'mkswap' if _role(p) == 'swap' else 'mkfs'} never finished " \
+                   f"(GPT attribute bit {marks.UNFINISHED_BIT} still set)"
+        return None
+    if check and check.inprogress and not check.crc_error:
+        return "its xfs was never finished (mkfs.xfs left the superblock's in-progress flag set, checksum intact)"
+    if p.fs_type is None and check is not None and check.first_mib_zero and not check.backup_superblock:
+        return "it carries no superblock magic at all and its first MiB is zero"
     return None
 
 
 def _usage_refusals(drive: Drive, disk: Disk, facts: HostFacts, inner_mounts: tuple[str, ...] = ()) -> list[str]:
     """inner_mounts: other drives' mounts inside this drive's mountpoint (taken down before it is
-    mounted): the directories leading to them are not the user's files."""
+    mounted): a mountpoint directly inside it is not the user's file. Anything else is, a
+    directory on the way to a deeper mount included (it may hold files beside it)."""
     reasons = []
     if disk.is_root_disk:
         reasons.append("it carries the root or boot filesystem")
@@ -361,6 +389,9 @@ def _usage_refusals(drive: Drive, disk: Disk, facts: HostFacts, inner_mounts: tu
             reasons.append(f"partition {p.path} is marked unfinished by hostctl yet in use: it was mounted or "
                            "swapped on by hand")
     mp = facts.path(drive.mount)
+    if mp is not None and mp.not_a_directory:
+        reasons.append(f"its mountpoint {drive.mount} exists and is not a directory (a file?): nothing can be mounted "
+                       "there; move it away or choose another mountpoint")
     if mp is not None and mp.symlink:
         reasons.append(f"its mountpoint {drive.mount} goes through a symlink ({mp.symlink}): fstab and the mount "
                        "table would name different directories; write the directory it leads to as `mountpoint`")
@@ -372,8 +403,7 @@ def _usage_refusals(drive: Drive, disk: Disk, facts: HostFacts, inner_mounts: tu
                        f"mounted over {mp.mount_target} after it; unmount both (`umount {mp.mount_target}`, then "
                        f"`umount {drive.mount}`) and re-run: hostctl mounts the outer directory first")
     elif not taken and mp is not None and mp.exists and (files := [
-            e for e in mp.entries or [] if not any(i.startswith(f"{drive.mount}/{e}/") or i == f"{drive.mount}/{e}"
-                                                   for i in inner_mounts)]):
+            e for e in mp.entries or [] if f"{drive.mount}/{e}" not in inner_mounts]):
         # Mounting over files hides them: to the user they would look lost. Refused, not warned:
         # a warning scrolls by, and the files are the user's.
         reasons.append(f"its mount point {drive.mount} is a directory that already holds files "
@@ -403,7 +433,7 @@ def plan_drive(drive: Drive, disk: Disk, facts: HostFacts, dirs: list[tuple[str,
         return _refuse(v, "in use", refusals,
                        "choose another drive, or stop what uses this one (unmount, swapoff, remove it from LVM/md)")
     step = f"storage/{drive.name}"
-    if disk.table_type == "gpt" and disk.table_entries and disk.table_entries != len(disk.partitions):
+    if disk.table_type and disk.table_entries and disk.table_entries != len(disk.partitions):
         # The table on the drive is not what the kernel shows (a run stopped right after writing
         # it): load it, then look again at what the partitions hold. Reading is never destructive.
         v.found = f"GPT with {disk.table_entries} entries, {len(disk.partitions)} loaded by the kernel"
@@ -448,7 +478,8 @@ def plan_drive(drive: Drive, disk: Disk, facts: HostFacts, dirs: list[tuple[str,
         return _lay_out(v, specs, [], opts, dirs, facts, new_table=_guard_wiped(disk.path, drive), wipe_new=True,
                         defer_mount=defer_mount, unmount_first=unmount_first)
     v.status, v.found = "create", "blank (proven: first and last MiB zero, no table, no signature)"
-    return _lay_out(v, specs, [], opts, dirs, facts, new_table=_guard_disk_blank(disk, drive), wipe_new=False,
+    starts = [partition_start(specs, s) for s in specs]
+    return _lay_out(v, specs, [], opts, dirs, facts, new_table=_guard_disk_blank(disk, drive, starts), wipe_new=False,
                     defer_mount=defer_mount, unmount_first=unmount_first)
 
 
@@ -498,7 +529,7 @@ def _plan_own(v: DriveVerdict, specs: list[PartSpec], ours: list[Partition], for
             problems.append(f"{p.path} is hostctl's swap partition of {fmt_bytes(p.size_bytes)} and the profile asks "
                             f"for {fmt_bytes(s.size)}: resizing it moves the start of the data partition, which "
                             "destroys everything on it. Keep swap = "
-                            f"\"{p.size_bytes // MIB}MiB\" in the profile, or back the data up, wipe the drive "
+                            f"\"{round(p.size_bytes / MIB)}MiB\" in the profile, or back the data up, wipe the drive "
                             f"yourself (`swapoff {p.path}; umount {drive.mount}; sgdisk --zap-all {disk.path}`) and "
                             "re-run")
     present = [s for s in specs if s.role in by_role]
@@ -530,32 +561,73 @@ def _plan_own(v: DriveVerdict, specs: list[PartSpec], ours: list[Partition], for
                        fix or "change the profile to match the drive (its layout is shown above), or move the data "
                        "away and wipe the drive yourself, then re-run")
 
-    old = names[0]
-    if old != drive.name:
-        # A rename in the profile: the marks follow it, nothing is formatted. Labels change here,
-        # the rest of the plan is made on the next round with the new names.
-        v.status, v.found = "relabel", f"hostctl's layout of drive {old!r}"
-        renames = []
-        for role, p in by_role.items():
-            s = spec_roles[role]
-            if p.part_label != s.name:
-                renames.append(f"--change-name={p.number}:{s.name}")
-            if not _content_is_ours(p, role) or p.fs_label == s.label:
-                continue
-            # swaplabel and xfs_admin refuse a swap area or filesystem in use (ETXTBSY, EBUSY);
-            # swapon and mount follow on the next round, as for any drive
-            if role == "swap":
-                if p.swap_active:
-                    v.actions.append(_cmd(f"{step}/relabel", ["swapoff", p.path], timeout=600,
-                                          note="swaplabel needs it off"))
-                argv = ["swaplabel", "--label", s.label, p.path]
-            elif p.fs_type == "xfs":
-                if p.mountpoints:
-                    v.actions.append(_cmd(f"{step}/relabel", ["umount", drive.mount], note="xfs_admin needs it unmounted"))
-                argv = ["xfs_admin", "-L", s.label, p.path]
-            else:
-                argv = ["e2label", p.path, s.label]
-            v.actions.append(_cmd(f"{step}/relabel", [*argv], note=f"was {p.fs_label!r}"))
+    parts: list[Partition | None] = [by_role.get(s.role) for s in specs]
+    # spec name -> (the signature to wipe first, or None; why it is made again)
+    make: dict[str, tuple[tuple[str | None, str | None] | None, str]] = {}
+    wiped_foreign: list[str] = []
+    for s, p in zip(specs, parts):
+        if p is None:
+            continue
+        if not (p.part_label or "").startswith(marks.PART_PREFIX):
+            # hostctl's label on a partition hostctl did not name: hostctl's data copied or moved
+            # here, or a coincidence; it is protected (never formatted) and never adopted either
+            return _refuse(v, "hostctl's label on a partition it did not make", [
+                f"partition {_describe_part(p)} carries hostctl's filesystem label but not its GPT name "
+                f"({marks.PART_NAMES[s.role]}…); {never}, and it does not take over a partition it did not make"],
+                f"if it is hostctl's, name it so: `sgdisk --change-name={p.number}:{s.name} {disk.path}`, then re-run; "
+                "otherwise choose another drive")
+        why = _unfinished(p)
+        if why:
+            make[s.name] = ((p.fs_type, p.fs_uuid) if p.fs_type else None, f"{p.path}: {why}")
+        elif not _content_is_ours(p, s.role):
+            # hostctl's partition, someone else's filesystem (or unrecognised bytes) on it: the user's data
+            what = _describe_part(p) if p.fs_type else f"{p.path}: no filesystem signature, but not provably empty " \
+                f"({'its first MiB is not zero' if p.fs_check and p.fs_check.first_mib_zero is False else 'its contents were not read'})"
+            if not erase_named:
+                return _refuse(v, "data hostctl does not recognise on hostctl's partition", [
+                    f"partition {what}, which is not the {s.fs} filesystem hostctl makes there "
+                    f"(labelled {marks.FS_LABELS[s.role]}…)"],
+                    f"if that may be destroyed, re-run with --erase {drive.identity}")
+            make[s.name] = ((p.fs_type, p.fs_uuid) if p.fs_type else None, f"--erase: {what}")
+            wiped_foreign.append(what)
+    if any(p is None for p in parts) and disk.nonzero_after_partitions:
+        return _refuse(v, "data where hostctl would add a partition", [
+            f"the space after its partitions is not empty (non-zero bytes at "
+            f"{', '.join(disk.nonzero_after_partitions)}): a partition deleted from the table by hand leaves its data "
+            f"there, and adding hostctl's partition over it would destroy it; {never}"],
+            "restore the deleted partition (e.g. `testdisk`, or `sgdisk --new` with its old start), or move the data "
+            "away and wipe the drive yourself, then re-run")
+
+    # Marks that differ from the profile's names: relabel, never format (a drive renamed in the
+    # profile, or a label changed by hand). The rest of the plan is made on the next round.
+    renames, relabels = [], []
+    for s, p in zip(specs, parts):
+        if p is None or s.name in make:
+            continue
+        if p.part_label != s.name:
+            renames.append(f"--change-name={p.number}:{s.name}")
+        if p.fs_label == s.label:
+            continue
+        # swaplabel and xfs_admin refuse a swap area or filesystem in use (ETXTBSY, EBUSY);
+        # swapon and mount follow on the next round, as for any drive
+        if s.role == "swap":
+            if p.swap_active:
+                relabels.append(_cmd(f"{step}/relabel", ["swapoff", p.path], timeout=600, note="swaplabel needs it off"))
+            relabels.append(_cmd(f"{step}/relabel", ["swaplabel", "--label", s.label, p.path], note=f"was {p.fs_label!r}"))
+        elif p.fs_type == "xfs":
+            if [m for m in p.mountpoints if m != drive.mount]:
+                return _refuse(v, "mounted more than once", [
+                    f"{p.path} must be relabelled {s.label!r} (was {p.fs_label!r}), which xfs_admin does only on an "
+                    f"unmounted filesystem, and it is also mounted at {', '.join(m for m in p.mountpoints if m != drive.mount)}"],
+                    "unmount those (bind) mounts, then re-run")
+            if p.mountpoints:
+                relabels.append(_cmd(f"{step}/relabel", ["umount", drive.mount], note="xfs_admin needs it unmounted"))
+            relabels.append(_cmd(f"{step}/relabel", ["xfs_admin", "-L", s.label, p.path], note=f"was {p.fs_label!r}"))
+        else:
+            relabels.append(_cmd(f"{step}/relabel", ["e2label", p.path, s.label], note=f"was {p.fs_label!r}"))
+    if renames or relabels:
+        v.status, v.found = "relabel", f"hostctl's layout of drive {names[0]!r}"
+        v.actions = relabels
         if renames:
             nodes = [p.path for p in ours]
             v.actions.append(_cmd(f"{step}/relabel", ["sgdisk", *renames, disk.path],
@@ -565,25 +637,6 @@ def _plan_own(v: DriveVerdict, specs: list[PartSpec], ours: list[Partition], for
         v.replan = True
         return _read_only_check(v)
 
-    parts: list[Partition | None] = [by_role.get(s.role) for s in specs]
-    # spec name -> (the signature to wipe first, or None; why it is made again)
-    make: dict[str, tuple[tuple[str | None, str | None] | None, str]] = {}
-    wiped_foreign = []
-    for s, p in zip(specs, parts):
-        if p is None:
-            continue
-        why = _unfinished(p)
-        if why:
-            make[s.name] = ((p.fs_type, p.fs_uuid) if p.fs_type else None, f"{p.path}: {why}")
-        elif not _content_is_ours(p, s.role):
-            # hostctl's partition, someone else's filesystem on it: that is the user's data
-            if not erase_named:
-                return _refuse(v, "a foreign filesystem on hostctl's partition", [
-                    f"partition {_describe_part(p)} is not the {s.fs} filesystem hostctl makes there "
-                    f"(labelled {marks.FS_LABELS[s.role]}…)"],
-                    f"if that may be destroyed, re-run with --erase {drive.identity}")
-            make[s.name] = ((p.fs_type, p.fs_uuid), f"--erase: {_describe_part(p)}")
-            wiped_foreign.append(_describe_part(p))
     v.status = "erase" if wiped_foreign else "converge"
     v.found = "hostctl layout" + (f"; erase: {', '.join(wiped_foreign)}" if wiped_foreign else "")
     return _lay_out(v, specs, parts, opts, dirs, facts, new_table=None, wipe_new=False, make=make,
@@ -614,14 +667,19 @@ def _lay_out(v: DriveVerdict, specs: list[PartSpec], parts: list[Partition | Non
     missing = [s for s, p in zip(specs, parts) if p is None]
     nodes = [partition_path(disk.path, s.number) for s in specs]
 
+    # Each new partition gets, as its PARTUUID, the UUID its filesystem will get: a filesystem
+    # found in a partition still marked unfinished is hostctl's interrupted mkfs only if they agree.
+    new_uuids = {s.name: opts.new_uuid() for s in missing}
     if missing:
         argv = ["sgdisk"] + (["--clear"] if new_table else [])
         for s in missing:
             end = f"+{s.size // MIB}M" if s.size is not None else "0"
             argv += [f"--new={s.number}:0:{end}", f"--typecode={s.number}:{s.type_code}",
-                     f"--change-name={s.number}:{s.name}", f"--attributes={s.number}:set:{marks.UNFINISHED_BIT}"]
+                     f"--change-name={s.number}:{s.name}", f"--partition-guid={s.number}:{new_uuids[s.name]}",
+                     f"--attributes={s.number}:set:{marks.UNFINISHED_BIT}"]
         argv.append(disk.path)
-        v.actions.append(_cmd(f"{step}/partition", argv, destructive=True, before=new_table,
+        guard = new_table or _guard_space_free(disk, drive, [partition_start(specs, s) for s in missing])
+        v.actions.append(_cmd(f"{step}/partition", argv, destructive=True, before=guard,
                               note=f"bit {marks.UNFINISHED_BIT}: unfinished until its filesystem is made"))
         v.actions.append(_cmd(f"{step}/rescan", ["partx", "-u", disk.path], after=_wait_for(nodes, disk.path),
                               note="load the new table; wait for the partition nodes"))
@@ -631,6 +689,8 @@ def _lay_out(v: DriveVerdict, specs: list[PartSpec], parts: list[Partition | Non
         path = p.path if p is not None else node
         if p is not None and s.name not in make:
             v.fs_facts[s.role] = (path, p.fs_uuid or "")
+            if marks.unfinished(p.part_flags):
+                finish.append(s.number)  # it holds hostctl's filesystem, made earlier: it may hold data
             continue
         wipe, why = make.get(s.name, (None, ""))
         if wipe is not None:
@@ -640,7 +700,12 @@ def _lay_out(v: DriveVerdict, specs: list[PartSpec], parts: list[Partition | Non
             # a new partition may start where an old filesystem did; --erase covers wiping it
             v.actions.append(_cmd(f"{step}/wipe", ["wipefs", "--all", node], destructive=True,
                                   note="old signatures inside the new partition"))
-        fs_uuid = opts.new_uuid()
+        if p is None:
+            fs_uuid = new_uuids[s.name]
+        elif marks.unfinished(p.part_flags) and p.part_uuid:
+            fs_uuid = p.part_uuid.lower()  # remade under the UUID its partition was created for
+        else:
+            fs_uuid = opts.new_uuid()
         v.fs_facts[s.role] = (path, fs_uuid)
         guard = _guard_partition(path, drive, (None, None))  # nothing there, or nothing left after the wipe
         if s.role == "swap":

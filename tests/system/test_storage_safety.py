@@ -392,3 +392,123 @@ def test_kill_9_at_every_step_converges(step, fs, host, tmp_path, capsys, restor
         assert any(m.entry.source == drive.part(2) for m in read_mountinfo())
         host.release(drive)
         host.drives.remove(drive)
+
+
+# ---------------------------------------------------------------- what an adversarial review found
+
+
+def refused_untouched(cfg: Path, capsys, dev: str, needle: str, *, erase: bool = False) -> str:
+    """Refused (exit 3) with `needle` in the text, by --dry-run and by real runs (twice: a refusal
+    must not leave a state that the next run trusts), and not one byte of the drive changed."""
+    before = disk_digest(dev)
+    runs = [("--dry-run",), (), ()] + ([("--erase", f"path:{dev}")] if erase else [])
+    text = ""
+    for extra in runs:
+        code, text = storage(cfg, capsys, *extra)
+        assert code == 3 and needle in text, (extra, text)
+        assert disk_digest(dev) == before, extra
+    return text
+
+
+def test_a_partition_deleted_by_hand_is_not_recreated_over_its_data(host, tmp_path, capsys):
+    drive, cfg, data, digest = provisioned(host, tmp_path, capsys)
+    check(["umount", str(tmp_path / "m1")])
+    check(["swapoff", drive.part(1)])
+    check(["sgdisk", "--delete=2", drive.dev])
+    check(["partx", "-u", drive.dev])
+    refused_untouched(cfg, capsys, drive.dev, "a partition deleted from the table by hand", erase=True)
+
+
+def test_a_zapped_table_over_a_filesystem_is_not_blank(host, tmp_path, capsys):
+    """The user's filesystem did not start where hostctl's partitions would: only sampling the
+    disk shows it (the first and last MiB are zero after `sgdisk --zap-all`)."""
+    drive = host.drive("160M", "d1")
+    check(["sgdisk", "--new=1:0:+4M", "--typecode=1:ef02", "--new=2:0:0", drive.dev])
+    check(["partx", "-u", drive.dev])
+    wait_for([drive.part(2)])
+    check(["mkfs.ext4", "-q", "-L", "userdata", drive.part(2)])
+    check(["sgdisk", "--zap-all", drive.dev])
+    runner.run(["partx", "-d", drive.dev], timeout=30)  # the kernel may have dropped them already
+    cfg = profile(tmp_path, [drive_toml("d1", drive.dev, tmp_path / "m1")])
+    refused_untouched(cfg, capsys, drive.dev, "non-zero bytes inside the disk at")
+
+
+def test_random_bytes_in_the_middle_are_not_blank(host, tmp_path, capsys):
+    drive = host.drive("160M", "d1")
+    with open(drive.dev, "r+b") as f:
+        f.seek(40 << 20)
+        f.write(os.urandom(60 << 20))
+    cfg = profile(tmp_path, [drive_toml("d1", drive.dev, tmp_path / "m1")])
+    refused_untouched(cfg, capsys, drive.dev, "non-zero bytes inside the disk at")
+
+
+def test_an_xfs_whose_magic_was_wiped_is_not_reformatted(host, tmp_path, capsys):
+    drive, cfg, data, digest = provisioned(host, tmp_path, capsys, fs="xfs", name="x1")
+    check(["umount", str(tmp_path / "m1")])
+    check(["wipefs", "--all", drive.part(2)])  # 4 bytes of magic: the rest of the filesystem is there
+    refused_untouched(cfg, capsys, drive.dev, "its first MiB is not zero")
+
+
+def test_a_corrupt_xfs_in_progress_flag_is_damage_not_an_unfinished_mkfs(host, tmp_path, capsys):
+    drive, cfg, data, digest = provisioned(host, tmp_path, capsys, fs="xfs", name="x1")
+    check(["umount", str(tmp_path / "m1")])
+    with open(drive.part(2), "r+b") as f:
+        f.seek(126)  # sb_inprogress, written without fixing the superblock's checksum
+        f.write(b"\x01")
+    os.sync()
+    refused_untouched(cfg, capsys, drive.dev, "fails its read-only check")
+
+
+def test_random_bytes_in_a_partition_named_like_hostctls_are_kept(host, tmp_path, capsys):
+    drive = host.drive("160M", "r1")
+    check(["sgdisk", "--new=1:0:+16M", "--change-name=1:hostctl-swap-r1", "--new=2:0:0",
+           "--change-name=2:hostctl-data-r1", drive.dev])
+    check(["partx", "-u", drive.dev])
+    wait_for([drive.part(2)])
+    with open(drive.part(2), "r+b") as f:
+        f.write(os.urandom(20 << 20))  # plain dm-crypt looks like this
+    os.sync()
+    cfg = profile(tmp_path, [drive_toml("r1", drive.dev, tmp_path / "m1")], roles=ROLES.replace('"d1"', '"r1"'))
+    refused_untouched(cfg, capsys, drive.dev, "its first MiB is not zero")
+
+
+def test_hostctls_name_over_a_users_filesystem_is_refused_before_any_relabel(host, tmp_path, capsys):
+    drive = host.drive("160M", "g1")
+    check(["sgdisk", "--new=1:0:+16M", "--change-name=1:hostctl-swap-x", "--new=2:0:0",
+           "--change-name=2:hostctl-data-x", drive.dev])
+    check(["partx", "-u", drive.dev])
+    wait_for([drive.part(2)])
+    check(["mkfs.ext4", "-q", "-L", "mine", drive.part(2)])
+    cfg = profile(tmp_path, [drive_toml("g1", drive.dev, tmp_path / "m1")], roles=ROLES.replace('"d1"', '"g1"'))
+    refused_untouched(cfg, capsys, drive.dev, "which is not the ext4 filesystem hostctl makes there")
+
+
+def test_hostctls_label_on_a_users_partition_is_not_adopted(host, tmp_path, capsys):
+    drive = host.drive("160M", "ad")
+    check(["sgdisk", "--new=1:0:0", "--change-name=1:home", drive.dev])
+    check(["partx", "-u", drive.dev])
+    wait_for([drive.part(1)])
+    check(["mkfs.ext4", "-q", "-L", "hcdata-ad", drive.part(1)])
+    cfg = profile(tmp_path, [drive_toml("ad", drive.dev, tmp_path / "m1", swap="0")], roles=ROLES.replace('"d1"', '"ad"'))
+    refused_untouched(cfg, capsys, drive.dev, "carries hostctl's filesystem label but not its GPT name", erase=True)
+    assert not (tmp_path / "m1").exists()
+
+
+def test_files_on_the_way_to_an_inner_mount_are_not_hidden(host, tmp_path, capsys):
+    inner = host.drive("160M", "d2")
+    cfg = profile(tmp_path, [drive_toml("d2", inner.dev, tmp_path / "na" / "data" / "b")], "inner.toml",
+                  roles=ROLES.replace('"d1"', '"d2"'))
+    assert storage(cfg, capsys)[0] == 0
+    (tmp_path / "na" / "data" / "notes.txt").write_text("mine")
+    outer = host.drive("160M", "d1")
+    both = profile(tmp_path, [drive_toml("d2", inner.dev, tmp_path / "na" / "data" / "b"),
+                              drive_toml("d1", outer.dev, tmp_path / "na")], "both.toml")
+    refused_untouched(both, capsys, outer.dev, "already holds files (data)")
+    assert (tmp_path / "na" / "data" / "notes.txt").read_text() == "mine"
+
+
+def test_a_mountpoint_that_is_a_file_is_refused_before_any_write(host, tmp_path, capsys):
+    drive = host.drive("160M", "d1")
+    (tmp_path / "m1").write_text("not a directory")
+    cfg = profile(tmp_path, [drive_toml("d1", drive.dev, tmp_path / "m1")])
+    refused_untouched(cfg, capsys, drive.dev, "exists and is not a directory")

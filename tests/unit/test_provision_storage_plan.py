@@ -13,7 +13,7 @@ from hostctl import paths
 from hostctl.config import Drive, load_config
 from hostctl.errors import FailedError, InputError, RefusedError
 from hostctl.facts import load_snapshot
-from hostctl.facts.model import BlankProof, Disk, MountEntry, Partition
+from hostctl.facts.model import BlankProof, Disk, FsCheck, MountEntry, Partition
 from hostctl.provision import consent, fstab, sysctl
 from hostctl.provision.apply import plan_text, sudo_owner
 from hostctl.provision.storage import (
@@ -135,8 +135,10 @@ def test_blank_drives_get_the_whole_layout(cfg, facts):
     assert [d.status for d in sp.drives] == ["create", "create"]
     a = argvs(sp)
     assert a[:12] == [
-        "sgdisk --clear --new=1:0:+132096M --typecode=1:8200 --change-name=1:hostctl-swap-ssd1 --attributes=1:set:48 "
-        "--new=2:0:0 --typecode=2:8300 --change-name=2:hostctl-data-ssd1 --attributes=2:set:48 /dev/nvme1n1    "
+        "sgdisk --clear --new=1:0:+132096M --typecode=1:8200 --change-name=1:hostctl-swap-ssd1 "
+        "--partition-guid=1:00000000-0000-4000-8000-000000000001 --attributes=1:set:48 "
+        "--new=2:0:0 --typecode=2:8300 --change-name=2:hostctl-data-ssd1 "
+        "--partition-guid=2:00000000-0000-4000-8000-000000000002 --attributes=2:set:48 /dev/nvme1n1    "
         "# bit 48: unfinished until its filesystem is made",
         "partx -u /dev/nvme1n1    # load the new table; wait for the partition nodes",
         "mkswap --label hcswap-ssd1 --uuid 00000000-0000-4000-8000-000000000001 /dev/nvme1n1p1",
@@ -174,6 +176,7 @@ def test_no_swap_partition_when_swap_is_zero(cfg, facts):
     cfg = with_drive(cfg, 0, swap=0)
     assert [s.name for s in layout(cfg.profile.drives[0])] == ["hostctl-data-ssd1"]
     assert argvs(plan(cfg, facts))[0] == ("sgdisk --clear --new=1:0:0 --typecode=1:8300 --change-name=1:hostctl-data-ssd1 "
+                                         "--partition-guid=1:00000000-0000-4000-8000-000000000001 "
                                          "--attributes=1:set:48 /dev/nvme1n1    # bit 48: unfinished until its "
                                          "filesystem is made")
 
@@ -210,13 +213,44 @@ def test_table_without_filesystems_is_formatted_not_repartitioned(cfg, facts):
     blank(facts, SERIAL1)
     d = disk(facts, SERIAL1)
     d.table_type, d.table_entries = "gpt", 2
+    empty = FsCheck(first_mib_zero=True)  # what the probe reads on a partition whose mkfs never started
     d.partitions = [Partition(name="nvme1n1p1", path="/dev/nvme1n1p1", number=1, size_bytes=129 * 1024**3,
-                              part_label="hostctl-swap-ssd1"),
+                              part_label="hostctl-swap-ssd1", fs_check=empty),
                     Partition(name="nvme1n1p2", path="/dev/nvme1n1p2", number=2, size_bytes=3 * 1024**4,
-                              part_label="hostctl-data-ssd1")]
+                              part_label="hostctl-data-ssd1", fs_check=empty)]
     a = argvs(plan(cfg, facts, files))
     assert not any(x.startswith("sgdisk") for x in a)
     assert a[0].startswith("mkswap --label hcswap-ssd1") and a[1].startswith("mkfs.ext4")
+    # bytes at the start of a partition named like hostctl's, and no signature: not provably empty
+    d.partitions[1].fs_check = FsCheck(first_mib_zero=False)
+    sp = plan(cfg, facts, files)
+    assert sp.drives[0].refused and "its first MiB is not zero" in _reasons(sp)
+
+
+def test_the_unfinished_mark_is_trusted_only_for_hostctls_own_filesystem(cfg, facts):
+    """A partition marked unfinished holds hostctl's interrupted mkfs only when the filesystem in
+    it has the UUID the partition was created for; any other filesystem is older data."""
+    files = desktop_files(cfg, facts)
+    d = disk(facts, SERIAL1)
+    data = d.partitions[1]
+    facts.mounts = [m for m in facts.mounts if m.source != data.path]
+    data.mountpoints = []
+    data.part_flags, data.part_uuid = 1 << 48, data.fs_uuid  # killed between mkfs and clearing the mark
+    a = argvs(plan(cfg, facts, files))
+    assert any(x.startswith(f"wipefs --all {data.path}") for x in a)
+    assert any(x.startswith(f"mkfs.ext4 -q -m 0 -L hcdata-ssd1 -U {data.fs_uuid}") for x in a)
+    data.part_uuid = "11111111-2222-4333-8444-555555555555"  # created over an older filesystem
+    a = argvs(plan(cfg, facts, files))
+    assert not any(x.startswith(("wipefs", "mkfs")) for x in a)
+    assert any(x.startswith("sgdisk --attributes=2:clear:48") for x in a)  # kept, and the mark cleared
+
+
+def test_hostctls_label_without_its_gpt_name_is_neither_formatted_nor_adopted(cfg, facts):
+    files = desktop_files(cfg, facts)
+    d = disk(facts, SERIAL1)
+    d.partitions[1].part_label = "home"
+    sp = plan(cfg, facts, files, erase=(SERIAL1,))
+    assert sp.drives[0].refused and "carries hostctl's filesystem label but not its GPT name" in _reasons(sp)
 
 
 def test_a_table_the_kernel_has_not_loaded_is_loaded_first(cfg, facts):
@@ -238,8 +272,12 @@ def test_missing_data_partition_is_added_without_clearing_the_table(cfg, facts):
     facts.mounts = [m for m in facts.mounts if m.target != "/mnt/hostctl/ssd1"]
     facts.paths = [p for p in facts.paths if not p.path.startswith("/mnt/hostctl/ssd1")]
     a = argvs(plan(cfg, facts, files))
-    assert a[0] == ("sgdisk --new=2:0:0 --typecode=2:8300 --change-name=2:hostctl-data-ssd1 --attributes=2:set:48 "
+    assert a[0] == ("sgdisk --new=2:0:0 --typecode=2:8300 --change-name=2:hostctl-data-ssd1 "
+                    "--partition-guid=2:00000000-0000-4000-8000-000000000001 --attributes=2:set:48 "
                     "/dev/nvme1n1    # bit 48: unfinished until its filesystem is made")
+    disk(facts, SERIAL1).nonzero_after_partitions = ["132097 MiB"]  # a data partition deleted by hand
+    sp = plan(cfg, facts, files)
+    assert sp.drives[0].refused and "a partition deleted from the table by hand" in _reasons(sp)
     assert not any("mkswap" in x for x in a)
 
 
