@@ -14,7 +14,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import TextIO
 
@@ -33,11 +33,13 @@ from hostctl.provision.storage import (
     dir_requests,
     layout,
     plan_storage_provision,
+    resolve_drives,
     role_dirs,
 )
 from hostctl.units import fmt_bytes
 
 MAX_ROUNDS = 4
+DISK_LOCK_WAIT_S = 10.0
 LOCK_FILE = "provision.lock"
 
 
@@ -170,6 +172,33 @@ def _lock() -> Iterator[None]:
         os.close(fd)
 
 
+@contextmanager
+def _disk_lock(path: str) -> Iterator[None]:
+    """An exclusive BSD lock on the whole disk while hostctl writes to it: the convention of
+    systemd's block-device locking, which udev honours (it does not probe a locked disk) and which
+    keeps a second hostctl (another state directory) or a partitioning tool that locks off it.
+    udev's own short shared locks are waited out."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise FailedError(f"cannot open {path} to lock it: {exc.strerror or exc}") from exc
+    try:
+        deadline = time.monotonic() + DISK_LOCK_WAIT_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise FailedError(f"{path} is locked by another process (a second `hostctl provision`, or a "
+                                      f"partitioning tool) for more than {DISK_LOCK_WAIT_S:g} s",
+                                      fix=f"find it with `fuser -v {path}` or `lslocks`, wait for it, then re-run") from None
+                time.sleep(0.1)
+        yield
+    finally:
+        os.close(fd)
+
+
 def _ran_before(i: int, total: int) -> str:
     return (f"{i - 1} of {total} action(s) ran before this one failed; re-running `hostctl provision` "
             "continues from what the host is now")
@@ -218,11 +247,16 @@ def provision_storage(
                   f"dry run: {len(sp.actions)} action(s) shown, nothing was changed\n")
         return Outcome(0, 1, sp)
 
-    with _lock():
+    with _lock(), ExitStack() as held:
         consented: set[str] = set()
+        locked: set[str] = set()
         ran, expect_done = 0, False
         for round_no in range(1, MAX_ROUNDS + 1):
             facts = read_facts(config)
+            for disk in resolve_drives(config, facts)[0].values():
+                if disk.path not in locked:
+                    held.enter_context(_disk_lock(disk.path))
+                    locked.add(disk.path)
             sp = plan_storage_provision(config, facts, read_system_files(config, facts), opts)
             if expect_done and sp.actions:
                 raise FailedError(

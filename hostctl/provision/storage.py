@@ -545,6 +545,8 @@ def _plan_own(v: DriveVerdict, specs: list[PartSpec], ours: list[Partition], for
         fix = _manual_reformat(data, specs[-1], drive.mount)
     for p in ours:
         check = p.fs_check
+        if marks.unfinished(p.part_flags) and _unfinished(p):
+            continue  # hostctl's own interrupted mkfs: a backup superblock without the primary is what it leaves
         if check and check.backup_superblock:
             problems.append(f"{p.path} has lost its primary superblock but an ext4 backup superblock remains at "
                             f"{check.backup_superblock}: a damaged filesystem that may hold data, not an unfinished one")

@@ -545,7 +545,7 @@ def test_a_foreign_filesystem_on_hostctls_swap_partition_needs_erase(provisioned
 
 def test_old_signatures_inside_new_partitions_stop_the_format(one, sysroot, tmp_path, capsys):
     """A drive whose table was zapped but whose old filesystem is still at the data partition's
-    offset looks blank; the guard just before mkfs finds the old filesystem and refuses."""
+    offset is not blank: the samples inside the disk find it before anything is written."""
     drive, cfg = one
     check(["sgdisk", "--new=1:0:+16M", "--new=2:0:0", drive.dev])
     check(["partx", "-u", drive.dev])
@@ -554,9 +554,10 @@ def test_old_signatures_inside_new_partitions_stop_the_format(one, sysroot, tmp_
     check(["sgdisk", "--zap-all", drive.dev])
     check(["partx", "-d", "--nr", "1:2", drive.dev])
     assert "PTTYPE" not in blkid(drive.dev)
+    before = drive.table_bytes()
     text = _refused(cfg, capsys, tmp_path)
-    assert "now carries a ext4 signature labelled 'olddata'" in text and "nothing was written to it" in text
-    assert blkid(drive.part(2))["LABEL"] == "olddata"
+    assert "non-zero bytes inside the disk at" in text and f"--erase path:{drive.dev}" in text
+    assert drive.table_bytes() == before
     provision(cfg, erase=(drive.dev,))
     assert_provisioned(cfg, [drive], sysroot)
 

@@ -512,3 +512,25 @@ def test_a_mountpoint_that_is_a_file_is_refused_before_any_write(host, tmp_path,
     (tmp_path / "m1").write_text("not a directory")
     cfg = profile(tmp_path, [drive_toml("d1", drive.dev, tmp_path / "m1")])
     refused_untouched(cfg, capsys, drive.dev, "exists and is not a directory")
+
+
+def test_a_disk_locked_by_another_process_is_not_written(host, tmp_path, capsys, monkeypatch):
+    """The systemd block-device locking convention: while another process (a second hostctl with
+    another state directory, a partitioning tool) holds the whole disk's lock, nothing is written."""
+    import fcntl
+
+    from hostctl.provision import apply
+
+    monkeypatch.setattr(apply, "DISK_LOCK_WAIT_S", 0.5)
+    drive = host.drive("160M", "d1")
+    cfg = profile(tmp_path, [drive_toml("d1", drive.dev, tmp_path / "m1")])
+    before = disk_digest(drive.dev)
+    fd = os.open(drive.dev, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        code, text = storage(cfg, capsys)
+        assert code == 1 and f"{drive.dev} is locked by another process" in text, text
+        assert disk_digest(drive.dev) == before
+    finally:
+        os.close(fd)
+    assert storage(cfg, capsys)[0] == 0
