@@ -2,8 +2,8 @@
 them (decide.py), and for prune remove what the current plan does not use.
 
 prune's guards, in order: only generations decide.py calls unused (never one the plan uses, never
-one hostctl cannot tell); nothing while a hostctl runtime container runs (the engine facts), or
-when the engine cannot say; consent as for provision (`--yes`, or `prune` typed at a terminal; no
+one hostctl cannot tell); nothing while this profile's runtime container runs (the engine facts:
+its io.hostctl.profile label or its Compose project), or when the engine cannot say; consent as for provision (`--yes`, or `prune` typed at a terminal; no
 terminal: refused, exit 3); every path removed lies inside a scanned cache directory. A
 generation is renamed `.hostctl-removing.<name>` before it is deleted, so an interrupted prune
 leaves nothing the runtime could mistake for a cache, and the next prune finishes it.
@@ -296,15 +296,18 @@ class PruneReport:
         return "\n".join(lines) + "\n"
 
 
-def _refuse_if_running() -> None:
-    running, unknown = running_runtimes()
+def _refuse_if_running(config: Config, stderr: TextIO) -> None:
+    running, unknown = running_runtimes(config.profile.name, config.profile.runtime.project)
     if unknown is not None:
         raise RefusedError(f"cannot tell whether the runtime runs ({unknown}); nothing was removed",
                            fix="start the Docker engine so hostctl can see its containers, then prune again")
-    if running:
-        names = ", ".join(f"{r.name} (profile {r.profile})" for r in running)
+    ours = [r for r in running if r.ours]
+    if ours:
+        names = ", ".join(f"{r.name} (profile {r.profile})" for r in ours)
         raise RefusedError(f"the runtime is running ({names}): it may be reading or writing these caches; "
                            "nothing was removed", fix="`hostctl down` first, then prune")
+    for r in running:
+        stderr.write(f"note: {r.name} (profile {r.profile}) runs too; it is another profile's runtime\n")
 
 
 def _consent(plan: PrunePlan, yes: bool, stdin: TextIO, stderr: TextIO) -> None:
@@ -331,11 +334,11 @@ def prune(config: Config, *, dry_run: bool, yes: bool, stdin: TextIO | None = No
     report = PruneReport(v, plan, dry_run)
     if dry_run or (not plan.remove and not plan.leftovers):
         return report
-    _refuse_if_running()
+    _refuse_if_running(config, stderr)
     preview = PruneReport(v, plan, True).text()
     stderr.write(preview)
     _consent(plan, yes, stdin, stderr)
-    _refuse_if_running()  # consent can take a while: look again right before removing
+    _refuse_if_running(config, stderr)  # consent can take a while: look again right before removing
     roots = v.facts.roots
     for g in plan.remove:
         _remove(g.paths, roots)

@@ -191,8 +191,8 @@ def _pack_generations(ranks: list[PackRank], key: PlanKey) -> list[Generation]:
                 g.copies.append((f.path, f"{c.copy_of}/{f.path.rsplit('/', 1)[-1]}" if c.copy_of else ""))
         _pack_complete(g, originals, copies, k)
         _ckpt_use(g, sidecar.get("ckpt_id"), key, "expert_store", "expert store")
-        if g.use == "unused" and sidecar and sidecar.get("ckpt_id") is None and "expert_store" in key.roots:
-            g.use_reason = "written without a checkpoint identity: the runtime never reuses such a pack"
+        if g.use == "unknown" and "ckpt_id" in sidecar and sidecar["ckpt_id"] is None:
+            g.use, g.use_reason = "unused", "written without a checkpoint identity: the runtime never reuses such a pack"
         out.append(g)
     return out
 

@@ -161,11 +161,13 @@ def _scan_planes(root: Root, out: CacheFacts) -> None:
         return
     for key in sorted(os.listdir(base)):
         key_dir = os.path.join(base, key)
+        if key.startswith(layout.REMOVING_PREFIX):
+            out.other.append(Other(path=key_dir, what=REMOVING_WHAT, usage=usage(key_dir)))
+            continue
         rank_dirs = [n for n in sorted(os.listdir(key_dir)) if layout.PLANES_RANK_RE.match(n)] \
             if os.path.isdir(key_dir) else []
         if not rank_dirs:
-            what = REMOVING_WHAT if key.startswith(layout.REMOVING_PREFIX) else "no tp<W>-rank<R> directory inside"
-            out.other.append(Other(path=key_dir, what=what, usage=usage(key_dir)))
+            out.other.append(Other(path=key_dir, what="no tp<W>-rank<R> directory inside", usage=usage(key_dir)))
             continue
         for rd in rank_dirs:
             m = layout.PLANES_RANK_RE.match(rd)
@@ -287,14 +289,17 @@ def scan(roots: list[Root]) -> CacheFacts:
 class RunningRuntime:
     name: str
     profile: str
+    ours: bool  # this profile's runtime (its profile label, or its Compose project)
 
 
-def running_runtimes() -> tuple[list[RunningRuntime], str | None]:
+def running_runtimes(profile: str, project: str) -> tuple[list[RunningRuntime], str | None]:
     """hostctl's runtime containers that run now (from the engine facts), or why that is unknown."""
     from hostctl.facts.engine import RUNTIME_LABEL, probe_engine
 
     engine = probe_engine()
     if not engine.available:
         return [], engine.reason or "the Docker engine does not answer"
-    return [RunningRuntime(c.name, c.labels.get(RUNTIME_LABEL, "")) for c in engine.containers
+    return [RunningRuntime(c.name, c.labels.get(RUNTIME_LABEL, ""),
+                           c.labels.get(RUNTIME_LABEL) == profile or c.labels.get("com.docker.compose.project") == project)
+            for c in engine.containers
             if c.state in ("running", "restarting", "paused") and c.labels.get(RUNTIME_LABEL)], None

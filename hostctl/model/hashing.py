@@ -85,7 +85,8 @@ class Digests:
     blob_id: str | None = None  # git's blob sha1 ("blob <size>\\0" + content), when asked for
 
 
-def digests(path: str, progress: Callable[[int], None] | None = None, *, blob_id: bool = False) -> Digests:
+def digests(path: str, progress: Callable[[int], None] | None = None, *, blob_id: bool = False,
+            drop_cache: bool = True) -> Digests:
     """The content sha256 (and optionally the git blob id) of one file, in one read."""
     sha = hashlib.sha256()
     blob = None
@@ -98,7 +99,7 @@ def digests(path: str, progress: Callable[[int], None] | None = None, *, blob_id
         if blob is not None:
             blob.update(chunk)
 
-    size = stream(path, consume, progress)
+    size = stream(path, consume, progress, drop_cache=drop_cache)
     return Digests(size, sha.hexdigest(), blob.hexdigest() if blob is not None else None)
 
 

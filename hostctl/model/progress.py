@@ -4,6 +4,7 @@ a log stays readable."""
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import TextIO
 
@@ -23,8 +24,13 @@ class Progress:
         self.file_name, self.file_size, self.file_done = "", 0, 0
         self.t0 = time.monotonic()
         self.last = 0.0
+        self.lock = threading.Lock()  # files may be hashed in parallel
 
     def start(self, name: str, size: int, already: int = 0, verb: str | None = None) -> None:
+        with self.lock:
+            self._start(name, size, already, verb)
+
+    def _start(self, name: str, size: int, already: int, verb: str | None) -> None:
         self.index += 1
         self.current_verb = verb or self.verb
         self.file_name, self.file_size, self.file_done = name, size, already
@@ -35,16 +41,21 @@ class Progress:
         self._draw(force=True)
 
     def add(self, n: int) -> None:
-        self.file_done += n
-        self.done_bytes += n
-        self._draw()
+        with self.lock:
+            self.file_done += n
+            self.done_bytes += n
+            self._draw()
 
-    def finish(self, note: str = "") -> None:
+    def finish(self, note: str = "", name: str | None = None) -> None:
+        with self.lock:
+            self._finish(note, name)
+
+    def _finish(self, note: str, name: str | None) -> None:
         if self.live:
             self._draw(force=True)
             self.err.write("\n")
         elif note:
-            self.err.write(f"[{self.index}/{self.total_files}] {self.file_name}: {note}\n")
+            self.err.write(f"[{self.index}/{self.total_files}] {name or self.file_name}: {note}\n")
         self.err.flush()
 
     def _draw(self, force: bool = False) -> None:
