@@ -39,8 +39,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hostctl.model import hashing  # noqa: E402
-from hostctl.model.verify import hash_jobs  # noqa: E402
+from hostctl.model import hashing  # noqa: E402  (stdlib only: runs where hostctl's dependencies are absent)
+from hostctl.model.hashing import hash_jobs  # noqa: E402
 
 GIB = 1024**3
 TARGET = 0.90

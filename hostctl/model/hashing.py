@@ -18,6 +18,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 CHUNK = 16 * 1024 * 1024
+
+
+def hash_jobs() -> int:
+    """Files hashed at once: one file's sha256 is a single stream, bounded by one core, while a
+    checkpoint has dozens of shards and an NVMe drive outruns a core several times over."""
+    return max(1, min(4, os.cpu_count() or 1))
 BUFFERS = 3  # one being read, one being hashed, one spare so neither waits on a hand-over
 
 

@@ -48,6 +48,7 @@ class ManifestFile(BaseModel):
     hub_sha256: str | None = None  # the hub's LFS sha256 (LFS files)
     hub_blob_id: str | None = None  # the hub's git blob id (the rest)
     sha256: str | None = None  # the content sha256 hostctl computed and found matching the hub
+    corrupt_since: str | None = None  # when a full verify last found its content differing from sha256
 
 
 class Manifest(BaseModel):

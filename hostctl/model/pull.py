@@ -60,7 +60,7 @@ class PullPlan:
 
 
 def _matches(entry: ManifestFile | None, f) -> bool:
-    if entry is None or entry.size != f.size or entry.sha256 is None:
+    if entry is None or entry.size != f.size or entry.sha256 is None or entry.corrupt_since:
         return False
     if f.lfs_sha256:
         return entry.hub_sha256 == f.lfs_sha256
@@ -220,6 +220,10 @@ def run_pull(config: Config, *, revision: str | None, dry_run: bool, err: TextIO
                 if entry is not None:
                     report.statuses[name] = "adopted"
             if entry is None:
+                if os.path.lexists(path):
+                    # Wrong size or content: gone before the download, or huggingface_hub would hand back
+                    # this copy when its own metadata says it fetched this commit once.
+                    os.unlink(path)
                 progress.start(name, f.size, plan.partial.get(name, 0))
 
                 def counted(n: int) -> None:

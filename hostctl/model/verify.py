@@ -13,7 +13,6 @@ every file against the hub's metadata and keeping what matches).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -21,7 +20,7 @@ from pathlib import Path
 from typing import Literal
 
 from hostctl.model.facts import CheckpointFacts
-from hostctl.model.hashing import digests
+from hostctl.model.hashing import digests, hash_jobs
 from hostctl.model.manifest import MANIFEST_NAME, Manifest
 from hostctl.model.resolve import ModelRef
 
@@ -43,8 +42,10 @@ class FileCheck:
             return f"{self.name}: missing"
         if self.status == "wrong_size":
             return f"{self.name}: {self.found_size} bytes, the manifest says {self.expected_size}"
+        if self.status == "corrupt" and self.found_sha256 is None:
+            return f"{self.name}: corrupt (its content differed from the manifest's sha256 at the last full verify)"
         if self.status == "corrupt":
-            return f"{self.name}: sha256 {self.found_sha256}, expected {self.expected_sha256}"
+            return f"{self.name}: corrupt: sha256 {self.found_sha256}, expected {self.expected_sha256}"
         return f"{self.name}: {self.status}"
 
 
@@ -83,6 +84,7 @@ def judge(ref: ModelRef, cp: CheckpointFacts, level: Level, hashes: dict[str, st
     if cp.index_error:
         v.problems.append(cp.index_error)
     expected: dict[str, tuple[int | None, str | None]] = {}
+    known_corrupt = {f.name for f in m.files if f.corrupt_since} if m is not None else set()
     if m is not None:
         for f in m.files:
             expected[f.name] = (f.size, f.sha256)
@@ -96,6 +98,8 @@ def judge(ref: ModelRef, cp: CheckpointFacts, level: Level, hashes: dict[str, st
             check.status = "missing"
         elif size is not None and found != size:
             check.status = "wrong_size"
+        elif level == "quick" and name in known_corrupt:
+            check.status = "corrupt"  # found by the last full verify (its date is in the manifest)
         elif level == "full":
             got = (hashes or {}).get(name)
             check.found_sha256 = got
@@ -139,12 +143,6 @@ def judge(ref: ModelRef, cp: CheckpointFacts, level: Level, hashes: dict[str, st
     return v
 
 
-def hash_jobs() -> int:
-    """Files hashed at once: one file's sha256 is a single stream, bounded by one core, while a
-    checkpoint has dozens of shards and an NVMe drive outruns a core several times over."""
-    return max(1, min(4, os.cpu_count() or 1))
-
-
 def full_hashes(cp: CheckpointFacts, progress: Callable[[str, int], None] | None = None,
                 start: Callable[[str, int], None] | None = None, jobs: int | None = None) -> dict[str, str]:
     """The content sha256 of every file that the manifest lists with a hash and that has the
@@ -168,10 +166,21 @@ def full_hashes(cp: CheckpointFacts, progress: Callable[[str, int], None] | None
         return dict(pool.map(one, todo))
 
 
-def recorded(manifest: Manifest, level: Level, when: str) -> Manifest:
-    """The manifest with this verify's date recorded (only after a verify that passed)."""
-    update = {"verified_full_at": when} if level == "full" else {}
-    return manifest.model_copy(update={"verified_quick_at": when, **update})
+def recorded(manifest: Manifest, level: Level, when: str, verdict: Verdict | None = None) -> Manifest:
+    """The manifest after a verify: its date when it passed; after a full verify, each file whose
+    content differs marked corrupt (so the quick verify, `up`'s preflight and the next pull know,
+    and the pull fetches it again) and each one that matches cleared."""
+    update: dict = {}
+    if verdict is None or verdict.ok:
+        update["verified_quick_at"] = when
+        if level == "full":
+            update["verified_full_at"] = when
+    if level == "full" and verdict is not None:
+        status = {f.name: f.status for f in verdict.files}
+        update["files"] = [f.model_copy(update={"corrupt_since": (f.corrupt_since or when) if status.get(f.name) == "corrupt"
+                                                 else (None if status.get(f.name) == "ok" else f.corrupt_since)})
+                           for f in manifest.files]
+    return manifest.model_copy(update=update)
 
 
 def run_verify(ref: ModelRef, level: Level, err=None) -> Verdict:
@@ -191,11 +200,11 @@ def run_verify(ref: ModelRef, level: Level, err=None) -> Verdict:
         if progress is not None and todo:
             progress.finish(f"{len(hashes)} file(s) hashed", name="all")
     verdict = judge(ref, cp, level, hashes)
-    if verdict.ok and cp.manifest is not None:
+    if cp.manifest is not None and (verdict.ok or level == "full"):
         try:
-            write_manifest(cp.path, recorded(cp.manifest, level, now_iso()))
+            write_manifest(cp.path, recorded(cp.manifest, level, now_iso(), verdict))
         except OSError as exc:
-            verdict.warnings.append(f"the verify date was not recorded in the manifest: {exc.strerror or exc}")
+            verdict.warnings.append(f"the manifest was not updated: {exc.strerror or exc}")
     return verdict
 
 

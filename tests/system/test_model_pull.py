@@ -199,6 +199,17 @@ def test_full_verify_finds_a_corrupt_shard_quick_finds_a_short_one(tmp_path, rep
     assert {f["status"] for n, f in files.items() if n != shard.name} == {"ok"}
     text = hostctl(["model", "verify", "--config", str(cfg)], env)
     assert text.returncode == 1 and shard.name in text.stdout and "corrupt" in text.stdout
+    # Once found, the corruption fails the quick verify too (so `up`), and the next pull fetches that file again.
+    assert hostctl(["model", "verify", "--quick", "--config", str(cfg)], env).returncode == 1
+    with Hub(repo) as hub:
+        env = env_for(hub, tmp_path)
+        fixed = hostctl(["model", "pull", "--config", str(cfg), "--json"], env)
+        assert fixed.returncode == 0, fixed.stderr
+        statuses = {f["name"]: f["status"] for f in json.loads(fixed.stdout)["files"]}
+        assert statuses[shard.name] == "downloaded" and set(statuses.values()) == {"downloaded", "kept"}
+        assert [r.path.rsplit("/", 1)[-1] for r in hub.requests("GET", "/resolve/")] == [shard.name]
+    assert shard.read_bytes() == repo.files[shard.name]
+    assert hostctl(["model", "verify", "--config", str(cfg)], env).returncode == 0
 
     other = model_dir / "model-00002-of-00002.safetensors"
     with open(other, "r+b") as f:

@@ -284,3 +284,33 @@ def test_the_model_and_cache_commands_load_no_huggingface_hub_until_a_pull():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_a_full_verify_marks_what_it_found_corrupt_and_clears_it_once_restored(tmp_path):
+    from hostctl.model.verify import recorded
+
+    d = _checkpoint(tmp_path / "ckpt")
+    ref = _ref(d)
+    good = (d / "s2.safetensors").read_bytes()
+    (d / "s2.safetensors").write_bytes(b"Z" * len(good))
+    cp = probe_checkpoint(str(d))
+    hashes = {n: hashlib.sha256((d / n).read_bytes()).hexdigest() for n in cp.sizes}
+    v = judge(ref, cp, "full", hashes)
+    m = recorded(cp.manifest, "full", "2026-08-01T00:00:00+00:00", v)
+    assert m.file("s2.safetensors").corrupt_since and m.verified_full_at is None
+    write_manifest(d, m)
+    quick = judge(ref, probe_checkpoint(str(d)), "quick")
+    assert not quick.ok and quick.bad_files[0].line().startswith("s2.safetensors: corrupt")
+    snap = RemoteSnapshot("org/m", COMMIT, [RemoteFile("s2.safetensors", len(good), "h" * 64, None)])
+    with_hub = m.model_copy(update={"files": [f.model_copy(update={"hub_sha256": "h" * 64, "lfs": True}) for f in m.files]})
+    for corrupt, kept in ((None, ["s2.safetensors"]), ("2026-08-01T00:00:00+00:00", [])):
+        entry = with_hub.file("s2.safetensors").model_copy(update={"corrupt_since": corrupt})
+        with_hub.put(entry)
+        write_manifest(d, with_hub)
+        assert plan_pull(snap, probe_checkpoint(str(d)), {}, (str(d), 10**9)).kept == kept
+    (d / "s2.safetensors").write_bytes(good)
+    cp = probe_checkpoint(str(d))
+    hashes = {n: hashlib.sha256((d / n).read_bytes()).hexdigest() for n in cp.sizes}
+    v = judge(ref, cp, "full", hashes)
+    assert v.ok
+    assert recorded(cp.manifest, "full", "2026-08-02T00:00:00+00:00", v).file("s2.safetensors").corrupt_since is None
