@@ -7,8 +7,8 @@ What is used (huggingface_hub 1.15, pinned in pyproject.toml):
   (GET {endpoint}/api/models/{repo}/revision/{revision}?blobs=true);
 - `hf_hub_download(..., local_dir=...)`: one file into the checkpoint directory
   (HEAD then GET {endpoint}/{repo}/resolve/{commit}/{file}). An interrupted download stays in
-  `<dir>/.cache/huggingface/download/<hash>.<etag>.incomplete` and the next call resumes it with
-  a Range request; huggingface_hub 1.18 and later start over instead (a unique file per process),
+  `<dir>/.cache/huggingface/download/<hash>.<etag>.incomplete` (written in 10 MiB pieces, so a
+  kill loses at most the piece in flight) and the next call resumes it with a Range request; huggingface_hub 1.18 and later start over instead (a unique file per process),
   which is why it is pinned below that.
 - the token: huggingface_hub's own lookup (HF_TOKEN, then the token file under HF_HOME).
   hostctl never reads, prints or stores it.

@@ -30,6 +30,7 @@ from hostctl.model.resolve import ModelRef, load_ref
 from hostctl.units import fmt_bytes
 
 MODEL_SCHEMA = "hostctl.model/v1"
+PULL_LOCK = ".hostctl-pull.lock"
 
 
 def _bytes(n: int | None) -> str:
@@ -196,7 +197,19 @@ def run_pull(config: Config, *, revision: str | None, dry_run: bool, err: TextIO
         report.statuses = {n: "would download" for n in plan.todo}
         return report
 
+    from hostctl.service.lock import LifecycleLock
+
     Path(model_dir).mkdir(parents=True, exist_ok=True)
+    # One pull per checkpoint directory: two would race on the same files and manifest.
+    with LifecycleLock("model pull", Path(model_dir) / PULL_LOCK):
+        _fetch(plan, cp, snapshot, report, err)
+    return report
+
+
+def _fetch(plan: PullPlan, cp: CheckpointFacts, snapshot, report: PullReport, err: TextIO) -> None:
+    from hostctl.model import hub
+
+    model_dir = plan.model_dir
     m = cp.manifest if (cp.manifest and cp.manifest.repo == plan.repo and cp.manifest.revision == plan.commit) \
         else Manifest(repo=plan.repo, revision=plan.commit)
     if plan.todo:
@@ -256,4 +269,6 @@ def run_pull(config: Config, *, revision: str | None, dry_run: bool, err: TextIO
     report.marker = str(marker) if marker else None
     if marker is None:
         report.warnings.append(f"no {MARKER_NAME} written: the checkpoint has no config.json or weight files it covers")
-    return report
+    # Every file is in: what interrupted downloads (of this or an earlier revision) left is garbage now.
+    for leftover in Path(model_dir, hub.INCOMPLETE_DIR).glob("*.incomplete"):
+        leftover.unlink(missing_ok=True)

@@ -28,9 +28,9 @@ MIB = 1024 * 1024
 REPO_ID = "test-org/tiny-moe"
 
 
-def make_repo() -> Repo:
+def make_repo(big: int = 5 * MIB + 7) -> Repo:
     rnd = os.urandom
-    shards = {"model-00001-of-00002.safetensors": rnd(3 * MIB + 123), "model-00002-of-00002.safetensors": rnd(5 * MIB + 7)}
+    shards = {"model-00001-of-00002.safetensors": rnd(3 * MIB + 123), "model-00002-of-00002.safetensors": rnd(big)}
     index = {"metadata": {"total_size": sum(map(len, shards.values()))},
              "weight_map": {"layers.0.w": "model-00001-of-00002.safetensors",
                             "layers.1.w": "model-00002-of-00002.safetensors",
@@ -135,13 +135,15 @@ def test_clean_pull_through_a_models_file_then_verify(tmp_path, repo):
     assert json.loads((model_dir / ".hostctl-model.json").read_text())["verified_full_at"]
 
 
-def test_a_killed_pull_resumes_where_it_stopped(tmp_path, repo):
+def test_a_killed_pull_resumes_where_it_stopped(tmp_path):
+    # huggingface_hub writes a download in 10 MiB pieces: the shard must be larger for a kill to leave part of it.
+    repo = make_repo(big=26 * MIB + 7)
     model_dir = tmp_path / "ckpt"
     cfg = write_config(tmp_path, model_dir, model=REPO_ID, revision=repo.commit)
     big = "model-00002-of-00002.safetensors"
     with Hub(repo) as hub:
         env = env_for(hub, tmp_path)
-        hub.throttle_bps = 2 * MIB
+        hub.throttle_bps = 6 * MIB
         proc = subprocess.Popen([sys.executable, "-m", "hostctl", "model", "pull", "--config", str(cfg)], env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         partial = model_dir / ".cache" / "huggingface" / "download"
@@ -151,7 +153,7 @@ def test_a_killed_pull_resumes_where_it_stopped(tmp_path, repo):
             while time.monotonic() < deadline:
                 sizes = [p.stat().st_size for p in partial.glob(f"*.{repo.etag(big)}.incomplete")] if partial.is_dir() else []
                 got = max(sizes, default=0)
-                if got > MIB:
+                if got >= 10 * MIB:
                     break
                 assert proc.poll() is None, proc.communicate()
                 time.sleep(0.05)
@@ -165,7 +167,7 @@ def test_a_killed_pull_resumes_where_it_stopped(tmp_path, repo):
         manifest = json.loads((model_dir / ".hostctl-model.json").read_text())
         assert manifest["complete"] is False  # a half-done pull never looks finished
         left = max(p.stat().st_size for p in partial.glob(f"*.{repo.etag(big)}.incomplete"))
-        assert left >= got > MIB
+        assert left >= got >= 10 * MIB and left < len(repo.files[big])
 
         hub.throttle_bps = None
         res = hostctl(["model", "pull", "--config", str(cfg), "--json"], env)
