@@ -84,12 +84,18 @@ def plan_key_for(config: Config, usage_doc: dict | None = None) -> tuple[PlanKey
     world = tensor_parallel(config)
     storage = plan_storage(config, collect_storage(path_requests(config)), world)
     rt = config.profile.runtime
+    label = None
     if rt.model_dir:
+        from hostctl.model.facts import probe_checkpoint
+
         ckpt_id, why = runtime_ckpt_id(rt.model_dir)
+        m = probe_checkpoint(rt.model_dir).manifest
+        label = f"{rt.model_dir} ({m.repo}@{m.revision})" if m else f"{rt.model_dir} (no hostctl manifest)"
     else:
         ckpt_id, why = None, f"the checkpoint ({config.recipe.model}) is inside the runtime image"
     key = PlanKey(world=world, roots={t.role: os.path.normpath(t.host_path) for t in storage.roles},
-                  ckpt_id=ckpt_id, ckpt_reason=why, conversion_layers=config.recipe.conversion.layers)
+                  ckpt_id=ckpt_id, ckpt_reason=why, conversion_layers=config.recipe.conversion.layers,
+                  checkpoint=label)
     image = rt.image or config.recipe.image or ""
     last = usage.last_up_for(usage.load() if usage_doc is None else usage_doc, config.profile.name,
                              config.recipe.id, image)
@@ -111,7 +117,8 @@ class CacheView:
 
     def doc(self, action: str, **extra) -> dict:
         return {"schema": CACHE_SCHEMA, "action": action,
-                "plan": {"world": self.key.world, "roots": self.key.roots, "ckpt_id": self.key.ckpt_id,
+                "plan": {"world": self.key.world, "roots": self.key.roots, "checkpoint": self.key.checkpoint,
+                         "ckpt_id": self.key.ckpt_id,
                          "ckpt_reason": self.key.ckpt_reason, "compile_hashes": self.key.compile_hashes,
                          "compile_reason": self.key.compile_reason},
                 "roots": [r.model_dump() for r in self.facts.roots],
@@ -139,12 +146,14 @@ def _gen_line(g: Generation) -> str:
     state = "complete" if g.complete else "INCOMPLETE"
     used = {"used": "USED by the plan", "unused": "not used", "unknown": "use unknown"}[g.use]
     last = f"last used {_when(g.last_used)}" if g.last_used else f"last written {_when(g.last_written)}"
+    key = "  ".join(f"{k}={str(v)[:12] + '...' if k == 'ckpt_id' and v else v}" for k, v in g.key.items())
     return (f"  {g.id}  TP={g.world or '?'}  {fmt_bytes(g.size_bytes)}  {state}  {used} ({g.use_reason})  {last}\n"
+            f"      key: {key or 'unreadable'}\n"
             f"      in {g.root}" + (f", {len(g.copies)} rank-store copies" if g.copies else ""))
 
 
 def list_text(v: CacheView) -> str:
-    lines = [f"caches for TP={v.key.world}; checkpoint identity: "
+    lines = [f"caches for TP={v.key.world}; checkpoint {v.key.checkpoint or '-'}, identity "
              + (v.key.ckpt_id[:16] + "..." if v.key.ckpt_id else f"unknown ({v.key.ckpt_reason})")]
     for kind, label in (("planes", "planes cache"), ("pack", "expert-store packs"), ("compile", "compile cache")):
         gens = [g for g in v.gens if g.kind == kind]

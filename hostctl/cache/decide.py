@@ -38,6 +38,7 @@ class PlanKey:
     compile_hashes: list[str] | None = None  # from the last ready `up` of this profile, recipe and image
     compile_reason: str = "no `hostctl up` of this profile, recipe and image has recorded its compile cache yet"
     conversion_layers: int | None = None
+    checkpoint: str | None = None  # what the checkpoint is, in words (its manifest's repo@revision)
 
 
 @dataclass
