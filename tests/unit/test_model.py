@@ -314,3 +314,37 @@ def test_a_full_verify_marks_what_it_found_corrupt_and_clears_it_once_restored(t
     v = judge(ref, cp, "full", hashes)
     assert v.ok
     assert recorded(cp.manifest, "full", "2026-08-02T00:00:00+00:00", v).file("s2.safetensors").corrupt_since is None
+
+
+def test_progress_shows_the_file_and_the_whole_run_at_a_terminal_and_a_line_per_file_elsewhere():
+    import io
+
+    from hostctl.model.progress import Progress
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    tty, log = Tty(), io.StringIO()
+    for stream in (tty, log):
+        p = Progress(stream, "downloading", 2, 3 * 1024**2)
+        p.start("a.safetensors", 1024**2)
+        p.add(1024**2)
+        p.finish("checked")
+        p.start("b.safetensors", 2 * 1024**2, already=1024**2)
+        p.add(1024**2)
+        p.finish("checked")
+    last = tty.getvalue().rsplit("\r", 1)[-1]
+    assert "[2/2] downloading b.safetensors 2 MiB/2 MiB | all 2 MiB/3 MiB" in last
+    assert log.getvalue().splitlines() == ["[1/2] downloading a.safetensors (1 MiB)", "[1/2] a.safetensors: checked",
+                                           "[2/2] downloading b.safetensors (2 MiB, resuming at 1 MiB)",
+                                           "[2/2] b.safetensors: checked"]
+
+
+@pytest.mark.parametrize("command", [["model", "pull"], ["model", "verify"], ["cache", "list"], ["cache", "verify"],
+                                     ["cache", "prune", "--dry-run"]])
+def test_model_and_cache_commands_read_this_host_and_refuse_a_snapshot(command, capsys):
+    from hostctl.cli import main
+
+    code = main(command + ["--config", str(HOSTS / "demo-cpu.toml"), "--facts", str(HOSTS / "demo-cpu.facts.json")])
+    assert code == 2 and "acts on this host" in capsys.readouterr().err
