@@ -152,15 +152,6 @@ def check_dirs(config: Config, plan: Plan) -> list[Failure]:
     return out
 
 
-def check_port(plan: Plan) -> list[Failure]:
-    host, port = api_address(plan)
-    owner = port_owner(host, port)
-    if owner is None:
-        return []
-    return [Failure("port-taken", f"the API port {host}:{port} is already taken by {owner}",
-                    "stop that process, or set runtime.api_port in the profile to a free port")]
-
-
 def check_model(config: Config, say=None) -> list[Failure]:
     """The quick verify of the checkpoint (hostctl/model/verify.py); a model inside the image has
     nothing to verify, and a checkpoint hostctl did not pull is checked for presence only."""
@@ -188,3 +179,13 @@ def check_model(config: Config, say=None) -> list[Failure]:
     return [Failure("model-checkpoint", f"the checkpoint in {ref.model_dir} failed the quick verify: "
                     + "; ".join(verdict.problems), verdict.fix or "hostctl model verify",
                     [f.line() for f in verdict.bad_files[:10]])]
+
+
+def check_port(plan: Plan) -> list[Failure]:
+    host, port = api_address(plan)
+    owner = port_owner(host, port)
+    if owner is None:
+        return []
+    return [Failure("port-taken", f"the API port {host}:{port} is already taken by {owner}",
+                    "stop that process, or set runtime.api_port in the profile to a free port")]
+
