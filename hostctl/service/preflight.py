@@ -188,4 +188,3 @@ def check_port(plan: Plan) -> list[Failure]:
         return []
     return [Failure("port-taken", f"the API port {host}:{port} is already taken by {owner}",
                     "stop that process, or set runtime.api_port in the profile to a free port")]
-
