@@ -233,8 +233,29 @@ def test_prune_yes_without_a_checkpoint_identity_keeps_planes_and_packs(caches):
     assert {k["use"] for k in doc["keep"] if not k["id"].startswith("compile:")} == {"unknown"}
 
 
+@pytest.fixture
+def docker_lock():
+    """The shared lock for anything that starts a container, held while it runs; taken before the
+    loop drives are made, so waiting for it (others hold it for minutes) leaves nothing attached."""
+    lock = open(DOCKER_LOCK, "a")
+    deadline = time.monotonic() + 1200
+    while True:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                lock.close()
+                pytest.fail(f"{DOCKER_LOCK} was held for 20 minutes")
+            time.sleep(1)
+    try:
+        yield
+    finally:
+        lock.close()
+
+
 @needs_compose
-def test_prune_refuses_while_the_runtime_runs(caches):
+def test_prune_refuses_while_the_runtime_runs(docker_lock, caches):
     images = subprocess.run(["docker", "images", "--format", "{{.Repository}}:{{.Tag}}", "hostctl/debian-base"],
                             capture_output=True, text=True).stdout.split()
     if not images:
@@ -244,8 +265,6 @@ def test_prune_refuses_while_the_runtime_runs(caches):
     before = _tree(caches["ssd1"]) | _tree(caches["ssd2"])
     run = ["docker", "run", "-d", "--rm", "--network", "none", "--name", name,
            "--label", "io.hostctl.profile=cachetest", images[0], "sleep", "120"]
-    lock = open(DOCKER_LOCK, "a")
-    fcntl.flock(lock, fcntl.LOCK_EX)  # the shared lock for anything that starts a container, held while it runs
     started = subprocess.run(run, capture_output=True, text=True, timeout=120)
     assert started.returncode == 0, started.stderr
     try:
@@ -256,4 +275,3 @@ def test_prune_refuses_while_the_runtime_runs(caches):
         assert dry.returncode == 0 and "would remove" in dry.stdout
     finally:
         subprocess.run(["docker", "rm", "-f", name], capture_output=True, timeout=60)
-        lock.close()
