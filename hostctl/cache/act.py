@@ -101,6 +101,7 @@ def plan_key_for(config: Config, usage_doc: dict | None = None) -> tuple[PlanKey
                              config.recipe.id, image)
     if last is not None:
         key.compile_hashes = list(last.get("compile_hashes") or [])
+        key.packs_opened = list(last.get("packs_opened") or [])
         key.compile_reason = f"recorded by `hostctl up` at {last.get('at')}"
     return key, cache_roots(config, storage)
 

@@ -7,6 +7,9 @@ runtime's own rules, whether the current plan uses it, and what a prune removes.
   (quantizer_abi, zero_mode, fp4_split) come from the runtime image and its settings, which
   hostctl cannot read without starting it: every generation that matches on checkpoint and TP
   counts as used, so a prune never guesses between them;
+- a pack the runtime said it opened at the last ready `up` of this profile, recipe and image counts
+  as used whatever hostctl computes (a check on that computation, which has not been compared
+  with a running runtime);
 - the compile cache: vLLM's hash cannot be computed; the runtime names its directory in its log,
   and `up` records that when the service became ready (usage.py). A hash named by the last ready
   `up` of this profile, recipe and image is used, the others are not; with no such record every
@@ -37,6 +40,7 @@ class PlanKey:
     ckpt_reason: str
     compile_hashes: list[str] | None = None  # from the last ready `up` of this profile, recipe and image
     compile_reason: str = "no `hostctl up` of this profile, recipe and image has recorded its compile cache yet"
+    packs_opened: list[str] = field(default_factory=list)  # pack files the runtime named at that `up`
     conversion_layers: int | None = None
     checkpoint: str | None = None  # what the checkpoint is, in words (its manifest's repo@revision)
 
@@ -192,6 +196,10 @@ def _pack_generations(ranks: list[PackRank], key: PlanKey) -> list[Generation]:
                 g.copies.append((f.path, f"{c.copy_of}/{f.path.rsplit('/', 1)[-1]}" if c.copy_of else ""))
         _pack_complete(g, originals, copies, k)
         _ckpt_use(g, sidecar.get("ckpt_id"), key, "expert_store", "expert store")
+        opened = {f.path.rsplit("/", 1)[-1] for r in originals for f in r.files.values()} & set(key.packs_opened)
+        if opened and g.use != "used" and g.root == key.roots.get("expert_store"):
+            # The runtime's own word beats hostctl's reckoning of the key: never prune what it opened.
+            g.use, g.use_reason = "used", "the runtime opened it at the last ready `hostctl up` (its log says so)"
         if g.use == "unknown" and "ckpt_id" in sidecar and sidecar["ckpt_id"] is None:
             g.use, g.use_reason = "unused", "written without a checkpoint identity: the runtime never reuses such a pack"
         out.append(g)

@@ -156,3 +156,17 @@ def test_sizes_are_blocks_allocated(dirs):
     (g,) = by_kind(generations(scan(roots(dirs)), key(dirs, world=1)), "pack")
     assert g.apparent_bytes > g.size_bytes == sum(os.stat(p).st_blocks * 512 for p in files)
     assert g.last_written <= time.time()
+
+
+def test_a_pack_the_runtime_said_it_opened_is_used_whatever_the_identity_says(dirs):
+    files = cl.packs(dirs["store"], "o" * 64, world=2, n_layers=2)
+    pack = next(p.name for p in files if p.suffix == ".pack")
+    lines = [f"(VllmWorker rank=0) INFO 07-31 [moe_w2_store.py:940] moe_w2 store[base]: PACK-FILE backend /packs/{pack} "
+             "(slot 0.10 MiB, stride 8192, 2 layers x 4 experts; host RAM tier = page cache)",
+             "INFO moe_w2 store[base]: TIERED backend /packs/other.v2.0123456789abcdef0123.rank1of2.pack - pinned arena"]
+    assert usage.packs_opened(lines) == sorted([pack, "other.v2.0123456789abcdef0123.rank1of2.pack"])
+    k = key(dirs)
+    assert by_kind(generations(scan(roots(dirs)), k), "pack")[0].use == "unused"  # another checkpoint, by hostctl's reckoning
+    k.packs_opened = usage.packs_opened(lines)
+    (g,) = by_kind(generations(scan(roots(dirs)), k), "pack")
+    assert g.use == "used" and "opened it" in g.use_reason and plan_prune([g], []).remove == []
