@@ -47,6 +47,10 @@ app = typer.Typer(
 store_app = typer.Typer(help="Rank stores: per-rank expert-store files on the drives the plan assigns.",
                         no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(store_app, name="store")
+from hostctl.cache.cli import app as cache_app  # noqa: E402  (README "cache")
+from hostctl.model.cli import app as model_app  # noqa: E402  (README "model")
+app.add_typer(model_app, name="model")
+app.add_typer(cache_app, name="cache")
 
 ConfigOpt = Annotated[
     Optional[Path],

@@ -280,6 +280,11 @@ class RuntimeSettings(Strict):
     api_key_env: str | None = Field(default=None, description="name of the environment variable holding the API key")
     model_dir: str | None = Field(default=None, description="host directory of the checkpoint, mounted read-only")
     models_dir: str | None = Field(default=None, description="host directory holding extra models ({model:NAME})")
+    # `hostctl model` (README "model"): where registry names resolve, and a host-local pin.
+    models_file: str | None = Field(default=None, description="a models file (vLLM-MoET's bench/models.yaml format) "
+                                    "resolving the recipe's model name; default: the bundled runtime/models.yaml")
+    model_revision: str | None = Field(default=None, description="pin the checkpoint to this commit (40 hex) on "
+                                       "this host, over the recipe's or the models file's revision")
     project_dir: str = Field(default=str(paths.STATE_DIR / "project"), description="where the rendered project lives")
     project: str = Field(default="hostctl", pattern=r"^[a-z0-9][a-z0-9_-]{0,40}$",
                          description="Compose project name; the container is <project>-runtime")
@@ -471,6 +476,9 @@ class Recipe(Strict):
     tuning: dict[str, Any] = Field(default_factory=dict)
     # hostctl's own fields.
     image: str | None = Field(default=None, description="runtime image the recipe runs in")
+    revision: str | None = Field(default=None, description="the checkpoint commit (40 hex) the recipe was proven on: "
+                                 "needed with a hub repository id as model; with a registry name it must match the "
+                                 "models file's pin")
     architecture: Architecture = Field(default_factory=Architecture)
     conversion: Conversion = Field(default_factory=Conversion)
     storage: list[Literal["planes_cache", "expert_store", "compile_cache"]] = Field(default_factory=list)

@@ -91,6 +91,11 @@ def build_report(opts: Options, err: TextIO | None = None):
         facts = collect(path_requests(config) if config else (), port_requests(config) if config else (),
                         alias_requests(config) if config else ())
         source = "live"
+    checkpoint = None
+    if config is not None and config.profile.runtime.model_dir and opts.facts_path is None:
+        from hostctl.model.facts import probe_checkpoint  # sizes and hostctl's manifest; nothing is hashed
+
+        checkpoint = probe_checkpoint(config.profile.runtime.model_dir)
     t2 = time.perf_counter()
     timings["facts"] = t2 - t1
     plan = None
@@ -101,7 +106,7 @@ def build_report(opts: Options, err: TextIO | None = None):
     t3 = time.perf_counter()
     timings["plan"] = t3 - t2
     ctx = Context(facts=facts, config=config, plan=plan, level=opts.level, facts_source=source,
-                  no_config_reason=why or "no host profile")
+                  no_config_reason=why or "no host profile", checkpoint=checkpoint)
     outcomes = run_checks(ctx)
     t4 = time.perf_counter()
     timings["checks"] = t4 - t3

@@ -16,13 +16,14 @@ from typing import Literal
 
 from hostctl.config import Config
 from hostctl.facts.model import ContainerFacts, HostFacts
+from hostctl.model.facts import CheckpointFacts
 from hostctl.plan.model import Plan
 
 Status = Literal["pass", "warn", "fail", "skip"]
 Level = Literal["quick", "full"]
 STATUSES: tuple[Status, ...] = ("pass", "warn", "fail", "skip")
 # Report order of the areas; a check's area is the module it lives in under checks/.
-AREAS = ("gpu", "memory", "storage", "docker", "system", "logs")
+AREAS = ("gpu", "memory", "storage", "model", "docker", "system", "logs")
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,7 @@ class Context:
     level: Level = "quick"
     facts_source: str = "live"  # "live", or the snapshot's path
     no_config_reason: str = "no host profile"
+    checkpoint: CheckpointFacts | None = None  # runtime.model_dir read live (not part of a facts snapshot)
 
     @property
     def live(self) -> bool:

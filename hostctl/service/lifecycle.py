@@ -168,6 +168,7 @@ def _up(config: Config, plan: Plan, facts, *, timeout: int | None, keep_on_failu
             else:
                 failures.append(f)
         failures += preflight.check_dirs(config, plan)
+        failures += preflight.check_model(config, say)
         own = container_state(name)
         if not own.running:
             failures += preflight.check_port(plan)
@@ -206,6 +207,7 @@ def _up(config: Config, plan: Plan, facts, *, timeout: int | None, keep_on_failu
     outcome.timings["total_s"] = time.monotonic() - t_start
 
     if outcome.ready:
+        _record_cache_use(config, plan, outcome.log_tail, say)
         state.save_service({"state": "ready", "profile": config.profile.name, "recipe": config.recipe.id,
                             "endpoint": ep, "container": name, "project": plan.runtime.project,
                             "project_dir": str(target), "ready_at": _now_iso(), "kv": outcome.kv,
@@ -224,6 +226,16 @@ def _up(config: Config, plan: Plan, facts, *, timeout: int | None, keep_on_failu
         down_res = compose_down(target, plan.runtime.project, stop_timeout_s=FAILED_STOP_S)
         say(f"took the project down ({'ok' if down_res.ok else down_res.why()}): nothing left running")
     return outcome
+
+
+def _record_cache_use(config: Config, plan: Plan, log: list[str], say: Say) -> None:
+    """Remember which cache generations this ready service uses; never fails the start."""
+    try:
+        from hostctl.cache.usage import record_ready
+
+        record_ready(config, plan, log)
+    except Exception as exc:  # a bookkeeping failure must not turn a ready service into a failed start
+        say(f"warning: cache use not recorded: {exc.__class__.__name__}: {exc}")
 
 
 def _watch(config: Config, plan: Plan, name: str, since: float, timeout: int, say: Say) -> Outcome:
@@ -342,6 +354,7 @@ def _watch(config: Config, plan: Plan, name: str, since: float, timeout: int, sa
                         "--tool-call-parser; `hostctl smoke` re-runs the suite against a kept runtime",
                         [r.line() for r in bad]), log)
                 outcome.ready = True
+                outcome.log_tail = list(log)  # what `cache list` learns from (hostctl/cache/usage.py)
                 return outcome
             stalled = tracker.stalled_for(now)
             if stalled > limit:

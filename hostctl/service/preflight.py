@@ -2,7 +2,9 @@
 has no errors, the image is here, every directory the container binds exists on a real
 filesystem (not overlayfs or tmpfs, where a store would silently live in RAM or a container
 layer) with room to write, and the API port is free. Each failure says what was found and
-what to do; nothing has been started when one fails.
+what to do; nothing has been started when one fails. The checkpoint, when it lives on this host,
+gets `hostctl model verify --quick` (README "model"): present, every indexed shard there at the
+manifest's size, the pinned revision.
 """
 
 from __future__ import annotations
@@ -148,6 +150,35 @@ def check_dirs(config: Config, plan: Plan) -> list[Failure]:
             out.append(Failure("mount-missing", f"{mount} is not mounted: the cache drive did not come up",
                                f"mount {mount} (hostctl provision --only storage), then run up again"))
     return out
+
+
+def check_model(config: Config, say=None) -> list[Failure]:
+    """The quick verify of the checkpoint (hostctl/model/verify.py); a model inside the image has
+    nothing to verify, and a checkpoint hostctl did not pull is checked for presence only."""
+    from hostctl.errors import InputError
+    from hostctl.model.facts import probe_checkpoint
+    from hostctl.model.resolve import load_ref
+    from hostctl.model.verify import judge
+
+    try:
+        ref = load_ref(config)
+    except InputError as exc:
+        return [Failure("model-unresolved", exc.message, exc.fix or "correct the recipe's model", exc.details)]
+    if ref.kind == "image" or not ref.model_dir:
+        if say is not None and ref.kind == "image":
+            say(f"model: {ref.model} is inside the image, nothing to verify")
+        return []
+    verdict = judge(ref, probe_checkpoint(ref.model_dir), "quick")
+    for w in verdict.warnings:
+        if say is not None:
+            say(f"warning: model: {w}")
+    if verdict.ok:
+        if say is not None:
+            say(f"model: {ref.describe()}: quick verify passed ({len(verdict.files)} files)")
+        return []
+    return [Failure("model-checkpoint", f"the checkpoint in {ref.model_dir} failed the quick verify: "
+                    + "; ".join(verdict.problems), verdict.fix or "hostctl model verify",
+                    [f.line() for f in verdict.bad_files[:10]])]
 
 
 def check_port(plan: Plan) -> list[Failure]:

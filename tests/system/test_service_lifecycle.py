@@ -137,6 +137,10 @@ def test_healthy_up_passes_the_smoke_gate_and_down_leaves_nothing(demo_image, ho
     assert "/health ok" in err and "/v1/models: tiny-moe, max_model_len 2048" in err
     assert "KV cache:" in err and "full-context (2,048-token) request" in err
     assert "ok   arithmetic (chat)" in err and "ok   tool-call (tool_call)" in err
+    # The demo's model is inside the image (README "model"); a ready `up` records its cache use (README "cache").
+    assert "model: /opt/hostctl/models/tiny-moe is inside the image, nothing to verify" in err
+    use = json.loads((h.sysroot / "var/lib/hostctl/cache-use.json").read_text())
+    assert use["last_up"]["recipe"] == "demo-cpu-tiny-moe" and use["last_up"]["profile"] == "hc5-healthy"
     smoke = json.loads((h.sysroot / "var/lib/hostctl/last-smoke.json").read_text())
     assert smoke["ok"] and {r["name"] for r in smoke["results"]} == {"models", "arithmetic", "tool-call"}
     assert all(r["latency_s"] > 0 for r in smoke["results"])

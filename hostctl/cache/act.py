@@ -1,0 +1,365 @@
+"""`hostctl cache list|verify|prune`: read the cache directories of the profile's drives, judge
+them (decide.py), and for prune remove what the current plan does not use.
+
+prune's guards, in order: only generations decide.py calls unused (never one the plan uses, never
+one hostctl cannot tell); nothing while this profile's runtime container runs (the engine facts:
+its io.hostctl.profile label or its Compose project), or when the engine cannot say; consent as for provision (`--yes`, or `prune` typed at a terminal; no
+terminal: refused, exit 3); every path removed lies inside a scanned cache directory. A
+generation is renamed `.hostctl-removing.<name>` before it is deleted, so an interrupted prune
+leaves nothing the runtime could mistake for a cache, and the next prune finishes it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import TextIO
+
+from hostctl.cache import layout
+from hostctl.cache.decide import Generation, PlanKey, PrunePlan, generations, plan_prune
+from hostctl.cache.facts import CacheFacts, Root, running_runtimes, scan
+from hostctl.config import Config
+from hostctl.errors import FailedError, RefusedError
+from hostctl.units import fmt_bytes
+
+CACHE_SCHEMA = "hostctl.cache/v1"
+CHUNK = 16 * 1024 * 1024
+
+
+# ---------------------------------------------------------------- where the caches are
+
+
+def cache_roots(config: Config, storage) -> list[Root]:
+    """The directories the plan binds, and the runtime's cache directories on every profile drive
+    (older generations may sit on a drive the plan no longer uses)."""
+    from hostctl.plan.storage import ROLE_DIRS
+
+    kinds = {"planes_cache": "planes", "expert_store": "store", "compile_cache": "compile"}
+    roots: list[Root] = []
+    seen: set[str] = set()
+
+    def add(kind, path, drive=None, planned=False):
+        path = os.path.normpath(path)
+        if path in seen:
+            return
+        seen.add(path)
+        roots.append(Root(kind=kind, path=path, drive=drive, planned=planned))
+
+    for t in storage.roles:
+        add(kinds[t.role], t.host_path, t.drive, True)
+    for rs in storage.rank_stores:
+        if not rs.shared:
+            add("rank_store", rs.host_dir, rs.drive, True)
+    for role, kind in kinds.items():
+        target = getattr(config.profile.storage, role)
+        if target and target.startswith("/"):
+            add(kind, target)
+    for d in config.profile.drives:
+        for role, kind in kinds.items():
+            add(kind, f"{d.mount}/{ROLE_DIRS[role]}", d.name)
+        try:
+            names = sorted(os.listdir(d.mount))
+        except OSError:
+            names = []
+        for n in names:
+            if n.startswith(ROLE_DIRS["expert_store"] + "-rank"):
+                add("rank_store", f"{d.mount}/{n}", d.name)
+    return roots
+
+
+def plan_key_for(config: Config, usage_doc: dict | None = None) -> tuple[PlanKey, list[Root]]:
+    """The current plan's cache key (reads the storage facts, the checkpoint's stats and the usage
+    record) and the directories to scan."""
+    from hostctl.cache import usage
+    from hostctl.cache.identity import runtime_ckpt_id
+    from hostctl.facts import collect_storage
+    from hostctl.plan import path_requests
+    from hostctl.plan.storage import plan_storage
+    from hostctl.provision.storage import tensor_parallel
+
+    world = tensor_parallel(config)
+    storage = plan_storage(config, collect_storage(path_requests(config)), world)
+    rt = config.profile.runtime
+    label = None
+    if rt.model_dir:
+        from hostctl.model.facts import probe_checkpoint
+
+        ckpt_id, why = runtime_ckpt_id(rt.model_dir)
+        m = probe_checkpoint(rt.model_dir).manifest
+        label = f"{rt.model_dir} ({m.repo}@{m.revision})" if m else f"{rt.model_dir} (no hostctl manifest)"
+    else:
+        ckpt_id, why = None, f"the checkpoint ({config.recipe.model}) is inside the runtime image"
+    key = PlanKey(world=world, roots={t.role: os.path.normpath(t.host_path) for t in storage.roles},
+                  ckpt_id=ckpt_id, ckpt_reason=why, conversion_layers=config.recipe.conversion.layers,
+                  checkpoint=label)
+    image = rt.image or config.recipe.image or ""
+    last = usage.last_up_for(usage.load() if usage_doc is None else usage_doc, config.profile.name,
+                             config.recipe.id, image)
+    if last is not None:
+        key.compile_hashes = list(last.get("compile_hashes") or [])
+        key.packs_opened = list(last.get("packs_opened") or [])
+        key.compile_reason = f"recorded by `hostctl up` at {last.get('at')}"
+    return key, cache_roots(config, storage)
+
+
+def scan_for(roots: list[Root]) -> CacheFacts:
+    return scan(roots)
+
+
+@dataclass
+class CacheView:
+    key: PlanKey
+    facts: CacheFacts
+    gens: list[Generation]
+
+    def doc(self, action: str, **extra) -> dict:
+        return {"schema": CACHE_SCHEMA, "action": action,
+                "plan": {"world": self.key.world, "roots": self.key.roots, "checkpoint": self.key.checkpoint,
+                         "ckpt_id": self.key.ckpt_id,
+                         "ckpt_reason": self.key.ckpt_reason, "compile_hashes": self.key.compile_hashes,
+                         "compile_reason": self.key.compile_reason},
+                "roots": [r.model_dump() for r in self.facts.roots],
+                "generations": [g.to_dict() for g in self.gens],
+                "other": [o.model_dump() for o in self.facts.other], "errors": self.facts.errors, **extra}
+
+
+def view(config: Config) -> CacheView:
+    from hostctl.cache import usage
+
+    key, roots = plan_key_for(config)
+    facts = scan(roots)
+    return CacheView(key, facts, generations(facts, key, usage.load().get("used_at") or {}))
+
+
+def _when(ts: float | str | None) -> str:
+    if not ts:
+        return "-"
+    if isinstance(ts, str):
+        return ts.replace("+00:00", "Z")
+    return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _gen_line(g: Generation) -> str:
+    state = "complete" if g.complete else "INCOMPLETE"
+    used = {"used": "USED by the plan", "unused": "not used", "unknown": "use unknown"}[g.use]
+    last = f"last used {_when(g.last_used)}" if g.last_used else f"last written {_when(g.last_written)}"
+    key = "  ".join(f"{k}={str(v)[:12] + '...' if k == 'ckpt_id' and v else v}" for k, v in g.key.items())
+    return (f"  {g.id}  TP={g.world or '?'}  {fmt_bytes(g.size_bytes)}  {state}  {used} ({g.use_reason})  {last}\n"
+            f"      key: {key or 'unreadable'}\n"
+            f"      in {g.root}" + (f", {len(g.copies)} rank-store copies" if g.copies else ""))
+
+
+def list_text(v: CacheView) -> str:
+    lines = [f"caches for TP={v.key.world}; checkpoint {v.key.checkpoint or '-'}, identity "
+             + (v.key.ckpt_id[:16] + "..." if v.key.ckpt_id else f"unknown ({v.key.ckpt_reason})")]
+    for kind, label in (("planes", "planes cache"), ("pack", "expert-store packs"), ("compile", "compile cache")):
+        gens = [g for g in v.gens if g.kind == kind]
+        lines.append(f"{label}: {len(gens)} generation(s), {fmt_bytes(sum(g.size_bytes for g in gens))}")
+        for g in gens:
+            lines.append(_gen_line(g))
+            lines += [f"      incomplete: {p}" for p in g.problems[:5]]
+            if len(g.problems) > 5:
+                lines.append(f"      ... and {len(g.problems) - 5} more")
+    for o in v.facts.other:
+        lines.append(f"other: {o.path}  {fmt_bytes(o.usage.allocated)}  ({o.what})")
+    missing = [r.path for r in v.facts.roots if r.planned and not r.exists]
+    if missing:
+        lines.append("not there yet: " + ", ".join(missing))
+    lines += [f"error: {e}" for e in v.facts.errors]
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------- verify
+
+
+def first_difference(a: str, b: str, progress=None) -> int | None:
+    """The offset of the first differing byte of two files (or of the shorter's end), None if equal."""
+    offset = 0
+    with open(a, "rb", buffering=0) as fa, open(b, "rb", buffering=0) as fb:
+        for f in (fa, fb):
+            try:
+                os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
+            except OSError:
+                pass
+        while True:
+            x, y = fa.read(CHUNK), fb.read(CHUNK)
+            if x != y:
+                return offset + next((i for i, (p, q) in enumerate(zip(x, y)) if p != q), min(len(x), len(y)))
+            if not x:
+                return None
+            offset += len(x)
+            if progress is not None:
+                progress(len(x))
+
+
+@dataclass
+class VerifyReport:
+    view: CacheView
+    copy_results: dict[str, list[str]] = field(default_factory=dict)  # gen id -> problems with its copies
+
+    def failing(self) -> list[Generation]:
+        return [g for g in self.view.gens if g.use == "used" and (not g.complete or self.copy_results.get(g.id))]
+
+    def text(self) -> str:
+        lines = []
+        for g in self.view.gens:
+            bad = g.problems + self.copy_results.get(g.id, [])
+            checked = f", {len(g.copies)} rank-store copies byte-identical" if g.copies and g.id in self.copy_results \
+                and not self.copy_results[g.id] else ""
+            lines.append(f"{g.id} ({'used by the plan' if g.use == 'used' else g.use}): "
+                         + ("complete" + checked if not bad else "INCOMPLETE"))
+            lines += [f"  {p}" for p in bad]
+        if not self.view.gens:
+            lines.append("no cache generations on this host yet")
+        failing = self.failing()
+        lines.append(f"{len(failing)} generation(s) the plan uses are incomplete or differ from their sources"
+                     if failing else "every generation the plan uses is complete")
+        return "\n".join(lines) + "\n"
+
+
+def verify(config: Config, err: TextIO) -> VerifyReport:
+    from hostctl.model.progress import Progress
+
+    v = view(config)
+    report = VerifyReport(v)
+    for g in v.gens:
+        if g.kind != "pack" or not g.copies or g.use == "unused":
+            continue
+        pairs = [(c, s) for c, s in g.copies if not c.endswith(".lock") and os.path.isfile(s)]
+        progress = Progress(err, "comparing", len(pairs), sum(os.path.getsize(c) for c, _ in pairs))
+        problems = report.copy_results.setdefault(g.id, [])
+        for copy, source in pairs:
+            progress.start(copy, os.path.getsize(copy))
+            at = first_difference(copy, source, progress.add)
+            progress.finish("identical" if at is None else f"differs at byte {at}")
+            if at is not None:
+                problems.append(f"{copy} differs from {source} at byte {at} (`hostctl store split` copies it again "
+                                "after it is removed)")
+    return report
+
+
+# ---------------------------------------------------------------- prune
+
+
+def _inside(path: str, roots: list[Root]) -> bool:
+    real = os.path.realpath(path)
+    return any(real != os.path.realpath(r.path) and real.startswith(os.path.realpath(r.path) + os.sep)
+               for r in roots)
+
+
+def _remove(paths_: list[str], roots: list[Root]) -> None:
+    for p in paths_:
+        if not _inside(p, roots):
+            raise FailedError(f"refusing to remove {p}: it is not inside a cache directory hostctl scanned")
+    # A pack's sidecar goes first: without it the runtime rebuilds instead of trusting what is left.
+    order = sorted(paths_, key=lambda p: (not p.endswith(".json") or p.endswith(".heat.json"), p))
+    renamed = []
+    for p in order:
+        head, tail = os.path.split(p)
+        if not os.path.lexists(p):
+            continue
+        target = p if tail.startswith(layout.REMOVING_PREFIX) else os.path.join(head, layout.REMOVING_PREFIX + tail)
+        if target != p:
+            os.replace(p, target)
+        renamed.append(target)
+    for p in renamed:
+        if os.path.isdir(p) and not os.path.islink(p):
+            shutil.rmtree(p)
+        else:
+            os.unlink(p)
+
+
+@dataclass
+class PruneReport:
+    view: CacheView
+    plan: PrunePlan
+    dry_run: bool
+    removed: list[str] = field(default_factory=list)
+
+    def doc(self) -> dict:
+        return self.view.doc("prune", dry_run=self.dry_run, freed_bytes=self.plan.freed_bytes,
+                             remove=[{"id": g.id, "size_bytes": g.size_bytes, "paths": g.paths} for g in self.plan.remove]
+                             + [{"id": o.path, "size_bytes": o.usage.allocated, "paths": [o.path]}
+                                for o in self.plan.leftovers],
+                             keep=[{"id": g.id, "use": g.use, "why": g.use_reason} for g in self.plan.keep],
+                             removed=self.removed)
+
+    def text(self) -> str:
+        verb = "would remove" if self.dry_run else "removed"
+        lines = []
+        for g in self.plan.remove:
+            if self.dry_run or g.id in self.removed:
+                lines.append(f"{verb} {g.id} ({g.root}): frees {fmt_bytes(g.size_bytes)} ({g.use_reason})")
+        for o in self.plan.leftovers:
+            if self.dry_run or o.path in self.removed:
+                lines.append(f"{verb} {o.path}: frees {fmt_bytes(o.usage.allocated)} (an interrupted prune's leftover)")
+        for g in self.plan.keep:
+            lines.append(f"keep {g.id}: {g.use} ({g.use_reason})")
+        if not self.plan.remove and not self.plan.leftovers:
+            lines.append("nothing to prune: every generation is used by the plan or cannot be told apart")
+        else:
+            lines.append(f"{'would free' if self.dry_run else 'freed'} {fmt_bytes(self.plan.freed_bytes)} in all")
+        return "\n".join(lines) + "\n"
+
+
+def _refuse_if_running(config: Config, stderr: TextIO) -> None:
+    running, unknown = running_runtimes(config.profile.name, config.profile.runtime.project)
+    if unknown is not None:
+        raise RefusedError(f"cannot tell whether the runtime runs ({unknown}); nothing was removed",
+                           fix="start the Docker engine so hostctl can see its containers, then prune again")
+    ours = [r for r in running if r.ours]
+    if ours:
+        names = ", ".join(f"{r.name} (profile {r.profile})" for r in ours)
+        raise RefusedError(f"the runtime is running ({names}): it may be reading or writing these caches; "
+                           "nothing was removed", fix="`hostctl down` first, then prune")
+    for r in running:
+        stderr.write(f"note: {r.name} (profile {r.profile}) runs too; it is another profile's runtime\n")
+
+
+def _consent(plan: PrunePlan, yes: bool, stdin: TextIO, stderr: TextIO) -> None:
+    if yes:
+        return
+    what = f"{len(plan.remove) + len(plan.leftovers)} cache generation(s), {fmt_bytes(plan.freed_bytes)}"
+    if not stdin.isatty():
+        raise RefusedError(f"removing {what} needs consent, and stdin is not a terminal to ask",
+                           fix="re-run at a terminal and type `prune`, or pass --yes after reading "
+                               "`hostctl cache prune --dry-run`")
+    stderr.write(f"\nThis removes {what} (listed above). Type prune to continue: ")
+    stderr.flush()
+    typed = stdin.readline().strip()
+    if typed != "prune":
+        raise RefusedError(f"consent not given: typed {typed!r}, expected 'prune'; nothing was removed",
+                           fix="re-run and type prune, or pass --yes")
+
+
+def prune(config: Config, *, dry_run: bool, yes: bool, stdin: TextIO | None = None, stdout: TextIO | None = None,
+          stderr: TextIO | None = None) -> PruneReport:
+    stdin, stdout, stderr = stdin or sys.stdin, stdout or sys.stdout, stderr or sys.stderr
+    v = view(config)
+    plan = plan_prune(v.gens, v.facts.other)
+    report = PruneReport(v, plan, dry_run)
+    if dry_run or (not plan.remove and not plan.leftovers):
+        return report
+    _refuse_if_running(config, stderr)
+    preview = PruneReport(v, plan, True).text()
+    stderr.write(preview)
+    _consent(plan, yes, stdin, stderr)
+    _refuse_if_running(config, stderr)  # consent can take a while: look again right before removing
+    roots = v.facts.roots
+    for g in plan.remove:
+        _remove(g.paths, roots)
+        report.removed.append(g.id)
+        stderr.write(f"removed {g.id}: freed {fmt_bytes(g.size_bytes)}\n")
+    for o in plan.leftovers:
+        _remove([o.path], roots)
+        report.removed.append(o.path)
+    return report
+
+
+def dump(doc: dict) -> str:
+    return json.dumps(doc, indent=2) + "\n"
+

@@ -1,0 +1,69 @@
+"""The checkpoint identity the runtime keys its planes cache and packs by (their `ckpt_id`),
+computed the way the runtime computes it, from the host's checkpoint directory. It reads no
+shard contents: the model path the server is given, the revision (none for a local directory),
+the sha256 of config.json and of the index, and for every indexed shard its name, the name it
+resolves to, its size and its modification and change times in nanoseconds
+(docs/model-and-cache-formats.md, "Checkpoint identity").
+
+The runtime sees the checkpoint at the path the plan mounts it at (/model), through a bind mount
+that keeps inodes and so sizes and times; a change to any shard (replaced, touched, re-downloaded)
+gives a new identity and the old caches stop matching, which is what the runtime intends.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+from hostctl.plan.runtime import MODEL_IN_CONTAINER
+
+DOMAIN = b"moe-w2-checkpoint-stat-v2\0"
+INDEX_NAMES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+
+
+def runtime_ckpt_id(host_dir: str, served_path: str = MODEL_IN_CONTAINER, revision: str | None = None) -> tuple[str | None, str]:
+    """(the identity, or None, and why not). `served_path` is the model path the server is
+    started with; the runtime hashes that string, not the host path."""
+    if not os.path.isdir(host_dir):
+        return None, f"{host_dir} does not exist"
+    h = hashlib.sha256()
+    h.update(DOMAIN)
+    h.update(served_path.encode())
+    h.update(b"\0")
+    h.update((revision or "").encode())
+    try:
+        with open(os.path.join(host_dir, "config.json"), "rb") as f:
+            h.update(b"config.json\0")
+            h.update(hashlib.sha256(f.read()).digest())
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        return None, f"config.json: {exc.strerror or exc}"
+    shards: set[str] = set()
+    for name in INDEX_NAMES:
+        path = os.path.join(host_dir, name)
+        if not os.path.exists(path):
+            continue
+        try:
+            with open(path, "rb") as f:
+                raw = f.read()
+            h.update(name.encode())
+            h.update(hashlib.sha256(raw).digest())
+            shards.update(str(v) for v in json.loads(raw).get("weight_map", {}).values())
+        except (OSError, TypeError, ValueError, AttributeError) as exc:
+            return None, f"{name}: {exc}"
+    if not shards:
+        shards.update(n for n in os.listdir(host_dir) if n.endswith((".safetensors", ".bin")))
+    if not shards:
+        return None, f"no weight shards in {host_dir}"
+    for rel in sorted(shards):
+        path = os.path.join(host_dir, rel)
+        try:
+            st = os.stat(path)
+        except OSError as exc:
+            return None, f"{rel}: {exc.strerror or exc}"
+        record = {"name": rel, "resolved_blob": os.path.basename(os.path.realpath(path)), "size": st.st_size,
+                  "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns}
+        h.update(json.dumps(record, sort_keys=True, separators=(",", ":")).encode())
+    return h.hexdigest(), "computed from the checkpoint's config, index and shard stats"

@@ -1,0 +1,68 @@
+"""What `hostctl up` learned about cache use when the service became ready, kept in the state
+directory (cache-use.json): the compile-cache directories the runtime named in its log (vLLM logs
+"Using cache directory: .../torch_compile_cache/<hash>/rank_<i>_<j> for vLLM's torch.compile"),
+the pack files it opened (its pack store logs each one), and when each generation the plan used
+was last used. `cache list` shows it; decide.py uses the
+compile hashes. Recording never fails an `up`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from datetime import datetime, timezone
+
+from hostctl import paths
+from hostctl.atomic import write_atomic
+
+USAGE_FILE = "cache-use.json"
+USAGE_SCHEMA = "hostctl.cache-use/v1"
+COMPILE_DIR_RE = re.compile(r"torch_compile_cache/(?P<hash>[^/\s]+)/rank_\d+_\d+")
+# The pack store names the file it opened: "moe_w2 store[base]: PACK-FILE backend /packs/<name>.pack (...)"
+# (or "TIERED backend"); docs/model-and-cache-formats.md, "Expert-store packs".
+PACK_OPENED_RE = re.compile(r"moe_w2 store\[[^\]]*\]: (?:PACK-FILE|TIERED) backend \S*?(?P<name>[^/\s]+\.pack)\b")
+
+
+def compile_hashes(log_lines: Iterable[str]) -> list[str]:
+    """The compile-cache hashes the runtime said it uses."""
+    return sorted({m["hash"] for line in log_lines if "cache directory" in line.lower()
+                   for m in COMPILE_DIR_RE.finditer(line)})
+
+
+def packs_opened(log_lines: Iterable[str]) -> list[str]:
+    """The pack files the runtime said it opened (file names)."""
+    return sorted({m["name"] for line in log_lines for m in PACK_OPENED_RE.finditer(line)})
+
+
+def load() -> dict:
+    try:
+        doc = json.loads((paths.state_dir() / USAGE_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) and doc.get("schema") == USAGE_SCHEMA else {}
+
+
+def last_up_for(doc: dict, profile: str, recipe: str, image: str) -> dict | None:
+    last = doc.get("last_up")
+    if isinstance(last, dict) and (last.get("profile"), last.get("recipe"), last.get("image")) == (profile, recipe, image):
+        return last
+    return None
+
+
+def record_ready(config, plan, log_lines: Iterable[str]) -> None:
+    """Called by `up` once the service is ready: remember what it used."""
+    from hostctl.cache.act import plan_key_for, scan_for
+    from hostctl.cache.decide import generations
+
+    lines = list(log_lines)
+    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    doc = load() or {"schema": USAGE_SCHEMA}
+    doc["last_up"] = {"profile": config.profile.name, "recipe": config.recipe.id, "image": plan.runtime.image,
+                      "at": now, "compile_hashes": compile_hashes(lines), "packs_opened": packs_opened(lines)}
+    key, roots = plan_key_for(config, doc)
+    used = doc.setdefault("used_at", {})
+    for g in generations(scan_for(roots), key):
+        if g.use == "used":
+            used[g.id] = now
+    write_atomic(paths.state_dir() / USAGE_FILE, json.dumps(doc, indent=2) + "\n")

@@ -1,0 +1,143 @@
+"""The hub, through huggingface_hub: the only module that imports it, and only inside these
+functions, so the commands that never download (`--help`, `plan`, `status`, `up`) never load it.
+
+What is used (huggingface_hub 1.15, pinned in pyproject.toml):
+- `HfApi.model_info(repo, revision=commit, files_metadata=True)`: the commit the revision
+  resolves to and every file with its size, git blob id and, for LFS files, the sha256
+  (GET {endpoint}/api/models/{repo}/revision/{revision}?blobs=true);
+- `hf_hub_download(..., local_dir=...)`: one file into the checkpoint directory
+  (HEAD then GET {endpoint}/{repo}/resolve/{commit}/{file}). An interrupted download stays in
+  `<dir>/.cache/huggingface/download/<hash>.<etag>.incomplete` (written in 10 MiB pieces, so a
+  kill loses at most the piece in flight) and the next call resumes it with a Range request; huggingface_hub 1.18 and later start over instead (a unique file per process),
+  which is why it is pinned below that.
+- the token: huggingface_hub's own lookup (HF_TOKEN, then the token file under HF_HOME).
+  hostctl never reads, prints or stores it.
+Where the hub serves a file through Xet and hf_xet is installed, huggingface_hub takes that path;
+hostctl's tests exercise the plain HTTP path only (HF_HUB_DISABLE_XET=1 against a loopback hub).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from hostctl.errors import FailedError, InputError
+
+INCOMPLETE_DIR = os.path.join(".cache", "huggingface", "download")
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    name: str
+    size: int
+    lfs_sha256: str | None  # LFS (and Xet) files: the content sha256 the hub publishes
+    blob_id: str | None  # the git blob id (for an LFS file, that of its pointer)
+
+    @property
+    def etag(self) -> str | None:
+        """What huggingface_hub names the incomplete download after."""
+        return self.lfs_sha256 or self.blob_id
+
+
+@dataclass(frozen=True)
+class RemoteSnapshot:
+    repo: str
+    commit: str
+    files: list[RemoteFile]
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+
+def _endpoint() -> str:
+    from huggingface_hub import constants
+
+    return constants.ENDPOINT
+
+
+def _translate(exc: Exception, repo: str, revision: str, what: str) -> Exception:
+    """huggingface_hub's errors as hostctl's, by type (never by message); no header or token is echoed."""
+    from huggingface_hub import errors as hf
+
+    if isinstance(exc, hf.GatedRepoError):
+        return FailedError(f"{repo} is gated: the hub wants an account that accepted its terms",
+                           fix="accept the terms on the model's page, then export HF_TOKEN (or `hf auth login`)")
+    if isinstance(exc, hf.RevisionNotFoundError):
+        return InputError(f"the hub has no revision {revision} of {repo}",
+                          fix="check the commit hash (the model's page lists its history)")
+    if isinstance(exc, hf.RepositoryNotFoundError):
+        return InputError(f"the hub has no repository {repo} (or it is private and the token, if any, may not read it)",
+                          fix="check the name; for a private repository export HF_TOKEN")
+    if isinstance(exc, hf.RemoteEntryNotFoundError):
+        return FailedError(f"{what}: the hub lists the file but does not serve it at {revision}",
+                           fix="run the pull again; if it persists the repository changed under the revision")
+    if isinstance(exc, hf.HfHubHTTPError):
+        status = exc.response.status_code if exc.response is not None else "?"
+        return FailedError(f"{what}: the hub answered HTTP {status}", fix="run the pull again (it resumes)")
+    if isinstance(exc, hf.OfflineModeIsEnabled):
+        return FailedError(f"{what}: HF_HUB_OFFLINE is set", fix="unset HF_HUB_OFFLINE to download")
+    import httpx
+
+    if isinstance(exc, httpx.HTTPError):
+        return FailedError(f"{what}: cannot reach the hub at {_endpoint()}: {exc.__class__.__name__}",
+                           fix="check the network (or HF_ENDPOINT), then run the pull again (it resumes)")
+    return exc
+
+
+def remote_snapshot(repo: str, revision: str) -> RemoteSnapshot:
+    from huggingface_hub import HfApi
+
+    try:
+        info = HfApi().model_info(repo, revision=revision, files_metadata=True)
+    except Exception as exc:
+        raise _translate(exc, repo, revision, f"listing {repo}@{revision}") from None
+    files = []
+    for s in info.siblings or []:
+        if s.size is None:
+            raise FailedError(f"the hub listed {s.rfilename} without a size", fix="run the pull again")
+        files.append(RemoteFile(name=s.rfilename, size=int(s.size),
+                                lfs_sha256=(s.lfs.sha256 if s.lfs is not None else None), blob_id=s.blob_id))
+    return RemoteSnapshot(repo=repo, commit=info.sha or "", files=sorted(files, key=lambda f: f.name))
+
+
+def token_source() -> str | None:
+    """Where huggingface_hub will take a token from, in words (never the token)."""
+    if os.environ.get("HF_TOKEN"):
+        return "HF_TOKEN"
+    from huggingface_hub import constants
+
+    return "the hub's token file" if os.path.isfile(constants.HF_TOKEN_PATH) else None
+
+
+def partial_bytes(model_dir: str, f: RemoteFile) -> int:
+    """Bytes of `f` an interrupted download left (huggingface_hub's incomplete file)."""
+    if not f.etag:
+        return 0
+    pattern = os.path.join(glob.escape(model_dir), INCOMPLETE_DIR, f"*.{glob.escape(f.etag)}.incomplete")
+    return max((os.path.getsize(p) for p in glob.glob(pattern)), default=0)
+
+
+def download(repo: str, commit: str, f: RemoteFile, model_dir: str, on_bytes: Callable[[int], None]) -> str:
+    """One file into model_dir (resuming what an earlier run left); returns its path."""
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.utils import tqdm as hf_tqdm
+
+    class Bar(hf_tqdm):
+        """Feeds hostctl's progress instead of drawing tqdm's bar."""
+
+        def __init__(self, *args, **kwargs):
+            kwargs["disable"] = True  # `initial` (bytes resumed) is counted by the caller already
+            super().__init__(*args, **kwargs)
+
+        def update(self, n=1):
+            if n:
+                on_bytes(int(n))
+            return super().update(n)
+
+    try:
+        return hf_hub_download(repo, f.name, revision=commit, local_dir=model_dir, tqdm_class=Bar)
+    except Exception as exc:
+        raise _translate(exc, repo, commit, f"downloading {f.name}") from None

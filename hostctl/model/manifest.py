@@ -1,0 +1,136 @@
+"""The two files hostctl writes next to a checkpoint.
+
+- `.hostctl-model.json`, hostctl's manifest: the repository and commit, every file with the size
+  and hashes the hub published for it (sha256 for LFS files, the git blob id for the rest, and the
+  sha256 hostctl computed for every file), whether the pull finished, and when the checkpoint was
+  last verified at each level. `model verify` works offline from it; doctor reads its dates.
+- `.vllm-moet-snapshot.json`, the marker vLLM-MoET's bench runner and recipe launcher require
+  for a local snapshot: `{"manifest_sha256", "repo", "revision", "schema": 2}`, where
+  manifest_sha256 is their digest of config.json, the safetensors index and every indexed shard's
+  name, size and content sha256 (docs/model-and-cache-formats.md, "Snapshot marker", says how it
+  is computed and where that comes from).
+
+Both are replaced atomically (hostctl.atomic), so an interrupted pull leaves the last good one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from hostctl.atomic import write_atomic
+
+MANIFEST_NAME = ".hostctl-model.json"
+MANIFEST_SCHEMA = "hostctl.model-manifest/v1"
+MARKER_NAME = ".vllm-moet-snapshot.json"
+MARKER_SCHEMA = 2
+# The domain prefix of vLLM-MoET's model manifest digest (docs/model-and-cache-formats.md).
+MARKER_DIGEST_PREFIX = b"vllm-moet-model-manifest-v1\0"
+INDEX_NAME = "model.safetensors.index.json"
+WEIGHT_SUFFIXES = (".safetensors", ".bin")
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+class ManifestFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str  # the path in the repository (and under the checkpoint directory)
+    size: int
+    lfs: bool = False
+    hub_sha256: str | None = None  # the hub's LFS sha256 (LFS files)
+    hub_blob_id: str | None = None  # the hub's git blob id (the rest)
+    sha256: str | None = None  # the content sha256 hostctl computed and found matching the hub
+    corrupt_since: str | None = None  # when a full verify last found its content differing from sha256
+
+
+class Manifest(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    schema_: Literal["hostctl.model-manifest/v1"] = Field(default=MANIFEST_SCHEMA, alias="schema")
+    repo: str
+    revision: str
+    complete: bool = False  # every file of the revision downloaded and checked
+    files: list[ManifestFile] = Field(default_factory=list)
+    pulled_at: str | None = None
+    verified_quick_at: str | None = None
+    verified_full_at: str | None = None
+    hostctl_version: str | None = None
+
+    def file(self, name: str) -> ManifestFile | None:
+        return next((f for f in self.files if f.name == name), None)
+
+    def put(self, entry: ManifestFile) -> None:
+        self.files = [f for f in self.files if f.name != entry.name] + [entry]
+        self.files.sort(key=lambda f: f.name)
+
+    def to_json(self) -> str:
+        return self.model_dump_json(by_alias=True, indent=2) + "\n"
+
+
+def manifest_path(model_dir: str | Path) -> Path:
+    return Path(model_dir) / MANIFEST_NAME
+
+
+def write_manifest(model_dir: str | Path, manifest: Manifest) -> Path:
+    return write_atomic(manifest_path(model_dir), manifest.to_json())
+
+
+def weight_files(index_text: bytes | None, listing: list[str]) -> list[str] | None:
+    """The shard names vLLM-MoET's digest covers: the index's weight_map values, or without an
+    index the top-level *.safetensors / *.bin files. None when the index cannot be read."""
+    if index_text is not None:
+        try:
+            return sorted(set(json.loads(index_text)["weight_map"].values()))
+        except (KeyError, TypeError, ValueError):
+            return None
+    return sorted(n for n in listing if "/" not in n and n.endswith(WEIGHT_SUFFIXES))
+
+
+def marker_digest(config_text: bytes, index_text: bytes | None, shards: list[tuple[str, int, str]]) -> str:
+    """vLLM-MoET's manifest_sha256 from config.json, the index (if any) and (name, size, content
+    sha256) of each shard, in name order."""
+    h = hashlib.sha256()
+    h.update(MARKER_DIGEST_PREFIX)
+    h.update(hashlib.sha256(config_text).digest())
+    if index_text is not None:
+        h.update(hashlib.sha256(index_text).digest())
+    for name, size, sha in sorted(shards):
+        h.update(json.dumps({"name": name, "size": size, "content_sha256": sha}, sort_keys=True,
+                            separators=(",", ":")).encode())
+    return h.hexdigest()
+
+
+def marker_document(repo: str, revision: str, digest: str) -> dict:
+    return {"schema": MARKER_SCHEMA, "repo": repo, "revision": revision, "manifest_sha256": digest}
+
+
+def write_marker(model_dir: str | Path, manifest: Manifest) -> Path | None:
+    """Write the vLLM-MoET snapshot marker from the manifest's verified hashes (no re-reading of
+    the shards). None when the checkpoint lacks what the marker covers (no config.json, an index
+    naming a file the manifest has no hash for)."""
+    root = Path(model_dir)
+    try:
+        config_text = (root / "config.json").read_bytes()
+    except OSError:
+        return None
+    index_path = root / INDEX_NAME
+    index_text = index_path.read_bytes() if index_path.is_file() else None
+    names = weight_files(index_text, [f.name for f in manifest.files])
+    if not names:
+        return None
+    shards = []
+    for name in names:
+        entry = manifest.file(name)
+        if entry is None or entry.sha256 is None:
+            return None
+        shards.append((name, entry.size, entry.sha256))
+    doc = marker_document(manifest.repo, manifest.revision, marker_digest(config_text, index_text, shards))
+    return write_atomic(root / MARKER_NAME, json.dumps(doc, sort_keys=True))

@@ -1,0 +1,274 @@
+"""`hostctl model pull`: the recipe's checkpoint at its pinned commit, into runtime.model_dir.
+
+Before the first byte: the pin is a commit (a branch alone is refused, exit 2), the hub resolves
+it to that same commit, and the bytes still to download fit the free space of the model
+directory's filesystem (exit 1 with both numbers when they do not). Then each file is fetched
+(resuming what an interrupted run left), and checked against the hub's own metadata: the sha256
+of LFS files, the git blob id of the rest. The manifest (manifest.py) is rewritten after every
+checked file, so a kill or Ctrl-C loses at most the file in flight; a re-run keeps what was
+checked and adopts files already on disk whose hashes match. When every file is in, the manifest
+is marked complete and vLLM-MoET's snapshot marker is written.
+
+plan_pull() is the pure decision; run_pull() does the work.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+from hostctl import __version__
+from hostctl.config import Config
+from hostctl.errors import FailedError, InputError
+from hostctl.model.facts import CheckpointFacts, free_space, probe_checkpoint
+from hostctl.model.hashing import digests
+from hostctl.model.manifest import MARKER_NAME, Manifest, ManifestFile, now_iso, write_manifest, write_marker
+from hostctl.model.progress import Progress
+from hostctl.model.resolve import ModelRef, load_ref
+from hostctl.units import fmt_bytes
+
+MODEL_SCHEMA = "hostctl.model/v1"
+PULL_LOCK = ".hostctl-pull.lock"
+
+
+def _bytes(n: int | None) -> str:
+    return "unknown" if n is None else f"{fmt_bytes(n)} ({n} bytes)"
+
+
+@dataclass
+class PullPlan:
+    repo: str
+    commit: str
+    model_dir: str
+    files: list  # every RemoteFile of the revision
+    kept: list[str] = field(default_factory=list)  # already checked by an earlier pull (manifest)
+    todo: list[str] = field(default_factory=list)  # to download, resume or adopt
+    partial: dict[str, int] = field(default_factory=dict)  # bytes an interrupted download left
+    need_bytes: int = 0  # new space the download needs
+    free_bytes: int | None = None
+    free_at: str = ""
+    extra_files: list[str] = field(default_factory=list)  # on disk, not part of this revision
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+    @property
+    def short(self) -> bool:
+        return self.free_bytes is not None and self.need_bytes > self.free_bytes
+
+
+def _matches(entry: ManifestFile | None, f) -> bool:
+    if entry is None or entry.size != f.size or entry.sha256 is None or entry.corrupt_since:
+        return False
+    if f.lfs_sha256:
+        return entry.hub_sha256 == f.lfs_sha256
+    return entry.hub_blob_id == f.blob_id
+
+
+def plan_pull(snapshot, cp: CheckpointFacts, partial: dict[str, int], free: tuple[str, int | None]) -> PullPlan:
+    """What to fetch and whether it fits. A file counts as kept only when the manifest of this same
+    repository and commit recorded it checked, with the size it has on disk now."""
+    plan = PullPlan(repo=snapshot.repo, commit=snapshot.commit, model_dir=cp.path, files=snapshot.files,
+                    free_at=free[0], free_bytes=free[1])
+    m = cp.manifest
+    same = m is not None and m.repo == snapshot.repo and m.revision == snapshot.commit
+    for f in snapshot.files:
+        on_disk = cp.sizes.get(f.name)
+        if same and on_disk == f.size and _matches(m.file(f.name), f):
+            plan.kept.append(f.name)
+            continue
+        plan.todo.append(f.name)
+        got = partial.get(f.name, 0)
+        if got:
+            plan.partial[f.name] = got
+        # A file already on disk is replaced in place (huggingface_hub removes it first): its
+        # space comes back; an interrupted download continues where it stopped.
+        plan.need_bytes += max(0, f.size - got - (on_disk or 0))
+    if m is not None:
+        names = {f.name for f in snapshot.files}
+        plan.extra_files = sorted(n for n in (f.name for f in m.files) if n not in names)
+    return plan
+
+
+@dataclass
+class PullReport:
+    ref: ModelRef
+    dry_run: bool
+    plan: PullPlan | None = None
+    statuses: dict[str, str] = field(default_factory=dict)  # file -> kept / downloaded / adopted / would download
+    downloaded_bytes: int = 0
+    marker: str | None = None
+    warnings: list[str] = field(default_factory=list)
+    token: str | None = None  # where the token came from, in words
+
+    def to_dict(self) -> dict:
+        p = self.plan
+        return {
+            "schema": MODEL_SCHEMA, "action": "pull", "ok": True, "dry_run": self.dry_run,
+            "model": self.ref.to_dict(),
+            "commit": p.commit if p else None, "dir": self.ref.model_dir,
+            "total_bytes": p.total_bytes if p else 0, "need_bytes": p.need_bytes if p else 0,
+            "free_bytes": p.free_bytes if p else None, "downloaded_bytes": self.downloaded_bytes,
+            "files": [{"name": f.name, "size": f.size, "status": self.statuses.get(f.name, "kept")}
+                      for f in (p.files if p else [])],
+            "marker": self.marker, "token": self.token, "warnings": self.warnings,
+        }
+
+    def text(self) -> str:
+        if self.plan is None:
+            return self.ref.describe() + "\n"
+        p = self.plan
+        counts: dict[str, int] = {}
+        for s in self.statuses.values():
+            counts[s] = counts.get(s, 0) + 1
+        head = (f"{p.repo}@{p.commit} -> {p.model_dir}: {len(p.files)} files, {fmt_bytes(p.total_bytes)}"
+                + (f" ({', '.join(f'{n} {s}' for s, n in sorted(counts.items()))})" if counts else ""))
+        lines = [head]
+        if self.dry_run:
+            lines.append(f"would download {fmt_bytes(p.need_bytes)}; {fmt_bytes(p.free_bytes or 0)} free at {p.free_at}")
+            lines += [f"  {name}" + (f" (resume at {fmt_bytes(p.partial[name])})" if name in p.partial else "")
+                      for name in p.todo]
+        else:
+            lines.append("every file checked against the hub's metadata; manifest written"
+                         + (f"; {MARKER_NAME} written" if self.marker else ""))
+        lines += [f"warning: {w}" for w in self.warnings]
+        return "\n".join(lines) + "\n"
+
+
+def _expected(f) -> str:
+    return f"sha256 {f.lfs_sha256}" if f.lfs_sha256 else f"git blob id {f.blob_id}"
+
+
+def _check(f, path: str) -> ManifestFile | None:
+    """The manifest entry for a file on disk whose content matches the hub's metadata, else None."""
+    d = digests(path, blob_id=f.lfs_sha256 is None)
+    if d.size != f.size:
+        return None
+    if f.lfs_sha256 and d.sha256 != f.lfs_sha256:
+        return None
+    if not f.lfs_sha256 and f.blob_id and d.blob_id != f.blob_id:
+        return None
+    return ManifestFile(name=f.name, size=f.size, lfs=f.lfs_sha256 is not None, hub_sha256=f.lfs_sha256,
+                        hub_blob_id=f.blob_id, sha256=d.sha256)
+
+
+def run_pull(config: Config, *, revision: str | None, dry_run: bool, err: TextIO) -> PullReport:
+    ref = load_ref(config, revision)
+    report = PullReport(ref=ref, dry_run=dry_run)
+    if ref.kind == "image":
+        return report
+    if ref.kind == "local":
+        raise InputError(f"nothing to pull: the recipe's model {ref.model} is a path, and the profile mounts "
+                         f"runtime.model_dir {ref.model_dir} over it",
+                         fix="name a registry model or a hub repository with a revision in the recipe, or check "
+                             "this checkpoint with `hostctl model verify`")
+    if ref.pin_problem:
+        raise InputError(ref.pin_problem, fix=ref.pin_fix)
+    if not ref.model_dir:
+        raise InputError("runtime.model_dir is not set: there is nowhere to put the checkpoint",
+                         fix="set runtime.model_dir in the profile to a directory on a drive with room "
+                             f"(~{ref.approx_gb or '?'} GB)")
+    from hostctl.model import hub
+
+    report.token = hub.token_source()
+    snapshot = hub.remote_snapshot(ref.repo, ref.revision)
+    if snapshot.commit != ref.revision:
+        raise FailedError(f"the hub resolved {ref.revision} to commit {snapshot.commit or '(none)'}",
+                          fix="pin the full 40-hex commit the recipe was proven on")
+    if not snapshot.files:
+        raise FailedError(f"the hub lists no files for {ref.repo}@{ref.revision}")
+    model_dir = ref.model_dir
+    cp = probe_checkpoint(model_dir)
+    partial = {f.name: hub.partial_bytes(model_dir, f) for f in snapshot.files} if cp.exists else {}
+    plan = plan_pull(snapshot, cp, partial, free_space(model_dir))
+    report.plan = plan
+    if plan.extra_files:
+        report.warnings.append(f"{len(plan.extra_files)} file(s) in {model_dir} are not part of this revision and "
+                               f"were left alone: {', '.join(plan.extra_files[:5])}")
+    if plan.short:
+        raise FailedError(
+            f"not enough space: {plan.free_at} has {_bytes(plan.free_bytes)} free; the download needs "
+            f"{_bytes(plan.need_bytes)} more (the revision is {_bytes(plan.total_bytes)}); nothing was downloaded",
+            fix="free space there or point runtime.model_dir at a larger drive")
+    if dry_run:
+        report.statuses = {n: "would download" for n in plan.todo}
+        return report
+
+    from hostctl.service.lock import LifecycleLock
+
+    Path(model_dir).mkdir(parents=True, exist_ok=True)
+    # One pull per checkpoint directory: two would race on the same files and manifest.
+    with LifecycleLock("model pull", Path(model_dir) / PULL_LOCK):
+        _fetch(plan, cp, snapshot, report, err)
+    return report
+
+
+def _fetch(plan: PullPlan, cp: CheckpointFacts, snapshot, report: PullReport, err: TextIO) -> None:
+    from hostctl.model import hub
+
+    model_dir = plan.model_dir
+    m = cp.manifest if (cp.manifest and cp.manifest.repo == plan.repo and cp.manifest.revision == plan.commit) \
+        else Manifest(repo=plan.repo, revision=plan.commit)
+    if plan.todo:
+        m = m.model_copy(update={"complete": False, "hostctl_version": __version__})
+        write_manifest(model_dir, m)
+        # The marker vouches for the old contents; it comes back when this pull is complete.
+        (Path(model_dir) / MARKER_NAME).unlink(missing_ok=True)
+    by_name = {f.name: f for f in snapshot.files}
+    todo_bytes = sum(max(0, by_name[n].size - plan.partial.get(n, 0)) for n in plan.todo)
+    progress = Progress(err, "downloading", len(plan.todo), todo_bytes)
+    report.statuses = {n: "kept" for n in plan.kept}
+    try:
+        for name in plan.todo:
+            f = by_name[name]
+            path = os.path.join(model_dir, f.name)
+            entry = None
+            if cp.sizes.get(name) == f.size and name not in plan.partial:
+                progress.start(name, f.size, verb="checking")
+                entry = _check(f, path)  # already here (an earlier run, or copied in): adopt it if it matches
+                progress.finish("matches the hub: kept" if entry else "differs from the hub: downloading it again")
+                if entry is not None:
+                    report.statuses[name] = "adopted"
+            if entry is None:
+                if os.path.lexists(path):
+                    # Wrong size or content: gone before the download, or huggingface_hub would hand back
+                    # this copy when its own metadata says it fetched this commit once.
+                    os.unlink(path)
+                progress.start(name, f.size, plan.partial.get(name, 0))
+
+                def counted(n: int) -> None:
+                    report.downloaded_bytes += n
+                    progress.add(n)
+
+                hub.download(plan.repo, plan.commit, f, model_dir, counted)
+                entry = _check(f, path)
+                if entry is None:
+                    os.unlink(path)
+                    raise FailedError(f"{name} as downloaded does not match the hub's {_expected(f)}; it was removed",
+                                      fix="run the pull again; if it fails the same way, the transfer is being altered")
+                progress.finish("checked")
+                report.statuses[name] = "downloaded"
+            m.put(entry)
+            write_manifest(model_dir, m)
+    except KeyboardInterrupt:
+        done = sum(1 for s in report.statuses.values() if s in ("downloaded", "adopted"))
+        raise FailedError(f"interrupted: {done} of {len(plan.todo)} file(s) fetched and checked this run",
+                          fix="run `hostctl model pull` again: it keeps what was checked and resumes the rest") from None
+    when = now_iso()
+    # Every file fetched or adopted now was hashed now; kept ones were hashed by an earlier pull, so a
+    # full check of the whole checkpoint dates from the oldest of those.
+    m = m.model_copy(update={"complete": True, "pulled_at": when if plan.todo else (m.pulled_at or when),
+                             "verified_quick_at": when,
+                             "verified_full_at": when if not plan.kept else (m.verified_full_at or m.pulled_at),
+                             "hostctl_version": __version__})
+    write_manifest(model_dir, m)
+    marker = write_marker(model_dir, m)
+    report.marker = str(marker) if marker else None
+    if marker is None:
+        report.warnings.append(f"no {MARKER_NAME} written: the checkpoint has no config.json or weight files it covers")
+    # Every file is in: what interrupted downloads (of this or an earlier revision) left is garbage now.
+    for leftover in Path(model_dir, hub.INCOMPLETE_DIR).glob("*.incomplete"):
+        leftover.unlink(missing_ok=True)
