@@ -48,6 +48,13 @@ def port_requests(config) -> list[tuple[str, int]]:
     return [(rt.api_host, rt.api_port)]
 
 
+def image_requests(config) -> list[str]:
+    """The runtime image the plan will name (as hostctl/plan/runtime.py picks it), resolved to its
+    image id for the service fingerprint."""
+    ref = config.profile.runtime.image or config.recipe.image
+    return [ref] if ref else []
+
+
 def build_report(opts: Options, err: TextIO | None = None):
     """Everything but printing: (report, config, facts, plan)."""
     from hostctl.doctor.diagnose import diagnose_file
@@ -77,7 +84,8 @@ def build_report(opts: Options, err: TextIO | None = None):
         from hostctl.facts import collect
         from hostctl.plan import path_requests
 
-        facts = collect(path_requests(config) if config else (), port_requests(config) if config else ())
+        facts = collect(path_requests(config) if config else (), port_requests(config) if config else (),
+                        image_requests(config) if config else ())
         source = "live"
     t2 = time.perf_counter()
     timings["facts"] = t2 - t1
