@@ -133,11 +133,14 @@ def _warmup(api: Api, n: int, say: Say) -> float:
 
 def run(config: Config, plan: Plan, suite_ref: str, *, out_dir: Path | None, say: Say,
         progress: Callable[[int, int, str], None] | None = None, service: Service | None = None,
-        keep_raw: bool = True) -> tuple[dict, Path]:
-    """Run the suite; returns (result, path written). Raises Interrupted after writing an
-    interrupted result; FailedError when there is no ready service (nothing written)."""
+        keep_raw: bool = True, specs: list[suites.ProbeSpec] | None = None,
+        store_verdict: bool = True) -> tuple[dict, Path]:
+    """Run the suite (or `specs`, probes taken from it, as tune does); returns (result, path
+    written). Raises Interrupted after writing an interrupted result; FailedError when there is
+    no ready service (nothing written). store_verdict=False keeps a qualify run from replacing
+    the stored verdict (tune qualifies its trial variants, not the service)."""
     suite = suites.load_suite(suite_ref)
-    specs = suites.merge(suite, config.recipe)
+    specs = specs if specs is not None else suites.merge(suite, config.recipe)
     svc = service or ready_service(config, plan)
     out_dir = out_dir or default_out_dir()
     started = _now()
@@ -195,7 +198,7 @@ def run(config: Config, plan: Plan, suite_ref: str, *, out_dir: Path | None, say
         doc["summary"] = {s: sum(1 for p in doc["probes"] if p["status"] == s) for s in ("ok", "failed", "skipped")}
         write_atomic(path, json.dumps(doc, indent=2) + "\n")
         if suite.id == qualify.QUALIFY_SUITE and doc["status"] != "interrupted":
-            doc["qualify"] = qualify.store(doc, str(path))
+            doc["qualify"] = qualify.store(doc, str(path)) if store_verdict else qualify.verdict(doc, str(path))
             write_atomic(path, json.dumps(doc, indent=2) + "\n")
     return doc, path
 

@@ -31,12 +31,11 @@ import time
 from pathlib import Path
 
 SEED = 0
-MAX_STEPS = 3000
-# Needle training: prompts of up to this many filler words (the 2,048-token context holds about
-# 1,900 with the question and template), a few per step next to the smoke examples.
-NEEDLE_MAX_WORDS = 1800
-NEEDLE_SHORT_WORDS = 60
-NEEDLE_BATCH = 8
+MAX_STEPS = 1500
+# Needle training: a batch of short needle prompts per step next to the smoke examples.
+NEEDLE_SHORT_WORDS = 24
+NEEDLE_BATCH = 32
+NEEDLE_STEPS = 600  # a step budget, not a clock: the same inputs make the same model on any machine
 SPECIALS = ["<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>"]
 TOOL_TOKENS = ["<tool_call>", "</tool_call>"]
 EOS = "<|im_end|>"
@@ -112,7 +111,7 @@ def main() -> int:
     ap.add_argument("--smoke", required=True, type=Path, help="the recipe's smoke list as JSON")
     ap.add_argument("--needle", type=Path, help="hostctl's needle format as JSON (hostctl.bench.text.needle_spec)")
     ap.add_argument("--out", required=True, type=Path)
-    ap.add_argument("--seconds", type=float, default=240.0, help="give up training after this long")
+    ap.add_argument("--seconds", type=float, default=1200.0, help="give up training after this long")
     args = ap.parse_args()
 
     import torch
@@ -193,7 +192,7 @@ def main() -> int:
     # A fixed held-out set (its own seed) at short, middle and near-full lengths: training stops
     # only when every one of them is answered, so the demo's context ladder has a model that can.
     held_rng = random.Random(SEED + 1)
-    held_out = [encode_needle(*needle_example(needle, held_rng, n)) for n in (20, 300, 900, 1750, 1800)] \
+    held_out = [encode_needle(*needle_example(needle, held_rng, n)) for n in (20, 300, 900, 1800, 1900)] \
         if needle else []
     for p, c in held_out:
         assert len(p) + len(c) <= 2048, f"a held-out needle prompt of {len(p)} tokens does not fit 2048"
@@ -239,9 +238,11 @@ def main() -> int:
             mask.append([1] * (len(p) + len(c)) + [0] * pad)
         return torch.tensor(ids), torch.tensor(labels), torch.tensor(mask)
 
-    opt = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.0)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
     t0 = time.monotonic()
     model.train()
+    smoke_ok = needle_ok = False
+    needle_avg = None
     for step in range(1, MAX_STEPS + 1):
         opt.zero_grad()
         total = 0.0
@@ -251,26 +252,36 @@ def main() -> int:
             loss = model(input_ids=ids, labels=labels).loss
             loss.backward()
             total += loss.item()
-        if needle:
-            # Short prompts (the copy is learned there); every 10th step one batch near the
-            # whole context, so attention stays sharp over 2,000 tokens of filler.
-            longest = NEEDLE_MAX_WORDS if step % 10 == 0 else NEEDLE_SHORT_WORDS
-            ids, labels, mask = needle_batch(2 if step % 10 == 0 else NEEDLE_BATCH, longest)
+        if needle and not needle_ok:
+            # Short prompts only: a copy learned over a few dozen words holds over the whole context
+            # (the held-out set below checks it at up to 1,800 words).
+            ids, labels, mask = needle_batch(NEEDLE_BATCH, NEEDLE_SHORT_WORDS)
             loss = model(input_ids=ids, labels=labels, attention_mask=mask).loss
             loss.backward()
-            total += loss.item()
+            needle_avg = loss.item() if needle_avg is None else 0.8 * needle_avg + 0.2 * loss.item()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        if step % 25 == 0:
-            print(f"make_model: step {step} loss {total:.4f} ({time.monotonic() - t0:.1f} s)", flush=True)
-            if total < 0.05 * (len(seqs) + 1) and answers_all():
+        if step % 20 == 0:
+            print(f"make_model: step {step} smoke loss {total:.4f}" + (f", needle loss {needle_avg:.4f}" if needle_avg
+                  is not None else "") + f" ({time.monotonic() - t0:.1f} s)", flush=True)
+            smoke_ok = total < 0.05 and all(greedy_ok(model, dt, smoke_cases, 4.0)
+                                            for dt in (torch.float32, torch.bfloat16))
+            if needle and not needle_ok and needle_avg is not None and needle_avg < 0.05:
+                needle_ok = all(greedy_ok(model, dt, held_out, 2.0) for dt in (torch.float32, torch.bfloat16))
+                print(f"make_model: needle held-out {'answered' if needle_ok else 'not yet answered'}", flush=True)
+            if smoke_ok and (needle_ok or not needle or step >= NEEDLE_STEPS):
                 break
         if time.monotonic() - t0 > args.seconds:
-            print("make_model: out of time before the model answered the smoke and needle prompts", file=sys.stderr)
+            print("make_model: out of time before the model answered the smoke prompts", file=sys.stderr)
             return 1
-    else:
-        print("make_model: did not converge", file=sys.stderr)
+    if not smoke_ok:
+        print("make_model: did not converge on the smoke prompts", file=sys.stderr)
         return 1
+    if needle and not needle_ok:
+        # Not fatal: the demo still serves; `hostctl bench --suite qualify` then reports its needle
+        # rungs as failed, which is the truth about this model.
+        print(f"make_model: the needle format was NOT learned in {NEEDLE_STEPS} steps: the needle rungs will fail",
+              flush=True)
     print(f"make_model: trained in {step} steps, {time.monotonic() - t0:.1f} s", flush=True)
     save(model, "tiny-moe")
     shutil.rmtree(tok_dir)
