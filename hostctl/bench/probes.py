@@ -237,7 +237,7 @@ def needle(ctx: ProbeContext, spec: ProbeSpec) -> dict:
 
 def arithmetic(ctx: ProbeContext, spec: ProbeSpec) -> dict:
     min_score = int(spec.params.get("min_score", 1))
-    max_tokens = int(spec.params.get("max_tokens", 512))
+    max_tokens = int(spec.params.get("max_tokens", 256))
     rows = []
     for i, (q, gold) in enumerate(text.ARITHMETIC):
         room = ctx.context - ctx.api.chat_tokens(q)

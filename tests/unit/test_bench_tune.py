@@ -3,6 +3,8 @@ params merge as vLLM-MoET merges them, trial and boot planning, constraints, the
 the service fingerprint, the qualify verdict, doctor's service.qualified and the tune chart."""
 
 import json
+import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -287,3 +289,74 @@ def test_doctor_judges_the_stored_verdict_against_this_plan(tmp_path, capsys):
     assert moved["status"] == "warn" and "measured under recipe something-else" in moved["summary"]
     failed = _doctor(with_state({**verdict, "passed": False}, image_id), capsys)
     assert failed["status"] == "fail" and failed["code"] == 1
+
+
+# ---------------------------------------------------------------- the sweep's orchestration
+
+
+def _sweep(tmp_path, up, down):
+    from hostctl.config import Config, load_profile
+    from hostctl.facts import load_snapshot
+
+    data = yaml.safe_load((ROOT / "runtime" / "recipes" / "demo-cpu-tiny-moe.yaml").read_text())
+    recipe = parse_recipe(data)
+    cfg = Config(profile=load_profile(HOSTS / "demo-cpu.toml"), recipe=recipe, source=str(HOSTS / "demo-cpu.toml"))
+    return trunner.Sweep(cfg, data, "demo.yaml", trunner.plan_for(data, recipe),
+                         facts=load_snapshot(HOSTS / "demo-cpu.facts.json"), out_dir=tmp_path, say=lambda m: None,
+                         hostctl_bin="hostctl", up=up, down=down)
+
+
+def test_a_failed_boot_is_recorded_and_the_sweep_goes_on(tmp_path):
+    # The lifecycle is up's own in the system tests; here a stand-in with its signature fails every boot.
+    from hostctl.diagnosis import Finding
+    from hostctl.errors import FailedError
+    from hostctl.service.lifecycle import Outcome
+
+    seen, downs = [], []
+
+    def up(cfg, plan, facts, **kw):
+        seen.append(cfg.recipe.args().get("--max-num-seqs"))
+        if len(seen) == 2:
+            raise FailedError("preflight: the API port 127.0.0.1:8000 is already taken", fix="stop it")
+        return Outcome(ready=False, endpoint="http://127.0.0.1:8000",
+                       cause=Finding("container-oom", "OOM", "the cap", "raise it in 2 GiB steps", []))
+
+    sweep = _sweep(tmp_path, up, lambda cfg, plan, say: downs.append(1))
+    doc = sweep.run()
+    assert seen == ["2", "4", "2", "4"] and doc["boot_count"] == 4
+    assert [b["cause"]["id"] for b in doc["boots"]] == ["container-oom", "preflight", "container-oom", "container-oom"]
+    assert all(t["status"] == "failed" for t in doc["trials"]) and doc["status"] == "no_winner"
+    assert downs == []  # up takes a failed start down itself; preflight started nothing
+
+
+def test_an_interrupted_boot_is_taken_down_and_recorded(tmp_path):
+    from hostctl.interrupt import Interrupted
+
+    downs = []
+
+    def up(cfg, plan, facts, **kw):
+        raise Interrupted(signal.SIGTERM)
+
+    sweep = _sweep(tmp_path, up, lambda cfg, plan, say: downs.append(plan.runtime.project))
+    with pytest.raises(Interrupted):
+        sweep.run()
+    assert downs == ["hostctl"] and sweep.doc["status"] == "interrupted"
+    assert sweep.doc["interrupted"] == {"signal": "SIGTERM"}
+    assert [b["status"] for b in sweep.doc["boots"]] == ["starting", "not_run", "not_run", "not_run"]
+    path = sweep.write(write_recipe=True)
+    assert json.loads(path.read_text())["status"] == "interrupted" and sweep.doc["tuned_recipe"] is None
+
+
+def test_signals_become_interrupted_with_the_shell_exit_code():
+    import os
+
+    from hostctl.interrupt import Interrupted, signals_raise
+
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(Interrupted) as exc:
+        with signals_raise():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1)
+    assert exc.value.exit_code == 143 and exc.value.signal_name == "SIGTERM"
+    assert signal.getsignal(signal.SIGTERM) == before  # restored
+    assert Interrupted(signal.SIGINT).exit_code == 130
