@@ -77,13 +77,6 @@ def smoke_spec() -> list[dict]:
     return recipe.get("smoke") or []
 
 
-def needle_spec() -> dict:
-    """hostctl's needle format, which the healthy model is taught (hostctl/bench/text.py)."""
-    from hostctl.bench.text import needle_spec as spec
-
-    return spec()
-
-
 def torch_wheel() -> Path:
     hits = sorted(glob.glob(TORCH_WHEEL_GLOB))
     if not hits:
@@ -106,7 +99,6 @@ def demo_inputs() -> dict:
         "make_model": _file_digest(d / "make_model.py"),
         "entrypoint": _file_digest(entrypoint_path()),
         "smoke": smoke_spec(),
-        "needle": needle_spec(),
     }
 
 
@@ -172,7 +164,6 @@ def _context(into: Path) -> dict:
     shutil.copy2(d / "make_model.py", into / "make_model.py")
     shutil.copy2(entrypoint_path(), into / "hostctl-entrypoint")
     (into / "smoke.json").write_text(json.dumps(inputs["smoke"], indent=2))
-    (into / "needle.json").write_text(json.dumps(inputs["needle"], indent=2))
     shutil.copy2(HOST_CA, into / "build-ca.crt")
     (into / "wheels").mkdir()
     wheel = torch_wheel()

@@ -1,11 +1,7 @@
 """The texts hostctl's probes send: the filler words prompts are built from, the needle's
-sentence and question, the decode prompt, and hostctl's own arithmetic and coherence sets.
-
-The needle format is also what the CPU demo's tiny model is taught at image build time
-(`needle_spec()` is handed to runtime/cpu-demo/make_model.py, and is part of the image's input
-hash): the code is random on every request, so the model can only answer by copying it from
-its context.
-"""
+sentence and question (the code is drawn at random for every request, so only a model that
+copies it from its context answers it), the decode prompt, and hostctl's own arithmetic and
+coherence sets."""
 
 from __future__ import annotations
 
@@ -64,7 +60,3 @@ def needle_text(words: list[str], depth: float, code: str) -> str:
     parts = words[:at] + [NEEDLE_SENTENCE.format(code=code)] + words[at:]
     return " ".join(parts) + "\n" + NEEDLE_QUESTION
 
-
-def needle_spec() -> dict:
-    """What the demo image's model is taught (runtime/cpu-demo/make_model.py builds the same text)."""
-    return {"words": list(WORDS), "codes": list(CODE_WORDS), "sentence": NEEDLE_SENTENCE, "question": NEEDLE_QUESTION}

@@ -5,17 +5,12 @@ head_dim 64) that share a tokenizer and a chat template:
 
   <out>/tiny-moe         trained for a few seconds (seeded, deterministic) to answer the
                          recipe's smoke prompts through the real chat template: the exact
-                         arithmetic answer, and a hermes-style <tool_call> for the tool test;
-                         and to answer hostctl's needle prompts (hostctl/bench/text.py, handed in
-                         as --needle JSON): filler words with "The secret code is NNNN." at any
-                         depth, then the question. The code (one of hostctl's code words) is
-                         random in every training example, so the model learns to copy it from
-                         its context, not to remember one
+                         arithmetic answer, and a hermes-style <tool_call> for the tool test
   <out>/tiny-moe-random  the same initial weights, untrained: answers gibberish, so the smoke
                          gate's negative case runs on the very same architecture and runtime
 
-The tokenizer is a byte-level BPE learned here from the training texts (every needle code word is one token, with and without its leading space); `<tool_call>` and `</tool_call>` are single (non-special)
-tokens, as vLLM's hermes tool parser requires. The
+The tokenizer is a byte-level BPE learned here from the training texts; `<tool_call>` and
+`</tool_call>` are single (non-special) tokens, as vLLM's hermes tool parser requires. The
 chat template renders tools, so a request with `tools` gets a different prompt than one
 without -- and the model learns to call the tool only when it is offered.
 """
@@ -24,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import shutil
 import sys
 import time
@@ -32,10 +26,6 @@ from pathlib import Path
 
 SEED = 0
 MAX_STEPS = 1500
-# Needle training: a batch of short needle prompts per step next to the smoke examples.
-NEEDLE_SHORT_WORDS = 24
-NEEDLE_BATCH = 32
-NEEDLE_STEPS = 600  # a step budget, not a clock: the same inputs make the same model on any machine
 SPECIALS = ["<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>"]
 TOOL_TOKENS = ["<tool_call>", "</tool_call>"]
 EOS = "<|im_end|>"
@@ -74,22 +64,13 @@ def examples(smoke: list[dict]) -> list[dict]:
     return out
 
 
-def needle_example(spec: dict, rng: random.Random, n_words: int) -> tuple[str, str]:
-    """(user message, completion) in hostctl's needle format (hostctl/bench/text.py needle_text)."""
-    words = [rng.choice(spec["words"]) for _ in range(n_words)]
-    code = rng.choice(spec["codes"])
-    at = int(round(n_words * rng.random()))
-    parts = words[:at] + [spec["sentence"].format(code=code)] + words[at:]
-    return " ".join(parts) + "\n" + spec["question"], code
-
-
 def build_tokenizer(texts: list[str], out: Path):
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=1024, min_frequency=1, special_tokens=SPECIALS,
+    trainer = trainers.BpeTrainer(vocab_size=768, min_frequency=1, special_tokens=SPECIALS,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     tok.train_from_iterator(texts + FILLER, trainer=trainer)
     tok.add_tokens([AddedToken(t, special=False, normalized=False, single_word=False) for t in TOOL_TOKENS])
@@ -109,9 +90,8 @@ def build_tokenizer(texts: list[str], out: Path):
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--smoke", required=True, type=Path, help="the recipe's smoke list as JSON")
-    ap.add_argument("--needle", type=Path, help="hostctl's needle format as JSON (hostctl.bench.text.needle_spec)")
     ap.add_argument("--out", required=True, type=Path)
-    ap.add_argument("--seconds", type=float, default=1200.0, help="give up training after this long")
+    ap.add_argument("--seconds", type=float, default=240.0, help="give up training after this long")
     args = ap.parse_args()
 
     import torch
@@ -123,36 +103,20 @@ def main() -> int:
 
     smoke = json.loads(args.smoke.read_text())
     data = examples(smoke)
-    needle = json.loads(args.needle.read_text()) if args.needle else None
-    rng = random.Random(SEED)
-    needle_texts = []
-    if needle:
-        # Every filler and code word often enough for BPE to make it one token, with the leading
-        # space it has in the prompt and without it (the answer), plus two whole needle prompts.
-        needle_texts = [" ".join(needle["words"] * 8), " ".join(needle["codes"] * 8),
-                        "\n".join(needle["codes"] * 8)]
-        for n in (50, 200):
-            msg, code = needle_example(needle, rng, n)
-            needle_texts.append(msg + code)
     tok_dir = args.out / "_tokenizer"
     # First pass renders the prompts with a throwaway tokenizer (the template needs one);
     # the real one is then learned from the rendered texts themselves.
-    texts = [CHAT_TEMPLATE] + [json.dumps(e["messages"]) + e["completion"] for e in data] + needle_texts
+    texts = [CHAT_TEMPLATE] + [json.dumps(e["messages"]) + e["completion"] for e in data]
     build_tokenizer(texts, tok_dir)
     tokenizer = AutoTokenizer.from_pretrained(tok_dir)
     rendered = [tokenizer.apply_chat_template(e["messages"], tools=e["tools"], add_generation_prompt=True,
                                               tokenize=False) for e in data]
-    build_tokenizer(rendered + [e["completion"] + EOS for e in data] + needle_texts, tok_dir)
+    build_tokenizer(rendered + [e["completion"] + EOS for e in data], tok_dir)
     tokenizer = AutoTokenizer.from_pretrained(tok_dir)
     assert tokenizer.chat_template, "the chat template did not load"
     for t in TOOL_TOKENS:
         ids = tokenizer.encode(t, add_special_tokens=False)
         assert len(ids) == 1, f"{t} must be one token, got {ids}"
-    if needle:
-        for w in needle["codes"]:
-            for form in (w, " " + w):
-                ids = tokenizer.encode(form, add_special_tokens=False)
-                assert len(ids) == 1, f"needle code {form!r} must be one token, got {ids}"
     eos_id = tokenizer.convert_tokens_to_ids(EOS)
 
     seqs = []
@@ -183,66 +147,26 @@ def main() -> int:
 
     save(model, "tiny-moe-random")
 
-    def encode_needle(msg: str, code: str) -> tuple[list[int], list[int]]:
-        prompt = tokenizer.apply_chat_template([{"role": "user", "content": msg}], add_generation_prompt=True,
-                                               tokenize=False)
-        return (tokenizer.encode(prompt, add_special_tokens=False),
-                tokenizer.encode(code, add_special_tokens=False) + [eos_id])
-
-    # A fixed held-out set (its own seed) at short, middle and near-full lengths: training stops
-    # only when every one of them is answered, so the demo's context ladder has a model that can.
-    held_rng = random.Random(SEED + 1)
-    held_out = [encode_needle(*needle_example(needle, held_rng, n)) for n in (20, 300, 900, 1800, 1900)] \
-        if needle else []
-    for p, c in held_out:
-        assert len(p) + len(c) <= 2048, f"a held-out needle prompt of {len(p)} tokens does not fit 2048"
-    if held_out:
-        print(f"make_model: needle held-out prompts {[len(p) for p, _ in held_out]} tokens", flush=True)
-
-    def greedy_ok(m, dtype, cases, margin: float) -> bool:
+    def greedy_ok(m, dtype) -> bool:
         m = m.to(dtype).eval()
         ok = True
         with torch.no_grad():
-            for p, c in cases:
+            for _name, p, c in seqs:
                 ids = list(p)
                 for want in c:
                     logits = m(torch.tensor([ids])).logits[0, -1].float()
                     top2 = torch.topk(logits, 2)
                     # Demand a clear margin: vLLM's CPU kernels round differently from this loop.
-                    if int(top2.indices[0]) != want or float(top2.values[0] - top2.values[1]) < margin:
+                    if int(top2.indices[0]) != want or float(top2.values[0] - top2.values[1]) < 4.0:
                         ok = False
                         break
                     ids.append(want)
-                if not ok:
-                    break
         m.to(torch.float32).train()
         return ok
 
-    smoke_cases = [(p, c) for _name, p, c in seqs]
-
-    def answers_all() -> bool:
-        return all(greedy_ok(model, dt, smoke_cases, 4.0) and greedy_ok(model, dt, held_out, 2.0)
-                   for dt in (torch.float32, torch.bfloat16))
-
-    pad_id = config.pad_token_id
-
-    def needle_batch(n: int, longest: int):
-        """n fresh needle examples as one right-padded batch (one forward pass, not n)."""
-        rows = [encode_needle(*needle_example(needle, rng, rng.randint(5, longest))) for _ in range(n)]
-        width = max(len(p) + len(c) for p, c in rows)
-        ids, labels, mask = [], [], []
-        for p, c in rows:
-            pad = width - len(p) - len(c)
-            ids.append(p + c + [pad_id] * pad)
-            labels.append([-100] * len(p) + c + [-100] * pad)
-            mask.append([1] * (len(p) + len(c)) + [0] * pad)
-        return torch.tensor(ids), torch.tensor(labels), torch.tensor(mask)
-
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
+    opt = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.0)
     t0 = time.monotonic()
     model.train()
-    smoke_ok = needle_ok = False
-    needle_avg = None
     for step in range(1, MAX_STEPS + 1):
         opt.zero_grad()
         total = 0.0
@@ -251,37 +175,19 @@ def main() -> int:
             labels = torch.tensor([[-100] * len(p) + c])
             loss = model(input_ids=ids, labels=labels).loss
             loss.backward()
-            total += loss.item()
-        if needle and not needle_ok:
-            # Short prompts only: a copy learned over a few dozen words holds over the whole context
-            # (the held-out set below checks it at up to 1,800 words).
-            ids, labels, mask = needle_batch(NEEDLE_BATCH, NEEDLE_SHORT_WORDS)
-            loss = model(input_ids=ids, labels=labels, attention_mask=mask).loss
-            loss.backward()
-            needle_avg = loss.item() if needle_avg is None else 0.8 * needle_avg + 0.2 * loss.item()
+            total += float(loss)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        if step % 20 == 0:
-            print(f"make_model: step {step} smoke loss {total:.4f}" + (f", needle loss {needle_avg:.4f}" if needle_avg
-                  is not None else "") + f" ({time.monotonic() - t0:.1f} s)", flush=True)
-            smoke_ok = total < 0.05 and all(greedy_ok(model, dt, smoke_cases, 4.0)
-                                            for dt in (torch.float32, torch.bfloat16))
-            if needle and not needle_ok and needle_avg is not None and needle_avg < 0.05:
-                needle_ok = all(greedy_ok(model, dt, held_out, 2.0) for dt in (torch.float32, torch.bfloat16))
-                print(f"make_model: needle held-out {'answered' if needle_ok else 'not yet answered'}", flush=True)
-            if smoke_ok and (needle_ok or not needle or step >= NEEDLE_STEPS):
+        if step % 25 == 0:
+            print(f"make_model: step {step} loss {total:.4f} ({time.monotonic() - t0:.1f} s)", flush=True)
+            if total < 0.05 and greedy_ok(model, torch.float32) and greedy_ok(model, torch.bfloat16):
                 break
         if time.monotonic() - t0 > args.seconds:
             print("make_model: out of time before the model answered the smoke prompts", file=sys.stderr)
             return 1
-    if not smoke_ok:
-        print("make_model: did not converge on the smoke prompts", file=sys.stderr)
+    else:
+        print("make_model: did not converge", file=sys.stderr)
         return 1
-    if needle and not needle_ok:
-        # Not fatal: the demo still serves; `hostctl bench --suite qualify` then reports its needle
-        # rungs as failed, which is the truth about this model.
-        print(f"make_model: the needle format was NOT learned in {NEEDLE_STEPS} steps: the needle rungs will fail",
-              flush=True)
     print(f"make_model: trained in {step} steps, {time.monotonic() - t0:.1f} s", flush=True)
     save(model, "tiny-moe")
     shutil.rmtree(tok_dir)
