@@ -180,7 +180,9 @@ def _needle_message(ctx: ProbeContext, rng: random.Random, depth: float, code: s
         per_word = max(count - 20, 1) / max(n, 1)
         n = max(1, n + int((target - count) / per_word) - (1 if count > target else 0))
     if best is None:
-        raise Skip(f"a needle prompt of {target:,} tokens cannot be built (even one filler word is more)")
+        bare = ctx.api.chat_tokens(text.needle_text([], depth, code))
+        raise Skip(f"a needle prompt of {target:,} tokens cannot be built: the needle sentence and question alone "
+                   f"take {bare:,} tokens")
     return best
 
 

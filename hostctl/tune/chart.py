@@ -22,13 +22,13 @@ def write(doc: dict, path: Path) -> tuple[Path | None, str | None]:
     win = (doc.get("winner") or {}).get("trial")
     names, values, colours = [], [], []
     for t in trials:
-        knobs = ", ".join(f"{k.lstrip('-')}={v}" for k, v in t["knobs"].items())
+        knobs = "\n".join(f"{k.lstrip('-')}={v}" for k, v in t["knobs"].items())
         names.append(f"{t['id']}\n{knobs}")
         ok = isinstance(t.get("objective"), (int, float))
         values.append(t["objective"] if ok else 0.0)
         colours.append("tab:green" if t["id"] == win else ("tab:blue" if t.get("valid") else
                                                             ("tab:gray" if ok else "tab:red")))
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(trials)), 4.5))
+    fig, ax = plt.subplots(figsize=(max(6.0, 2.4 * len(trials)), 5.0))
     bars = ax.bar(range(len(trials)), values, color=colours)
     for bar, t in zip(bars, trials):
         label = (f"{t['objective']:.1f}" if isinstance(t.get("objective"), (int, float))
@@ -38,8 +38,8 @@ def write(doc: dict, path: Path) -> tuple[Path | None, str | None]:
     ax.set_xticks(range(len(trials)))
     ax.set_xticklabels(names, fontsize=7)
     ax.set_ylabel(doc.get("objective", "objective"))
-    ax.set_title(f"hostctl tune {doc['recipe']['id']}: green = winner, blue = meets the constraints, "
-                 "grey = does not, red = failed", fontsize=9)
+    ax.set_title(f"hostctl tune {doc['recipe']['id']}\ngreen: winner, blue: meets the constraints, "
+                 "grey: does not, red: failed to start", fontsize=9)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
