@@ -360,3 +360,13 @@ def test_signals_become_interrupted_with_the_shell_exit_code():
     assert exc.value.exit_code == 143 and exc.value.signal_name == "SIGTERM"
     assert signal.getsignal(signal.SIGTERM) == before  # restored
     assert Interrupted(signal.SIGINT).exit_code == 130
+
+
+def test_status_line_says_whether_the_verdict_is_this_services():
+    part = {"passed": False, "measured_at": "2026-12-01T00:00:00+00:00", "context": 2048, "this_service": False,
+            "differences": ["the image is another build (stored aaa, now bbb)"],
+            "rungs": [{"name": "needle 25%", "pass": False}, {"name": "boundary 2x(1,920+128)", "pass": True}]}
+    line = qualify.status_line(part)
+    assert "FAILED" in line and "(2,048 tokens)" in line and "ANOTHER service: the image is another build" in line
+    assert "needle 25% FAIL, boundary 2x(1,920+128) ok" in line
+    assert "no verdict stored" in qualify.status_line(None)
