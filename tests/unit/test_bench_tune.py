@@ -3,6 +3,7 @@ params merge as vLLM-MoET merges them, trial and boot planning, constraints, the
 the service fingerprint, the qualify verdict, doctor's service.qualified and the tune chart."""
 
 import json
+import os
 import signal
 import time
 from pathlib import Path
@@ -196,7 +197,8 @@ def test_the_chart_is_a_png_and_its_absence_is_explained(tmp_path, monkeypatch):
                       {"id": "trial-2", "knobs": {"--max-num-seqs": 4}, "objective": 12.0, "valid": True},
                       {"id": "trial-3", "knobs": {"--max-num-seqs": 8}, "objective": None, "valid": False,
                        "status": "failed", "cause": {"id": "container-oom"}}]}
-    pytest.importorskip("matplotlib")
+    if os.environ.get("CI") != "true":  # CI installs the charts extra: there a missing matplotlib fails
+        pytest.importorskip("matplotlib")
     path, why = chart.write(doc, tmp_path / "c.png")
     assert why is None and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     import builtins
@@ -348,8 +350,6 @@ def test_an_interrupted_boot_is_taken_down_and_recorded(tmp_path):
 
 
 def test_signals_become_interrupted_with_the_shell_exit_code():
-    import os
-
     from hostctl.interrupt import Interrupted, signals_raise
 
     before = signal.getsignal(signal.SIGTERM)
