@@ -13,7 +13,8 @@ does not have, is skipped, never failed and never dropped.
   needle        a random code word at `depth` inside filler of `sizes_words` words or `sizes_frac`
                 of the context (in tokens, through the chat template); pass = the exact code back
   arithmetic    hostctl's five questions (hostctl/bench/text.py); score = exact integers
-  coherence     hostctl's open prompts; pass = every answer non-empty and not a loop; texts kept
+  coherence     hostctl's open prompts; pass = every answer non-empty, not a loop, and not one
+                answer to all of them; the texts are kept
   boundary      `concurrency` (default: max_num_seqs) requests at once at the exact boundary:
                 input = context - output_tokens (token ids from the server's /tokenize);
                 pass = every request got exactly that input and that many output tokens
@@ -277,9 +278,16 @@ def coherence(ctx: ProbeContext, spec: ProbeSpec) -> dict:
         rows.append({"prompt": prompt, "text": answer, "empty": not answer.strip(), "degenerate": loop,
                      "completion_tokens": int(r.usage.get("completion_tokens") or 0), "seconds": round(r.wall_s, 3)})
         ctx.say(f"coherence {i + 1}/{len(text.COHERENCE)}: {'loop' if loop else ('empty' if not answer.strip() else 'ok')}")
+    return judge_coherence(rows)
+
+
+def judge_coherence(rows: list[dict]) -> dict:
     bad = sum(1 for r in rows if r["empty"] or r["degenerate"])
-    return {"ok": bad == 0, "pass": bad == 0, "degenerate": sum(r["degenerate"] for r in rows),
-            "empty": sum(r["empty"] for r in rows), "of": len(rows), "rows": rows}
+    # One answer to every question is degenerate too (a model that says "323" to everything).
+    same = len(rows) > 1 and len({r["text"].strip() for r in rows}) == 1
+    ok = bad == 0 and not same
+    return {"ok": ok, "pass": ok, "degenerate": sum(r["degenerate"] for r in rows),
+            "empty": sum(r["empty"] for r in rows), "same_answer_to_all": same, "of": len(rows), "rows": rows}
 
 
 # ---------------------------------------------------------------- boundary

@@ -233,7 +233,8 @@ def _why_failed(kind: str, f: dict) -> str:
     if kind == "needle":
         return f"{f.get('ran', 0) - f.get('passed', 0)} of {f.get('ran')} needle(s) not recalled"
     if kind == "coherence":
-        return f"{f.get('degenerate')} looping and {f.get('empty')} empty answer(s) of {f.get('of')}"
+        return (f"{f.get('degenerate')} looping and {f.get('empty')} empty answer(s) of {f.get('of')}"
+                + ("; the same answer to every prompt" if f.get("same_answer_to_all") else ""))
     if kind == "boundary":
         return "not every boundary request got its full input and output"
     return "no valid samples"
@@ -275,7 +276,8 @@ def summary(p: dict) -> str:
     if k == "arithmetic":
         return f"score {p['score']}/{p['of']} (min {p['min_score']})"
     if k == "coherence":
-        return f"{'pass' if p['pass'] else 'FAIL'}: {p['degenerate']} looping, {p['empty']} empty of {p['of']}"
+        return (f"{'pass' if p['pass'] else 'FAIL'}: {p['degenerate']} looping, {p['empty']} empty of {p['of']}"
+                + ("; one answer to every prompt" if p.get("same_answer_to_all") else ""))
     if k == "boundary":
         return (f"{p['concurrency']} x ({p['input_tokens']:,} in + {p['output_tokens']} out): "
                 f"{'all complete' if p['pass'] else 'INCOMPLETE'}, {'overlapping' if p['overlapped'] else 'serial'}")

@@ -370,3 +370,24 @@ def test_status_line_says_whether_the_verdict_is_this_services():
     assert "FAILED" in line and "(2,048 tokens)" in line and "ANOTHER service: the image is another build" in line
     assert "needle 25% FAIL, boundary 2x(1,920+128) ok" in line
     assert "no verdict stored" in qualify.status_line(None)
+
+
+def test_text_reports_of_recorded_demo_results():
+    # Real results recorded on the CPU demo (tests/system/test_bench_tune_system.py's suites), before
+    # coherence also refused one answer to every prompt (the tiny model says "323" to all six).
+    data = ROOT / "tests" / "unit" / "data"
+    from hostctl.bench.runner import text_report
+
+    std = json.loads((data / "bench-vllm-moet-standard-demo-cpu.json").read_text())
+    out = text_report(std, Path("r.json"))
+    assert "skipped  prefill        prefill: 8,000 words need at least 8,000 tokens" in out
+    assert "batch_decode   c=1: " in out and "; c=2: " in out and "needle         0/2 recalled (skipped," in out
+    q = json.loads((data / "bench-qualify-demo-cpu.json").read_text())
+    assert "qualify: FAILED needle 25% FAIL, needle 50% FAIL, needle 95% FAIL, boundary 2x(1,920+128) ok" in \
+        text_report(q, Path("q.json"))
+    assert qualify.verdict(q, None)["passed"] is False
+    rows = next(p for p in std["probes"] if p["key"] == "coherence")["rows"]
+    assert [r["text"] for r in rows] == ["323"] * 6
+    judged = probes.judge_coherence(rows)
+    assert judged["ok"] is False and judged["same_answer_to_all"] is True
+    assert probes.judge_coherence(rows[:1])["ok"] is True  # one prompt cannot be "the same answer to all"
