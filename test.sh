@@ -128,13 +128,13 @@ if [[ ! -x $PY ]]; then
     python3 -m venv "$VENV"
     made="created $VENV, "
 fi
-here=$("$PY" -c 'import hostctl, pytest, testinfra, os; print(os.path.dirname(os.path.dirname(os.path.realpath(hostctl.__file__))))' 2>/dev/null || true)
+here=$("$PY" -c 'import hostctl, pytest, testinfra, matplotlib, os; print(os.path.dirname(os.path.dirname(os.path.realpath(hostctl.__file__))))' 2>/dev/null || true)
 if [[ $(cat "$stamp" 2>/dev/null) == "$want" && $here == "$(pwd -P)" ]]; then
     end "ok (${made:-}already installed, skipped)"
 else
-    "$PY" -m pip install -q -e '.[test]'
+    "$PY" -m pip install -q -e '.[test,charts]'   # charts: the tune chart is tested too
     echo "$want" >"$stamp"
-    end "ok (${made:-}installed -e .[test])"
+    end "ok (${made:-}installed -e .[test,charts])"
 fi
 # As if activated: `python3`, `hostctl` and `pytest` in subprocesses are this environment's.
 export VIRTUAL_ENV=$PWD/$VENV PATH=$PWD/$VENV/bin:$PATH

@@ -42,6 +42,8 @@ class Interrupted(BaseException):
     def name(self) -> str:
         return signal.Signals(self.signum).name
 
+    signal_name = name
+
     @property
     def exit_code(self) -> int:
         return 128 + self.signum
@@ -93,3 +95,16 @@ class Interruptible:
             yield self
         finally:
             self._cleaning = False
+
+
+@contextmanager
+def signals_raise():
+    """For work whose own `finally` blocks take down what it started (a bench run, a tune
+    trial): the first SIGINT/SIGTERM raises Interrupted where the work is; later ones are ignored,
+    so the clean-up is not cut short."""
+    with Interruptible():
+        try:
+            yield
+        except KeyboardInterrupt:  # a SIGINT that arrived before the handler was installed
+            raise Interrupted(signal.SIGINT) from None
+

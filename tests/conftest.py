@@ -36,3 +36,59 @@ def _private_sysroot(tmp_path_factory, monkeypatch):
 @pytest.fixture
 def repo_root() -> Path:
     return ROOT
+
+
+# ---------------------------------------------------------------- the shared demo runtime (tests/system)
+
+sys.path.insert(0, str(ROOT / "tests" / "system"))
+import runtime_fixtures  # noqa: E402  (after the path: tests/system/runtime_fixtures.py)
+
+_boots: runtime_fixtures.BootCounter | None = None
+
+
+def pytest_configure(config):
+    global _boots
+    config.addinivalue_line("markers", f"{runtime_fixtures.STOPS_MARK}: takes the shared demo runtime down "
+                            "(runs after every test that uses it)")
+    _boots = runtime_fixtures.BootCounter()
+
+
+def pytest_collection_modifyitems(config, items):
+    runtime_fixtures.order(items)
+
+
+def pytest_terminal_summary(terminalreporter):
+    names = _boots.stop() if _boots is not None else None
+    if names is None:
+        return
+    ours = [n for n in names if n.startswith("hc5-")]  # the tests' own projects
+    if ours:
+        shared = sum(1 for n in ours if n == f"hc5-{runtime_fixtures.SHARED_NAME}-runtime")
+        terminalreporter.write_line(f"runtime boots: {len(ours)} container start(s) of the demo runtime or a stub "
+                                    f"({shared} shared): " + ", ".join(sorted(set(ours))))
+
+
+@pytest.fixture(scope="session")
+def demo_image():
+    return runtime_fixtures.build_demo_image()
+
+
+@pytest.fixture(scope="session")
+def shared_runtime(demo_image, tmp_path_factory):
+    """The session's one demo runtime (tests/system/runtime_fixtures.py)."""
+    yield from runtime_fixtures.shared_runtime(demo_image, tmp_path_factory)
+
+
+@pytest.fixture
+def host_factory(tmp_path):
+    made: list = []
+
+    def make(name: str, port: int, **kw):
+        (tmp_path / name).mkdir()
+        h = runtime_fixtures.Host(tmp_path / name, name, port, **kw)
+        made.append(h)
+        return h
+
+    yield make
+    for h in made:
+        h.cleanup()

@@ -55,6 +55,13 @@ def port_requests(config) -> list[tuple[str, int]]:
     return [(rt.api_host, rt.api_port)]
 
 
+def image_requests(config) -> list[str]:
+    """The runtime image the plan will name (as hostctl/plan/runtime.py picks it), resolved to its
+    image id for the service fingerprint."""
+    ref = config.profile.runtime.image or config.recipe.image
+    return [ref] if ref else []
+
+
 def build_report(opts: Options, err: TextIO | None = None):
     """Everything but printing: (report, config, facts, plan)."""
     from hostctl.doctor.diagnose import diagnose_file
@@ -89,7 +96,8 @@ def build_report(opts: Options, err: TextIO | None = None):
         from hostctl.plan import alias_requests, path_requests
 
         facts = collect(path_requests(config) if config else (), port_requests(config) if config else (),
-                        alias_requests(config) if config else ())
+                        alias_requests(config) if config else (),
+                        image_requests(config) if config else ())
         source = "live"
     checkpoint = None
     if config is not None and config.profile.runtime.model_dir and opts.facts_path is None:

@@ -23,7 +23,7 @@ Status = Literal["pass", "warn", "fail", "skip"]
 Level = Literal["quick", "full"]
 STATUSES: tuple[Status, ...] = ("pass", "warn", "fail", "skip")
 # Report order of the areas; a check's area is the module it lives in under checks/.
-AREAS = ("gpu", "memory", "storage", "model", "docker", "system", "logs")
+AREAS = ("gpu", "memory", "storage", "model", "docker", "service", "system", "logs")
 
 
 @dataclass(frozen=True)

@@ -59,10 +59,11 @@ def _guarded(name: str, probe: Callable[[], T], fallback: Callable[[str], T], no
 
 
 def collect(path_requests: Sequence[tuple[str, bool]] = (), port_requests: Sequence[tuple[str, int]] = (),
-            alias_paths: Sequence[str] = ()) -> HostFacts:
+            alias_paths: Sequence[str] = (), image_requests: Sequence[str] = ()) -> HostFacts:
     """Probe this host. path_requests: (directory, list_files) for each directory the plan relies on;
     port_requests: (address, port) for each TCP port it binds; alias_paths: the `path:` drive
-    identities, resolved to the devices they lead to."""
+    identities, resolved to the devices they lead to; image_requests: image references to
+    resolve to the engine's image ids."""
     notes: list[str] = []
     mountinfo = read_mountinfo()
     mounts = [line.entry for line in mountinfo]
@@ -74,7 +75,8 @@ def collect(path_requests: Sequence[tuple[str, bool]] = (), port_requests: Seque
 
     # The slow probes wait on NVML, subprocesses and the Docker socket: overlap them.
     with ThreadPoolExecutor(max_workers=4, thread_name_prefix="hostctl-facts") as pool:
-        engine_f = pool.submit(_guarded, "engine", probe_engine, lambda why: EngineFacts(available=False, reason=why), notes)
+        engine_f = pool.submit(_guarded, "engine", lambda: probe_engine(tuple(image_requests)),
+                               lambda why: EngineFacts(available=False, reason=why), notes)
         gpus_f = pool.submit(_guarded, "GPU", probe_gpus, lambda why: GpuFacts(available=False, reason=why), notes)
         disks_f = pool.submit(
             _guarded, "disk", lambda: probe_disks(mountinfo, swaps, alias_paths),

@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from hostctl import runner
-from hostctl.facts.model import ContainerFacts, DaemonLimits, EngineFacts
+from hostctl.facts.model import ContainerFacts, DaemonLimits, EngineFacts, ImageFacts
 
 DEFAULT_SOCKET = "/var/run/docker.sock"
 API_TIMEOUT_S = 3
@@ -167,11 +167,12 @@ def probe_compose() -> tuple[str | None, str | None]:
     return result.stdout.strip().removeprefix("v") or None, None
 
 
-def probe_engine() -> EngineFacts:
+def probe_engine(image_refs: tuple[str, ...] = ()) -> EngineFacts:
+    """image_refs: the image references to resolve to image ids (the plan's runtime image)."""
     # the compose CLI takes as long as the engine's API round trips: run them side by side
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="hostctl-compose") as pool:
         compose = pool.submit(probe_compose)
-        facts = probe_docker()
+        facts = probe_docker(image_refs)
         facts.compose_version, facts.compose_reason = compose.result()
     return facts
 
@@ -234,7 +235,16 @@ def _container(summary: dict, inspect: dict | None) -> ContainerFacts:
     )
 
 
-def _probe_local(path: str) -> EngineFacts:
+def _image(api: "EngineApi", ref: str) -> ImageFacts:
+    from urllib.parse import quote
+
+    try:
+        return ImageFacts(ref=ref, id=api.json(f"/images/{quote(ref, safe='')}/json").get("Id"))
+    except EngineApiError as exc:
+        return ImageFacts(ref=ref, reason=_one_line(str(exc)))
+
+
+def _probe_local(path: str, image_refs: tuple[str, ...] = ()) -> EngineFacts:
     import http.client
     from urllib.parse import quote
 
@@ -250,6 +260,7 @@ def _probe_local(path: str) -> EngineFacts:
                 except EngineApiError:
                     inspect = None  # removed between the two requests
                 containers.append(_container(summary, inspect))
+            images = [_image(api, ref) for ref in image_refs]
     except (OSError, EngineApiError, http.client.HTTPException, ValueError) as exc:
         return EngineFacts(available=False, reason=f"Docker engine unreachable at {path}: {_one_line(str(exc) or type(exc).__name__)}")
     facts = EngineFacts(
@@ -260,6 +271,7 @@ def _probe_local(path: str) -> EngineFacts:
         cgroup_version=str(info["CgroupVersion"]) if info.get("CgroupVersion") else None,
         cgroup_driver=info.get("CgroupDriver"),
         containers=containers,
+        images=images,
     )
     try:
         pid = daemon_pid()
@@ -272,13 +284,13 @@ def _probe_local(path: str) -> EngineFacts:
     return facts
 
 
-def probe_docker() -> EngineFacts:
+def probe_docker(image_refs: tuple[str, ...] = ()) -> EngineFacts:
     problem = _socket_problem()
     if problem:
         return EngineFacts(available=False, reason=problem)
     path = local_socket()
     if path is not None:
-        return _probe_local(path)
+        return _probe_local(path, image_refs)
     try:
         import docker
 
@@ -286,6 +298,12 @@ def probe_docker() -> EngineFacts:
         try:
             info = client.info()
             api_version = client.api.api_version
+            images = []
+            for ref in image_refs:
+                try:
+                    images.append(ImageFacts(ref=ref, id=client.images.get(ref).id))
+                except Exception as exc:  # NotFound or an API error: the reason is kept
+                    images.append(ImageFacts(ref=ref, reason=_one_line(str(exc))))
         finally:
             client.close()
     except ImportError as exc:
@@ -299,4 +317,5 @@ def probe_docker() -> EngineFacts:
         default_runtime=info.get("DefaultRuntime"),
         cgroup_version=str(info["CgroupVersion"]) if info.get("CgroupVersion") else None,
         cgroup_driver=info.get("CgroupDriver"),
+        images=images,
     )

@@ -288,6 +288,12 @@ class ContainerFacts(Part):
     labels: dict[str, str] = Field(default_factory=dict)
 
 
+class ImageFacts(Part):
+    ref: str
+    id: str | None = None  # None: not in this engine (reason says why)
+    reason: str | None = None
+
+
 class EngineFacts(Absence):
     version: str | None = None
     api_version: str | None = None
@@ -300,6 +306,9 @@ class EngineFacts(Absence):
     daemon: DaemonLimits | None = None
     daemon_reason: str | None = None
     containers: list[ContainerFacts] = Field(default_factory=list)
+    # The images the profile's plan names, resolved to the engine's image ids (the service
+    # fingerprint's third part, hostctl/service/fingerprint.py).
+    images: list[ImageFacts] = Field(default_factory=list)
 
 
 class MountEntry(Part):
@@ -339,6 +348,23 @@ class P2PVerdict(Part):
     control_busbw_gbps: float | None = None
     gpu_uuids: list[str] = Field(default_factory=list)  # the GPUs it was measured on, in rank order
     detail: str | None = None  # the reason, in words
+
+
+class QualifyVerdict(Part):
+    """The context ladder's verdict stored by `hostctl bench --suite qualify`, with the service
+    fingerprint (hostctl/service/fingerprint.py) it was measured under."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    schema_: Literal["hostctl.qualify/v1"] = Field(default="hostctl.qualify/v1", alias="schema")
+    passed: bool
+    measured_at: str
+    profile: str | None = None
+    recipe: str | None = None
+    context: int | None = None
+    fingerprint: dict = Field(default_factory=dict)  # ServiceFingerprint.to_dict()
+    rungs: list[dict] = Field(default_factory=list)  # [{name, pass, detail}]
+    result: str | None = None  # the hostctl.bench/v1 file it came from
 
 
 class PortFacts(Part):
@@ -399,6 +425,7 @@ class StateFacts(Part):
     """What earlier hostctl runs left in /var/lib/hostctl."""
 
     p2p: P2PVerdict | None = None
+    qualify: QualifyVerdict | None = None
 
 
 class HostFacts(Part):

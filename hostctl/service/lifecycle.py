@@ -472,6 +472,9 @@ def status(config: Config, plan: Plan) -> dict:
     if service and service.get("container") == name:
         doc["last_up"] = {k: service.get(k) for k in ("state", "ready_at", "failed_at", "interrupted_at", "signal",
                                                       "down_at", "cause", "kv") if service.get(k) is not None}
+    from hostctl.bench import qualify
+
+    doc["qualify"] = qualify.status_part(qualify.running_fingerprint(project_dir(config), name) if st.running else None)
     smoke = state.load_smoke()
     if smoke:
         doc["last_smoke"] = {"at": smoke.get("started_at"), "ok": smoke.get("ok"), "url": smoke.get("url"),
@@ -503,6 +506,9 @@ def status_text(doc: dict) -> str:
         lines.append(f"  last smoke: {'passed' if smoke['ok'] else 'FAILED'} at {smoke['at']}: {parts}")
     else:
         lines.append("  last smoke: none recorded")
+    from hostctl.bench.qualify import status_line
+
+    lines.append(status_line(doc.get("qualify")))
     return "\n".join(lines) + "\n"
 
 

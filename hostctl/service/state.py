@@ -1,6 +1,8 @@
 """Service state that outlives a command, in state_dir(): the last `up` (endpoint, when it
-became ready, the KV capacity the runtime reported, or why it failed) and the last smoke
-result. `hostctl status` reads them; nothing else depends on them being present."""
+became ready, the KV capacity the runtime reported, or why it failed), the last smoke
+result, and the qualify verdict (the context ladder's result with the service fingerprint it
+was measured under; facts read it back for doctor). `hostctl status` reads them; nothing
+else depends on them being present."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from hostctl.atomic import write_atomic
 
 SERVICE_FILE = "service.json"
 SMOKE_FILE = "last-smoke.json"
+QUALIFY_FILE = "qualify.json"  # read back by hostctl.facts.state
 
 
 def _write(name: str, doc: dict) -> Path:
@@ -39,3 +42,11 @@ def save_smoke(doc: dict) -> Path:
 
 def load_smoke() -> dict | None:
     return _read(SMOKE_FILE)
+
+
+def save_qualify(doc: dict) -> Path:
+    return _write(QUALIFY_FILE, doc)
+
+
+def load_qualify() -> dict | None:
+    return _read(QUALIFY_FILE)

@@ -93,8 +93,8 @@ def test_strict_makes_warnings_fail(capsys, tmp_path):
 
 def test_text_is_grouped_one_line_per_check(capsys):
     _, out, _ = run(["doctor"] + DESKTOP, capsys)
-    groups = [line for line in out.splitlines() if line in ("gpu", "memory", "storage", "docker", "system", "logs")]
-    assert groups == ["gpu", "memory", "storage", "docker", "system", "logs"]
+    groups = [line for line in out.splitlines() if line in ("gpu", "memory", "storage", "docker", "service", "system", "logs")]
+    assert groups == ["gpu", "memory", "storage", "docker", "service", "system", "logs"]
     _, jout, _ = run(["doctor", "--json"] + DESKTOP, capsys)
     for c in json.loads(jout)["checks"]:
         assert sum(1 for line in out.splitlines() if f"  {c['id']} " in line) == 1, c["id"]

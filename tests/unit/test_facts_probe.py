@@ -75,7 +75,7 @@ def test_gpu_absence_is_stated_with_a_reason(host):
 
 
 def test_a_broken_probe_becomes_a_note(monkeypatch):
-    def broken():
+    def broken(*_args):
         raise RuntimeError("boom")
 
     monkeypatch.setattr(facts_pkg, "probe_engine", broken)

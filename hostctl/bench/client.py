@@ -1,0 +1,130 @@
+"""The service's OpenAI-compatible API as the probes use it: completions (timed, optionally
+streamed for the time to the first token), chat completions, and the server's own tokenizer
+(/tokenize), which is how every length hostctl reports or aims for is counted.
+
+Loopback only (hostctl.service.smoke.check_loopback); one httpx connection pool per run.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+
+import httpx
+
+from hostctl.service.smoke import check_loopback
+
+REQUEST_TIMEOUT_S = 1800.0  # a 400K-token prefill on a slow host takes minutes
+
+
+@dataclass
+class Timed:
+    doc: dict
+    wall_s: float
+    ttft_s: float | None = None  # streamed requests only
+
+    @property
+    def usage(self) -> dict:
+        return self.doc.get("usage") or {}
+
+    @property
+    def text(self) -> str:
+        choice = (self.doc.get("choices") or [{}])[0]
+        if "message" in choice:
+            return (choice["message"] or {}).get("content") or ""
+        return choice.get("text") or ""
+
+    @property
+    def finish_reason(self) -> str | None:
+        return (self.doc.get("choices") or [{}])[0].get("finish_reason")
+
+
+class ApiError(Exception):
+    """The server answered with an error (status and its message), or not at all."""
+
+
+class Api:
+    def __init__(self, base_url: str, model: str, *, headers: dict | None = None,
+                 timeout_s: float = REQUEST_TIMEOUT_S):
+        self.base = check_loopback(base_url)
+        self.model = model
+        self._http = httpx.Client(timeout=timeout_s, headers=headers or {}, trust_env=False,
+                                  limits=httpx.Limits(max_connections=64, max_keepalive_connections=64))
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> "Api":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _post(self, path: str, body: dict) -> dict:
+        try:
+            r = self._http.post(self.base + path, json=body)
+        except httpx.HTTPError as exc:
+            raise ApiError(f"{path}: {exc.__class__.__name__}: {str(exc)[:200]}") from exc
+        if r.status_code >= 400:
+            raise ApiError(f"{path}: HTTP {r.status_code}: {r.text[:300]}")
+        return r.json()
+
+    def completion(self, prompt: str | list[int], max_tokens: int, *, ignore_eos: bool = True, **extra) -> Timed:
+        body = {"model": self.model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
+                "ignore_eos": ignore_eos, **extra}
+        t0 = time.perf_counter()
+        doc = self._post("/v1/completions", body)
+        return Timed(doc, time.perf_counter() - t0)
+
+    def completion_streamed(self, prompt: str | list[int], max_tokens: int, *, ignore_eos: bool = True) -> Timed:
+        """Time to the first generated token and to the last one; usage from the final chunk."""
+        body = {"model": self.model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
+                "ignore_eos": ignore_eos, "stream": True, "stream_options": {"include_usage": True}}
+        t0 = time.perf_counter()
+        ttft = None
+        usage: dict = {}
+        text = []
+        finish = None
+        try:
+            with self._http.stream("POST", self.base + "/v1/completions", json=body) as r:
+                if r.status_code >= 400:
+                    r.read()
+                    raise ApiError(f"/v1/completions: HTTP {r.status_code}: {r.text[:300]}")
+                for line in r.iter_lines():
+                    if not line.startswith("data: "):
+                        continue
+                    data = line[6:]
+                    if data.strip() == "[DONE]":
+                        break
+                    chunk = json.loads(data)
+                    for ch in chunk.get("choices") or []:
+                        if ch.get("text") and ttft is None:
+                            ttft = time.perf_counter() - t0
+                        text.append(ch.get("text") or "")
+                        finish = ch.get("finish_reason") or finish
+                    if chunk.get("usage"):
+                        usage = chunk["usage"]
+        except httpx.HTTPError as exc:
+            raise ApiError(f"/v1/completions: {exc.__class__.__name__}: {str(exc)[:200]}") from exc
+        wall = time.perf_counter() - t0
+        doc = {"choices": [{"text": "".join(text), "finish_reason": finish}], "usage": usage}
+        return Timed(doc, wall, ttft if ttft is not None else wall)
+
+    def chat(self, content: str, max_tokens: int, **extra) -> Timed:
+        body = {"model": self.model, "messages": [{"role": "user", "content": content}], "max_tokens": max_tokens,
+                "temperature": 0, **extra}
+        t0 = time.perf_counter()
+        doc = self._post("/v1/chat/completions", body)
+        return Timed(doc, time.perf_counter() - t0)
+
+    def tokenize(self, text: str) -> list[int]:
+        """Token ids of a raw prompt, as the completions endpoint would see it."""
+        doc = self._post("/tokenize", {"model": self.model, "prompt": text, "add_special_tokens": True})
+        return list(doc.get("tokens") or [])
+
+    def chat_tokens(self, content: str) -> int:
+        """How many tokens this user message becomes through the server's chat template."""
+        doc = self._post("/tokenize", {"model": self.model, "messages": [{"role": "user", "content": content}],
+                                       "add_generation_prompt": True})
+        return int(doc.get("count") or len(doc.get("tokens") or []))

@@ -1,0 +1,108 @@
+"""The qualify verdict: the context ladder's rungs read from a `qualify` bench result, stored with
+the service fingerprint it was measured under (state_dir()/qualify.json), and how `status`
+shows it. doctor judges the stored verdict through facts (hostctl.doctor.checks.service).
+
+A rung that did not run (a needle that does not fit, a probe that failed to start) is a failed
+rung: the ladder proves the served context only when every rung ran and passed.
+"""
+
+from __future__ import annotations
+
+from hostctl.service import fingerprint, state
+
+QUALIFY_SUITE = "qualify"
+
+
+def rungs(result: dict) -> list[dict]:
+    """[{name, pass, detail}] from a bench result's needle cases and boundary probe."""
+    out = []
+    for probe in result.get("probes", []):
+        if probe["kind"] == "needle":
+            for case in probe.get("cases") or []:
+                size = case.get("size")
+                name = f"needle {size:.0%}" if case.get("size_unit") == "context_frac" else f"needle {size:,} words"
+                if case.get("skipped"):
+                    out.append({"name": name, "pass": False, "detail": f"did not run: {case['skipped']}"})
+                elif case.get("error"):
+                    out.append({"name": name, "pass": False, "detail": case["error"]})
+                else:
+                    out.append({"name": name, "pass": bool(case.get("pass")),
+                                "detail": f"{case.get('prompt_tokens', 0):,} tokens, code {case.get('code')}, "
+                                          f"reply {case.get('reply')!r}"})
+            if probe["status"] == "skipped" or (probe["status"] == "failed" and not probe.get("cases")):
+                out.append({"name": "needles", "pass": False, "detail": probe.get("reason") or "did not run"})
+        elif probe["kind"] == "boundary":
+            name = "boundary"
+            if probe["status"] in ("skipped",) or ("requests" not in probe):
+                out.append({"name": name, "pass": False, "detail": probe.get("reason") or "did not run"})
+                continue
+            n, inp, outp = probe.get("concurrency"), probe.get("input_tokens"), probe.get("output_tokens")
+            name = f"boundary {n}x({inp:,}+{outp})"
+            bad = [r for r in probe["requests"] if not r.get("pass")]
+            detail = (f"{n} request(s) at once, {'overlapping' if probe.get('overlapped') else 'NOT overlapping'}; "
+                      + ("all complete" if not bad else "; ".join(
+                          f"request {r.get('request')}: " + (r.get("error") or
+                                                             f"{r.get('prompt_tokens')} in, "
+                                                             f"{r.get('completion_tokens')} out") for r in bad)))
+            out.append({"name": name, "pass": not bad, "detail": detail})
+    return out
+
+
+def verdict(result: dict, result_path: str | None) -> dict:
+    ladder = rungs(result)
+    svc = result.get("service") or {}
+    return {"schema": "hostctl.qualify/v1", "passed": bool(ladder) and all(r["pass"] for r in ladder),
+            "measured_at": result.get("finished_at") or result.get("started_at"), "profile": svc.get("profile"),
+            "recipe": svc.get("recipe"), "context": svc.get("context"),
+            "fingerprint": (result.get("environment") or {}).get("service_fingerprint") or {},
+            "rungs": ladder, "result": result_path}
+
+
+def store(result: dict, result_path: str | None) -> dict:
+    doc = verdict(result, result_path)
+    state.save_qualify(doc)
+    return doc
+
+
+def status_part(current: fingerprint.ServiceFingerprint | None) -> dict | None:
+    """For `hostctl status`: the stored verdict, and whether it was measured on the service now
+    running (None: nothing stored)."""
+    doc = state.load_qualify()
+    if not doc:
+        return None
+    stored = fingerprint.ServiceFingerprint.from_dict(doc.get("fingerprint") or {})
+    why = fingerprint.differences(stored, current) if current is not None else ["no running service to compare with"]
+    return {"passed": doc.get("passed"), "measured_at": doc.get("measured_at"), "context": doc.get("context"),
+            "recipe": doc.get("recipe"), "this_service": not why, "differences": why,
+            "rungs": [{"name": r.get("name"), "pass": r.get("pass")} for r in doc.get("rungs") or []]}
+
+
+def running_fingerprint(project_dir, container: str) -> fingerprint.ServiceFingerprint | None:
+    """The fingerprint of the service running now: the project `up` rendered, and the image id
+    of its container (None when it is not running)."""
+    import docker.errors
+
+    from hostctl.service.engine import client
+
+    dc = client()
+    try:
+        try:
+            c = dc.containers.get(container)
+        except docker.errors.NotFound:
+            return None
+        if c.status != "running":
+            return None
+        image_id = c.attrs.get("Image")
+    finally:
+        dc.close()
+    return fingerprint.of_project(project_dir, image_id)
+
+
+def status_line(part: dict | None) -> str:
+    if not part:
+        return "  qualify: no verdict stored (hostctl bench --suite qualify)"
+    rungs_ = ", ".join(f"{r['name']} {'ok' if r['pass'] else 'FAIL'}" for r in part["rungs"])
+    head = (f"  qualify: {'passed' if part['passed'] else 'FAILED'} at {part['measured_at']}"
+            + (f" ({part['context']:,} tokens)" if part.get("context") else ""))
+    where = "this service" if part["this_service"] else "ANOTHER service: " + "; ".join(part["differences"])
+    return f"{head}, measured on {where}: {rungs_}"
