@@ -8,7 +8,6 @@ recorded as `up` records it.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -23,9 +22,6 @@ import pytest
 import cachelayout as cl
 from conftest import needs_compose
 from loopdrives import check, host, restore_sysctls, sysroot  # noqa: F401  (fixtures)
-
-DOCKER_LOCK = "/tmp/hostctl-docker.lock"
-
 
 def _tree(root: Path) -> dict[str, str]:
     return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
@@ -233,29 +229,8 @@ def test_prune_yes_without_a_checkpoint_identity_keeps_planes_and_packs(caches):
     assert {k["use"] for k in doc["keep"] if not k["id"].startswith("compile:")} == {"unknown"}
 
 
-@pytest.fixture
-def docker_lock():
-    """The shared lock for anything that starts a container, held while it runs; taken before the
-    loop drives are made, so waiting for it (others hold it for minutes) leaves nothing attached."""
-    lock = open(DOCKER_LOCK, "a")
-    deadline = time.monotonic() + 1200
-    while True:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            break
-        except BlockingIOError:
-            if time.monotonic() > deadline:
-                lock.close()
-                pytest.fail(f"{DOCKER_LOCK} was held for 20 minutes")
-            time.sleep(1)
-    try:
-        yield
-    finally:
-        lock.close()
-
-
 @needs_compose
-def test_prune_refuses_while_the_runtime_runs(docker_lock, caches):
+def test_prune_refuses_while_the_runtime_runs(caches):
     images = subprocess.run(["docker", "images", "--format", "{{.Repository}}:{{.Tag}}", "hostctl/debian-base"],
                             capture_output=True, text=True).stdout.split()
     if not images:
