@@ -73,9 +73,12 @@ class Context:
             return load_snapshot(self.facts_path)
         if config is None:
             return collect()
-        from hostctl.plan import alias_requests, path_requests
+        from hostctl.plan import alias_requests
+        from hostctl.provision.apply import fact_requests
 
-        return collect(path_requests(config), alias_paths=alias_requests(config))
+        # every directory a provision part decides on, so `facts --json` (read by `verify --host`
+        # on another machine) holds what the parts' decisions need
+        return collect(fact_requests(config), alias_paths=alias_requests(config))
 
     def refuse_snapshot(self, command: str) -> None:
         if self.facts_path is not None:
@@ -262,50 +265,34 @@ def provision(
     only: Annotated[Optional[str], typer.Option("--only", help="storage | gpu | system")] = None,
     boot: Annotated[bool, typer.Option("--boot", help="With --only gpu, as hostctl-power.service runs it at boot: "
                                        "wait up to 60 s for the driver, then apply only the power limits.")] = False,
+    json_: Annotated[bool, typer.Option("--json", help="Print one hostctl.provision/v1 document (every action with "
+                                        "its status, argv or diff, seconds; the warnings) instead of text.")] = False,
     config: ConfigOpt = None,
     facts: FactsOpt = None,
 ) -> None:
     """Make the host ready: NVMe swap and cache partitions, sysctl, GPU power limits, units.
 
-    Prints every command and file edit first; --dry-run stops there. Destructive steps need
-    --yes or the drive's identity typed at a terminal; foreign contents also --erase IDENTITY.
+    Parts run in order (storage, system, gpu), each until a fresh look at the host needs
+    nothing more. Prints every command and file edit first; --dry-run stops there. Destructive
+    steps need --yes or the drive's identity typed at a terminal; foreign contents also --erase
+    IDENTITY.
     """
+    import io
+
+    from hostctl.provision.parts import ORDER, provision as run_parts
+
     c = _ctx(ctx, config, facts)
     c.refuse_snapshot("provision")
-    if only is not None and only not in ("storage", "gpu", "system"):
+    if only is not None and only not in ORDER:
         raise InputError(f"--only: expected storage, gpu or system, got {only!r}")
     if boot and only != "gpu":
         raise InputError("--boot goes with --only gpu (it is what hostctl-power.service runs)")
     cfg = c.config()
-    # system before gpu: it installs the profile the boot units read.
-    for part in [only] if only else ["storage", "system", "gpu"]:
-        if part == "storage":
-            from hostctl.provision.apply import provision_storage
-
-            provision_storage(cfg, dry_run=dry_run, yes=yes, erase=tuple(erase or ()))
-        elif part == "gpu":
-            from hostctl.plan import build_plan
-            from hostctl.provision.gpu import provision_gpu
-
-            host = c.facts(cfg)
-            result = provision_gpu(cfg, host, build_plan(cfg, host), dry_run=dry_run, yes=yes, boot=boot)
-            for line in result.lines():
-                out.print(line, markup=False)
-            result.raise_for_failure()
-        else:
-            _provision_system(c, cfg, dry_run)
-
-
-def _provision_system(c: Context, cfg: Config, dry_run: bool) -> None:
-    """`provision --only system`: the profile and the runtime unit under /etc (hostctl/provision/system.py)."""
-    from hostctl.plan import build_plan
-    from hostctl.provision.system import provision_system
-
-    result = provision_system(cfg, build_plan(cfg, c.facts(cfg)), dry_run=dry_run)
-    for action in result.actions:
-        out.print(("would: " if dry_run else "done: ") + action.describe, markup=False)
-    if not result.actions:
-        out.print("system: nothing to change", markup=False)
+    report = run_parts(cfg, only=only, dry_run=dry_run, yes=yes, erase=tuple(erase or ()), boot=boot,
+                       out=io.StringIO() if json_ else sys.stdout)
+    if json_:
+        _print_json(report.document())
+    report.raise_for_error()
 
 
 @store_app.command("split")
