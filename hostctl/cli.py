@@ -448,10 +448,35 @@ def smoke(
 
 
 @app.command()
-def verify(ctx: typer.Context, config: ConfigOpt = None, facts: FactsOpt = None) -> None:
-    """Read the host afresh and compare it with the plan (testinfra)."""
-    _ctx(ctx, config, facts).refuse_snapshot("verify")
-    _not_yet("verify")
+def verify(
+    ctx: typer.Context,
+    json_: JsonOpt = False,
+    host: Annotated[Optional[str], typer.Option("--host", metavar="ssh://USER@HOST[:PORT]",
+                                                help="Verify that machine over SSH (the same hostctl installed "
+                                                     "there, the profile at the same path). Default: this host.")] = None,
+    only: Annotated[Optional[str], typer.Option("--only", metavar="PART[,PART]",
+                                                help="storage, system, gpu, runtime (a comma list). Default: all.")] = None,
+    config: ConfigOpt = None,
+    facts: FactsOpt = None,
+) -> None:
+    """Prove the host matches its plan, read-only: each provisioned part decides no action on
+    fresh facts, then testinfra checks mounts, swaps, fstab, sysctls, units, power limits and
+    the runtime (container, caps, /v1/models).
+
+    A part never provisioned here is "not provisioned" (not a failure); the runtime is judged
+    when `up` passed and `down` has not run since. Exits 0 when every check passes, 1 when one fails.
+    """
+    from hostctl.verify import verify as run_verify
+
+    c = _ctx(ctx, config, facts)
+    c.refuse_snapshot("verify")
+    report = run_verify(c.config(), host=host, only=only)
+    if json_:
+        _print_json(report.document())
+    else:
+        out.print(report.text(), end="", markup=False)
+    if report.exit_code:
+        raise typer.Exit(report.exit_code)
 
 
 @app.command()

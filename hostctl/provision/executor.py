@@ -20,7 +20,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TextIO
 
@@ -197,22 +197,32 @@ class Executor:
         """Every part in order; the first that fails (or refuses) stops the run and is kept in
         report.error (the parts after it are not run)."""
         report = report or Report(dry_run=self.dry_run)
-        ctx = Context(dry_run=self.dry_run)
-        with nullcontext() if self.dry_run else provision_lock():
-            for i, part in enumerate(parts):
-                outcome = PartOutcome(part.name, "failed")
-                report.parts.append(outcome)
-                try:
-                    self._part(part, ctx, report, outcome)
-                except HostctlError as exc:
-                    outcome.status = "refused" if isinstance(exc, RefusedError) else "failed"
-                    outcome.reason = exc.message
-                    report.error = exc
-                    for later in parts[i + 1:]:
-                        report.parts.append(PartOutcome(later.name, "not-run",
-                                                        reason=f"not run: the {part.name} part {outcome.status}"))
-                    break
+        with ExitStack() as stack:
+            try:
+                if not self.dry_run:
+                    stack.enter_context(provision_lock())
+            except HostctlError as exc:
+                report.error = exc
+                report.parts += [PartOutcome(p.name, "not-run", reason=f"not run: {exc.message}") for p in parts]
+                return report
+            self._parts(parts, report)
         return report
+
+    def _parts(self, parts: list[Part], report: Report) -> None:
+        ctx = Context(dry_run=self.dry_run)
+        for i, part in enumerate(parts):
+            outcome = PartOutcome(part.name, "failed")
+            report.parts.append(outcome)
+            try:
+                self._part(part, ctx, report, outcome)
+            except HostctlError as exc:
+                outcome.status = "refused" if isinstance(exc, RefusedError) else "failed"
+                outcome.reason = exc.message
+                report.error = exc
+                for later in parts[i + 1:]:
+                    report.parts.append(PartOutcome(later.name, "not-run",
+                                                    reason=f"not run: the {part.name} part {outcome.status}"))
+                break
 
     # ------------------------------------------------------------ one part
 

@@ -136,7 +136,7 @@ class GpuSnapshot:
     facts: HostFacts  # the GPUs (NVML) and hostctl's state as they are this round
     files: ManagedFiles  # the unit file, its wants link or enablement, the installed profile
     source_profile: bytes | None  # the profile provision runs with
-    rungs: list[Any] = field(default_factory=list)  # hostctl.gpu.p2p.Rung: read-only rungs 1-4
+    acs: Any = None  # hostctl.gpu.p2p.Rung: the ACS rung (lspci and sysfs); None: not read
     torch: TorchPython | None = None  # who would run the functional check; None: not looked up
     lspci: tuple[str | None, str] | None = None  # what the ACS rung read (handed to the functional run)
     driver: str | None = None  # boot mode: how the driver came up
@@ -144,10 +144,11 @@ class GpuSnapshot:
 
 def read_gpu(config: Config, facts: HostFacts, reader: Reader, *, gpus: Callable[[], GpuFacts] | None = None,
              state: Callable[[], Any] | None = None, p2p_options: dict | None = None, look_for_torch: bool = True,
-             read_rungs: bool = True) -> GpuSnapshot:
+             read_acs: bool = True) -> GpuSnapshot:
     """The GPU facts this round (gpus() re-probes NVML; None keeps facts' own), hostctl's state,
-    the files the part manages and the P2P rungs that only read."""
-    from hostctl.gpu.p2p import run_ladder, verdict_applies
+    the files the part manages, the ACS rung (lspci, sysfs) and, when the functional check may be
+    needed, the Python that would run it."""
+    from hostctl.gpu.p2p import acs_rung, driver_rung, verdict_applies
 
     opts = dict(p2p_options or {})
     update: dict[str, Any] = {}
@@ -161,24 +162,23 @@ def read_gpu(config: Config, facts: HostFacts, reader: Reader, *, gpus: Callable
         files.enabled = read_managed(reader, units=[UNIT_NAME]).enabled
     source = Path(config.source).read_bytes() if Path(config.source).is_file() else None
     snap = GpuSnapshot(facts=facts, files=files, source_profile=source)
-    if not facts.gpus.available or not read_rungs:
+    if not facts.gpus.available:
         return snap
     plan = build_plan(config, facts)
     serving = serving_gpus(facts, plan)
     if len(serving) < 2:
         return snap
-    lspci = opts.get("lspci")
-    if lspci is None:
+    if read_acs:
         from hostctl.gpu import acs
 
-        lspci = acs.read_lspci()
-    snap.lspci = lspci
-    ladder_opts = {k: v for k, v in opts.items() if k == "pci_root"}
-    snap.rungs = run_ladder(facts, serving, measure=False, lspci=lspci, **ladder_opts).rungs
-    driver = next((r for r in snap.rungs if r.name == "driver"), None)
+        lspci = opts.get("lspci") or acs.read_lspci()
+        snap.lspci = lspci
+        snap.acs = acs_rung(serving, lspci_text=lspci[0], lspci_why=lspci[1],
+                            **{k: v for k, v in opts.items() if k == "pci_root"})
+    driver = driver_rung(facts, serving)
     stored = facts.state.p2p
     fresh = verdict_applies(stored, facts, [g.uuid for g in serving]) and stored.verdict != "not_applicable"
-    if look_for_torch and not fresh and (driver is None or driver.status != "fail"):
+    if look_for_torch and not fresh and driver.status != "fail":
         from hostctl.gpu.harness import find_torch_python
 
         snap.torch = opts.get("torch_python") or find_torch_python()
@@ -354,7 +354,8 @@ def _set_power(s: PowerSetting, check: list[PowerSetting], adapter: NvmlAdapter)
 
 def _p2p(d: Decision, facts: HostFacts, plan: Plan, snap: GpuSnapshot, opts: dict) -> None:
     from hostctl.facts.state import P2P_FILE
-    from hostctl.gpu.p2p import recommendations, run_ladder, store_verdict, verdict_applies
+    from hostctl.gpu.p2p import (driver_rung, iommu_rung, recommendations, run_ladder, store_verdict, topology_rung,
+                                 verdict_applies)
 
     serving = serving_gpus(facts, plan)
     uuids = [g.uuid for g in serving]
@@ -372,11 +373,12 @@ def _p2p(d: Decision, facts: HostFacts, plan: Plan, snap: GpuSnapshot, opts: dic
                      why="the plan reads the stored verdict"))
         return
 
-    for rung in snap.rungs:
+    driver = driver_rung(facts, serving)
+    rungs = [topology_rung(facts, serving), driver, iommu_rung(facts)] + ([snap.acs] if snap.acs is not None else [])
+    for rung in rungs:  # rungs 1-4 only read: they are reported as data, the plan's verdict is rung 5
         d.add(Note(f"gpu/p2p/{rung.name}", rung.summary, severity="info" if rung.status == "ok" else "warn",
                    data=rung.to_dict()))
-    driver = next((r for r in snap.rungs if r.name == "driver"), None)
-    if driver is not None and driver.status == "fail":
+    if driver.status == "fail":
         d.add(Skipped("gpu/p2p/functional", "not run: the driver refuses P2P, so NCCL cannot use it and the plan "
                       "keeps it off (NCCL_P2P_DISABLE=1)"))
         if driver.fix:
