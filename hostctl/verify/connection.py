@@ -4,7 +4,8 @@ query options such as `?ssh_config=FILE&ssh_identity_file=KEY` pass through).
 
 Everything is read through the same connection: commands, files (under the target's own
 HOSTCTL_SYSROOT, read from its environment), and on a remote host its facts, from the hostctl
-installed there (`hostctl --config PROFILE facts --json`). testinfra is imported here and only
+installed there (`hostctl --config PROFILE facts --json`; the hostctl its boot units call,
+/usr/local/bin/hostctl, else the one on its PATH). testinfra is imported here and only
 here, when verify runs: `--help`, `plan` and `status` never load it.
 """
 
@@ -126,7 +127,11 @@ def connect(spec: str | None) -> Target:
                               timeout=SSH_TIMEOUT_S)
     target = Target(host, shown, remote=True, _control_dir=control_dir)
     try:
-        probe = host.run('printf "%s\\n" "${HOSTCTL_SYSROOT:-/}"; command -v hostctl || echo /usr/local/bin/hostctl')
+        # The hostctl there is the one its boot units call (/usr/local/bin/hostctl, under its
+        # sysroot), else the one its PATH finds.
+        probe = host.run('r="${HOSTCTL_SYSROOT:-/}"; printf "%s\\n" "$r"; '
+                         'if [ -x "${r%/}/usr/local/bin/hostctl" ]; then echo "${r%/}/usr/local/bin/hostctl"; '
+                         'else command -v hostctl || echo /usr/local/bin/hostctl; fi')
     except RuntimeError as exc:  # testinfra raises when ssh itself fails (exit 255)
         target.close()
         out = getattr(exc.args[0], "stderr", "") if exc.args else ""

@@ -21,7 +21,7 @@ from hostctl.config import Config
 from hostctl.errors import HostctlError
 from hostctl.facts.model import HostFacts
 from hostctl.plan.model import Plan
-from hostctl.units import parse_size
+from hostctl.units import docker_size, parse_size
 
 Status = Literal["pass", "fail", "skip", "not-run"]
 PARTS = ("storage", "system", "gpu", "runtime")
@@ -234,12 +234,21 @@ def _sysctl_live(key: str) -> Callable[[Ctx], Result]:
     return run
 
 
-def _dir(directory: str, plain: bool) -> Callable[[Ctx], Result]:
+def _dir(directory: str, mount: str | None) -> Callable[[Ctx], Result]:
+    """A role's directory: on its drive's filesystem (mount), or a plain one under the sysroot."""
+
     def run(ctx: Ctx) -> Result:
-        st = ctx.target.stat(directory) if plain else ctx.target.stat_real(directory)
+        st = ctx.target.stat(directory) if mount is None else ctx.target.stat_real(directory)
         if st is None or not st.is_dir:
             return bad(f"{directory} does not exist", "a directory", "hostctl provision --only storage")
-        return ok(f"{directory} is a directory (owner {st.uid}:{st.gid})")
+        found = f"{directory} is a directory (owner {st.uid}:{st.gid})"
+        if mount is not None:
+            on = ctx.target.cmd("findmnt -n -o TARGET -T %s", directory).stdout.strip()
+            if on != mount:
+                return bad(f"{found} on {on or '?'}", f"on the drive's filesystem at {mount}",
+                           "mount the drive (the directory would fill the filesystem below it)")
+            found += f" on {mount}"
+        return ok(found)
 
     return run
 
@@ -420,9 +429,11 @@ def _caps(ctx: Ctx) -> Result:
     socket = [m.get("Source") for m in doc.get("Mounts", []) if str(m.get("Source", "")).endswith("docker.sock")]
     if socket:
         wrong["docker.sock"] = (socket, [])
-    shown = ", ".join(f"{k}={v}" for k, v in got.items())
+    shown = ", ".join(f"{k}={docker_size(v) if k.startswith('Mem') and isinstance(v, int) and v > 0 else v}"
+                      for k, v in got.items())
     if wrong:
-        return bad(shown, ", ".join(f"{k}={v[1]}" for k, v in wrong.items()), "hostctl down; hostctl up (re-renders)")
+        return bad(shown, ", ".join(f"{k}={docker_size(v[1]) if k.startswith('Mem') and v[1] else v[1]}"
+                                    for k, v in wrong.items()), "hostctl down; hostctl up (re-renders)")
     return ok(shown)
 
 
@@ -484,12 +495,13 @@ def suite(config: Config, facts: HostFacts, plan: Plan, parts: tuple[str, ...] =
                                     _sysctl_live(key)))
         on_drive, plain = storage.role_dirs(config, facts)
         for name, dirs in on_drive.items():
+            mount = profile.drive(name).mount
             for role, directory in dirs:
                 checks.append(Check(f"storage/dirs/{role.replace(' ', '-')}", "storage", "testinfra",
-                                    f"{directory} exists (on drive {name})", _dir(directory, plain=False)))
+                                    f"{directory} exists on drive {name} ({mount})", _dir(directory, mount)))
         for role, directory in plain:
             checks.append(Check(f"storage/dirs/{role}", "storage", "testinfra", f"{directory} exists",
-                                _dir(directory, plain=True)))
+                                _dir(directory, None)))
     if "system" in parts:
         from hostctl.provision import system
 

@@ -159,6 +159,13 @@ def test_healthy_up_passes_the_smoke_gate_and_down_leaves_nothing(demo_image, ho
     prompt_tokens = int(result["detail"].split()[2])
     assert 1400 <= prompt_tokens <= 1600, result["detail"]
 
+    # verify judges the runtime it expects up (up passed, down has not run); a stopped container fails, named
+    rc, out, err, _ = h.run("verify", "--only", "runtime", timeout=120)
+    assert rc == 0 and "pass  runtime/caps:" in out and "pass  runtime/models:" in out, out + err
+    subprocess.run(["docker", "stop", "-t", "30", h.container], capture_output=True, timeout=120, check=True)
+    rc, out, err, _ = h.run("verify", "--only", "runtime", timeout=120)
+    assert rc == 1 and "FAIL  runtime/container: hc5-healthy-runtime: exited" in out, out + err
+
     rc, out, err, _ = h.run("down", timeout=120)
     assert rc == 0 and "stopped and removed hc5-healthy-runtime" in out, err
     assert not h.container_exists()
