@@ -21,7 +21,7 @@ from typing import Any
 
 from hostctl import __version__
 from hostctl.config import Config
-from hostctl.errors import EXIT_FAILED, EXIT_OK, InputError
+from hostctl.errors import EXIT_FAILED, EXIT_OK, FailedError, InputError
 from hostctl.verify.suite import PARTS, Check, Ctx, Result, suite
 
 SCHEMA = "hostctl.verify/v1"
@@ -139,7 +139,11 @@ def verify(config: Config, *, host: str | None = None, only: str | None = None, 
         report = VerifyReport(host=target.name, profile=config.profile.name)
         if target.remote:
             source = Path(config.source).resolve()
-            facts, same = remote_facts(target, str(source), source.read_bytes())
+            try:
+                facts, same = remote_facts(target, str(source), source.read_bytes())
+            except RuntimeError as exc:  # testinfra: ssh itself failed (exit 255) after connecting
+                raise FailedError(f"lost the SSH connection to {target.name} while reading its facts",
+                                  details=[str(exc)[-300:]], fix="check the connection, then re-run") from None
             if not same:
                 report.notes.append(f"the profile at {source} on {target.name} differs from this one: the checks "
                                     "judge the host against this one")
