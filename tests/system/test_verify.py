@@ -163,6 +163,9 @@ def test_verify_over_ssh_reads_the_other_sides_facts_and_files(provisioned, sshd
     assert doc["host"].startswith("ssh://root@127.0.0.1:") and "?" not in doc["host"]
     assert doc["parts"][0]["status"] == "pass" and doc["parts"][0]["checks"] >= 7
     assert {c["status"] for c in doc["checks"]} == {"pass"}
+    local = json.loads(hostctl("verify", "--json", "--only", "storage", "--config", str(profile))[1])
+    print(f"\n  verify --only storage: {local['seconds']:.2f} s here, {doc['seconds']:.2f} s over ssh "
+          f"({len(doc['checks'])} checks)")
     check(["swapoff", drive.part(1)])
     code, out, err = hostctl("verify", "--only", "storage", "--host", spec, "--config", str(profile), env=env)
     assert code == 1 and "FAIL  storage/d1/swap:" in out, out + err

@@ -287,3 +287,29 @@ def test_a_dry_run_judges_the_system_part_with_the_swap_storage_would_add(monkey
 def test_the_storage_part_is_first_and_gpu_last():
     assert parts.ORDER == ("storage", "system", "gpu")
     assert PurePosixPath(INSTALLED_PROFILE).parent == system.PROFILE_DIR
+
+
+AWKWARD = ["p2p_unsupported", "too_little_ram_swap", "two_sockets_split", "numa_unknown_two_nodes", "gpu_on_node1",
+           "blank_drives", "foreign_and_removable"]
+
+
+@pytest.mark.parametrize("snapshot", AWKWARD)
+def test_every_part_decides_on_every_awkward_host(snapshot):
+    """The desktop's profile on each awkward snapshot: every decision is a value whose actions
+    name their part, what they change and why; the foreign drive and the USB stick, which the
+    profile does not name, are never touched."""
+    config, _ = snapshots.desktop()
+    facts = getattr(snapshots, snapshot)()
+    d = storage.decide(config, facts, SystemFiles(), opts())
+    for a in d.actions:
+        assert a.part == "storage" and a.why and a.changes and "/dev/nvme3n1" not in a.describe
+        assert "/dev/sda" not in (a.argv or ())
+    plan = build_plan(config, facts)
+    try:
+        s = system.decide(config, plan, _system_snap(config, plan))
+    except FailedError as exc:  # a host this recipe cannot serve: nothing is installed, and it says why
+        assert exc.message == "the plan has errors; no unit was installed" and plan.errors
+    else:
+        assert all(a.part == "system" and a.why for a in s.actions)
+    g = gpu.decide(config, _gpu_snap(config, facts), hostctl_bin="/x")
+    assert all(a.part == "gpu" and a.why and a.changes for a in g.actions)
