@@ -8,7 +8,6 @@ again until nothing is left to do.
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TextIO

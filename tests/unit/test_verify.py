@@ -104,3 +104,14 @@ def test_a_re_run_of_provision_json_is_only_ok(sysroot, capsys):
     assert code == 0 and {a["status"] for a in again["actions"] if a["part"] != "gpu"} == {"ok"}
     recorded = json.loads((sysroot / "var/lib/hostctl/provisioned.json").read_text())
     assert set(recorded["parts"]) == {"storage", "system", "gpu"}
+
+
+def test_provision_json_of_a_failed_part_is_still_one_document(sysroot, capsys):
+    # the desktop's recipe on this machine (no GPUs): the system part refuses to install its unit
+    code, out, err = run(["provision", "--json", "--only", "system", "--config", str(HOSTS / "pro6000x2-desktop.toml")],
+                         capsys)
+    doc = json.loads(out)
+    assert code == 1 and not doc["ok"] and doc["exit_code"] == 1
+    assert doc["error"]["message"] == "the plan has errors; no unit was installed" and doc["error"]["details"]
+    assert doc["parts"][0]["status"] == "failed" and doc["actions"][0]["status"] == "failed"
+    assert "the plan has errors" in err  # the error is also said on stderr, for people
