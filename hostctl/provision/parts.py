@@ -146,7 +146,10 @@ class GpuPart:
         self.adapter = adapter or NvmlAdapter()
         self.gpus = gpus
         self.boot, self.record = boot, not boot  # a boot run applies only the limits: not the whole part
-        self.hostctl_bin, self.p2p_options = hostctl_bin, p2p_options or {}
+        from hostctl.provision.gpu import default_hostctl_bin
+
+        # the unit calls the hostctl running now (the console script), as it was installed
+        self.hostctl_bin, self.p2p_options = hostctl_bin or default_hostctl_bin(), p2p_options or {}
         self.driver_wait_s, self.version_file = driver_wait_s, version_file
         self.base: HostFacts | None = None
         self.driver: str | None = None
