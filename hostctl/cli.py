@@ -28,7 +28,6 @@ from hostctl.errors import (
     FailedError,
     HostctlError,
     InputError,
-    NotAvailableError,
 )
 from hostctl.facts.model import HostFacts
 
@@ -88,9 +87,12 @@ class Context:
             return load_snapshot(self.facts_path)
         if config is None:
             return collect()
-        from hostctl.plan import alias_requests, path_requests
+        from hostctl.plan import alias_requests
+        from hostctl.provision.apply import fact_requests
 
-        return collect(path_requests(config), alias_paths=alias_requests(config))
+        # every directory a provision part decides on, so `facts --json` (read by `verify --host`
+        # on another machine) holds what the parts' decisions need
+        return collect(fact_requests(config), alias_paths=alias_requests(config))
 
     def refuse_snapshot(self, command: str) -> None:
         if self.facts_path is not None:
@@ -267,11 +269,6 @@ def render(
         err.print(f"warning: [{p.area}] {p.message}", markup=False)
 
 
-def _not_yet(name: str) -> None:
-    raise NotAvailableError(f"`hostctl {name}` is not available yet in hostctl {__version__}",
-                            fix="see README.md for what works today (facts, plan, render)")
-
-
 @app.command()
 def provision(
     ctx: typer.Context,
@@ -282,53 +279,34 @@ def provision(
     only: Annotated[Optional[str], typer.Option("--only", help="storage | gpu | system")] = None,
     boot: Annotated[bool, typer.Option("--boot", help="With --only gpu, as hostctl-power.service runs it at boot: "
                                        "wait up to 60 s for the driver, then apply only the power limits.")] = False,
+    json_: Annotated[bool, typer.Option("--json", help="Print one hostctl.provision/v1 document (every action with "
+                                        "its status, argv or diff, seconds; the warnings) instead of text.")] = False,
     config: ConfigOpt = None,
     facts: FactsOpt = None,
 ) -> None:
     """Make the host ready: NVMe swap and cache partitions, sysctl, GPU power limits, units.
 
-    Prints every command and file edit first; --dry-run stops there. Destructive steps need
-    --yes or the drive's identity typed at a terminal; foreign contents also --erase IDENTITY.
+    Parts run in order (storage, system, gpu), each until a fresh look at the host needs
+    nothing more. Prints every command and file edit first; --dry-run stops there. Destructive
+    steps need --yes or the drive's identity typed at a terminal; foreign contents also --erase
+    IDENTITY.
     """
+    import io
+
+    from hostctl.provision.parts import ORDER, provision as run_parts
+
     c = _ctx(ctx, config, facts)
     c.refuse_snapshot("provision")
-    if only is not None and only not in ("storage", "gpu", "system"):
+    if only is not None and only not in ORDER:
         raise InputError(f"--only: expected storage, gpu or system, got {only!r}")
     if boot and only != "gpu":
         raise InputError("--boot goes with --only gpu (it is what hostctl-power.service runs)")
     cfg = c.config()
-    # system before gpu: it installs the profile the boot units read.
-    for part in [only] if only else ["storage", "system", "gpu"]:
-        if part == "storage":
-            from hostctl.provision.apply import provision_storage
-
-            provision_storage(cfg, dry_run=dry_run, yes=yes, erase=tuple(erase or ()))
-        elif part == "gpu":
-            from hostctl.plan import build_plan
-            from hostctl.provision.gpu import provision_gpu
-
-            host = c.facts(cfg)
-            result = provision_gpu(cfg, host, build_plan(cfg, host), dry_run=dry_run, yes=yes, boot=boot)
-            for line in result.lines():
-                out.print(line, markup=False)
-            result.raise_for_failure()
-        else:
-            _provision_system(c, cfg, dry_run)
-
-
-def _provision_system(c: Context, cfg: Config, dry_run: bool) -> None:
-    """`provision --only system`: the profile and the runtime unit under /etc (hostctl/provision/system.py)."""
-    from hostctl.plan import build_plan
-    from hostctl.provision.system import provision_system
-
-    host = c.facts(cfg)
-    result = provision_system(cfg, build_plan(cfg, host), dry_run=dry_run, facts=host)
-    for action in result.actions:
-        out.print(("would: " if dry_run else "done: ") + action.describe, markup=False)
-    if not result.actions:
-        out.print("system: nothing to change", markup=False)
-    for note in result.notes:
-        err.print(f"note: {note}", markup=False)
+    report = run_parts(cfg, only=only, dry_run=dry_run, yes=yes, erase=tuple(erase or ()), boot=boot,
+                       out=io.StringIO() if json_ else sys.stdout)
+    if json_:
+        _print_json(report.document())
+    report.raise_for_error()
 
 
 @store_app.command("split")
@@ -546,10 +524,35 @@ def tune(
 
 
 @app.command()
-def verify(ctx: typer.Context, config: ConfigOpt = None, facts: FactsOpt = None) -> None:
-    """Read the host afresh and compare it with the plan (testinfra)."""
-    _ctx(ctx, config, facts).refuse_snapshot("verify")
-    _not_yet("verify")
+def verify(
+    ctx: typer.Context,
+    json_: JsonOpt = False,
+    host: Annotated[Optional[str], typer.Option("--host", metavar="ssh://USER@HOST[:PORT]",
+                                                help="Verify that machine over SSH (the same hostctl installed "
+                                                     "there, the profile at the same path). Default: this host.")] = None,
+    only: Annotated[Optional[str], typer.Option("--only", metavar="PART[,PART]",
+                                                help="storage, system, gpu, runtime (a comma list). Default: all.")] = None,
+    config: ConfigOpt = None,
+    facts: FactsOpt = None,
+) -> None:
+    """Prove the host matches its plan, read-only: each provisioned part decides no action on
+    fresh facts, then testinfra checks mounts, swaps, fstab, sysctls, units, power limits and
+    the runtime (container, caps, /v1/models).
+
+    A part never provisioned here is "not provisioned" (not a failure); the runtime is judged
+    when `up` passed and `down` has not run since. Exits 0 when every check passes, 1 when one fails.
+    """
+    from hostctl.verify import verify as run_verify
+
+    c = _ctx(ctx, config, facts)
+    c.refuse_snapshot("verify")
+    report = run_verify(c.config(), host=host, only=only)
+    if json_:
+        _print_json(report.document())
+    else:
+        out.print(report.text(), end="", markup=False)
+    if report.exit_code:
+        raise typer.Exit(report.exit_code)
 
 
 @app.command()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 FACTS_SCHEMA = "hostctl.facts/v1"
 
@@ -421,11 +421,44 @@ class KernelLogFacts(Absence):
     events: list[KernelEvent] = Field(default_factory=list)
 
 
+class ProvisionedPart(Part):
+    """A provision part that converged on this host: a fresh look decided nothing more to do."""
+
+    converged_at: str
+    profile: str  # the profile's name
+    profile_sha256: str | None = None  # of the profile file it converged with
+    hostctl: str | None = None  # the hostctl version that ran it
+
+
+class ServiceRecord(Part):
+    """What the last `hostctl up` or `down` left: ready (up passed its gate), failed, or down."""
+
+    state: str
+    container: str | None = None
+    at: str | None = None
+
+
 class StateFacts(Part):
     """What earlier hostctl runs left in /var/lib/hostctl."""
 
     p2p: P2PVerdict | None = None
     qualify: QualifyVerdict | None = None
+    provisioned: dict[str, ProvisionedPart] = Field(default_factory=dict)  # part -> when it converged
+    service: ServiceRecord | None = None
+
+    @model_serializer(mode="wrap")
+    def _omit_empty(self, handler):
+        # Snapshots made before these records existed (the bundled examples) stay byte-identical.
+        data = handler(self)
+        for key, empty in (("provisioned", {}), ("service", None)):
+            if data.get(key) == empty:
+                data.pop(key)
+        return data
+
+    @property
+    def runtime_expected(self) -> bool:
+        """`up` passed its gate and `down` has not run since: the runtime should be running."""
+        return self.service is not None and self.service.state == "ready"
 
 
 class HostFacts(Part):

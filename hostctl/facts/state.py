@@ -1,22 +1,44 @@
-"""State facts: what earlier hostctl runs left in the state directory (/var/lib/hostctl),
-such as the functional P2P verdict and the qualify verdict, each with what it was measured under."""
+"""State facts: what earlier hostctl runs left in the state directory (/var/lib/hostctl): the
+functional P2P verdict and the qualify verdict with what each was measured under, the provision parts that converged on
+this host (provisioned.json, written by hostctl/provision/record.py) and what the last `up` or
+`down` left (service.json, written by hostctl/service/state.py)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from hostctl import paths
-from hostctl.facts.model import P2PVerdict, QualifyVerdict, StateFacts
+from hostctl.facts.model import P2PVerdict, ProvisionedPart, QualifyVerdict, ServiceRecord, StateFacts
 
 P2P_FILE = "p2p.json"
 QUALIFY_FILE = "qualify.json"  # written by hostctl.service.state.save_qualify
+PROVISIONED_FILE = "provisioned.json"
+SERVICE_FILE = "service.json"  # hostctl.service.state.SERVICE_FILE
 
 
-def _load(path: Path, model: type[BaseModel], notes: list[str]):
-    """The file as `model`, or None (absent, or unreadable with a note); never fatal."""
+def probe_state(state_dir: Path | None = None) -> tuple[StateFacts, list[str]]:
+    """(state, notes); a file that cannot be read is ignored with a note, never fatal."""
+    state_dir = state_dir or paths.state_dir()
+    notes: list[str] = []
+    state = StateFacts()
+    state.p2p = _load(state_dir / P2P_FILE, notes, P2PVerdict.model_validate)
+    state.qualify = _load(state_dir / QUALIFY_FILE, notes, QualifyVerdict.model_validate)
+    provisioned = _load(state_dir / PROVISIONED_FILE, notes,
+                        lambda d: {k: ProvisionedPart.model_validate(v) for k, v in dict(d.get("parts", {})).items()})
+    state.provisioned = provisioned or {}
+    state.service = _load(state_dir / SERVICE_FILE, notes, _service)
+    return state, notes
+
+
+def _service(doc: dict) -> ServiceRecord:
+    at = doc.get("down_at") if doc.get("state") == "down" else doc.get("ready_at") or doc.get("failed_at")
+    return ServiceRecord(state=str(doc["state"]), container=doc.get("container"), at=at)
+
+
+def _load(path: Path, notes: list[str], parse):
     try:
         text = path.read_text()
     except FileNotFoundError:
@@ -25,20 +47,13 @@ def _load(path: Path, model: type[BaseModel], notes: list[str]):
         notes.append(f"ignored {path}: {exc.strerror or exc}")
         return None
     try:
-        return model.model_validate(json.loads(text))
+        return parse(json.loads(text))
     except json.JSONDecodeError as exc:
         notes.append(f"ignored {path}: not valid JSON ({exc.msg} at line {exc.lineno})")
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "(top level)"
         notes.append(f"ignored {path}: {where}: {first['msg']}")
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+        notes.append(f"ignored {path}: {exc.__class__.__name__}: {exc}")
     return None
-
-
-def probe_state(state_dir: Path | None = None) -> tuple[StateFacts, list[str]]:
-    """(state, notes); a file that cannot be read is ignored with a note, never fatal."""
-    state_dir = state_dir or paths.state_dir()
-    notes: list[str] = []
-    state = StateFacts(p2p=_load(state_dir / P2P_FILE, P2PVerdict, notes),
-                       qualify=_load(state_dir / QUALIFY_FILE, QualifyVerdict, notes))
-    return state, notes

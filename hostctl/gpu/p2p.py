@@ -307,6 +307,13 @@ def run_ladder(
     return ladder
 
 
+def recommendations(verdict: P2PVerdict | None, facts: HostFacts) -> list[str]:
+    """What to do about a verdict (empty for ok and not applicable)."""
+    ladder = P2PLadder(gpus=[], verdict=verdict)
+    _recommend(ladder, facts)
+    return ladder.recommendations
+
+
 def _recommend(ladder: P2PLadder, facts: HostFacts) -> None:
     v = ladder.verdict
     if v is None or v.verdict in ("ok", "not_applicable"):

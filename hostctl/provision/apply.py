@@ -1,46 +1,36 @@
-"""The provisioning runner: read facts, decide (storage.py), print the plan, ask consent, run the
-actions in order, then read the host afresh and decide again until nothing is left to do.
-
-Re-deciding after acting is the verification: a host is provisioned when a fresh look at it
-yields no actions. It is also how a drive whose partition table the kernel had not loaded gets
-the rest of its plan (round 2), and why an interrupted run converges on the next one: each
-run starts from what the host is, not from what an earlier run meant to do.
+"""The storage part's reading and presenting: its facts (disks, mounts, swap, memory and the
+directories the plan names), the system files it decides on, the plan text people read, its
+refusal and consent requests, and provision_storage(), which runs this part alone through the one
+executor (provision/executor.py): decide, print, consent, act, read the host again and decide
+again until nothing is left to do.
 """
 
 from __future__ import annotations
 
-import fcntl
 import os
-import sys
-import time
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TextIO
 
-from hostctl import paths
 from hostctl.config import Config
-from hostctl.errors import FailedError, HostctlError, RefusedError
+from hostctl.errors import RefusedError
 from hostctl.facts.model import HostFacts
-from hostctl.provision import consent, files, fstab, sysctl
+from hostctl.facts.sysfiles import LocalReader, Reader, read_storage_files
+from hostctl.provision import consent, fstab, sysctl
 from hostctl.provision.actions import Action
+from hostctl.provision.executor import MAX_ROUNDS, run_actions  # noqa: F401  (the storage tests' entry points)
 from hostctl.provision.storage import (
-    DirState,
+    STATUS_WORDS,
     DriveVerdict,
     Options,
     StorageProvision,
     SystemFiles,
     dir_requests,
     layout,
-    plan_storage_provision,
-    resolve_drives,
     role_dirs,
 )
 from hostctl.units import fmt_bytes
 
-MAX_ROUNDS = 4
-DISK_LOCK_WAIT_S = 10.0
-LOCK_FILE = "provision.lock"
 
 
 @dataclass
@@ -57,29 +47,30 @@ def sudo_owner(env: dict[str, str] | None = None) -> tuple[int, int] | None:
     return (int(uid), int(gid)) if uid.isdigit() and gid.isdigit() else None
 
 
+def fact_requests(config: Config) -> list[tuple[str, bool]]:
+    """Every directory the storage decisions and the plan read facts about, once each: what
+    `hostctl facts --config` describes, so a snapshot (or another host's facts, for `verify
+    --host`) holds all a part decides on."""
+    from hostctl.plan import path_requests
+
+    requests = path_requests(config) + [(d, False) for d in dir_requests(config)]
+    seen: set[str] = set()
+    return [(p, listing) for p, listing in requests if not (p in seen or seen.add(p))]
+
+
 def storage_facts(config: Config) -> HostFacts:
     """Disks, mounts, swap, memory and the directories the storage plan names: all that storage
     decisions read (a full collect would wait on NVML and the Docker socket, every round)."""
     from hostctl.facts import collect_storage
-    from hostctl.plan import alias_requests, path_requests
+    from hostctl.plan import alias_requests
 
-    requests = path_requests(config) + [(d, False) for d in dir_requests(config)]
-    seen: set[str] = set()
-    return collect_storage([(p, listing) for p, listing in requests if not (p in seen or seen.add(p))],
-                           alias_requests(config),
+    return collect_storage(fact_requests(config), alias_requests(config),
                            [(d.identity.kind, d.identity.value) for d in config.profile.drives])
 
 
-def read_system_files(config: Config, facts: HostFacts) -> SystemFiles:
-    dirs: dict[str, DirState] = {}
-    for _, directory in role_dirs(config, facts)[1]:
-        p = paths.system_path(directory)
-        try:
-            st = p.stat()
-            dirs[directory] = DirState(p.is_dir(), (st.st_uid, st.st_gid))
-        except FileNotFoundError:
-            dirs[directory] = DirState(False)
-    return SystemFiles(fstab=files.read_text(fstab.FSTAB), sysctl=files.read_text(sysctl.SYSCTL_FILE), plain_dirs=dirs)
+def read_system_files(config: Config, facts: HostFacts, reader: Reader | None = None) -> SystemFiles:
+    plain = [directory for _, directory in role_dirs(config, facts)[1]]
+    return read_storage_files(reader or LocalReader(), fstab.FSTAB, sysctl.SYSCTL_FILE, plain)
 
 
 # ---------------------------------------------------------------- presenting
@@ -105,9 +96,7 @@ def plan_text(sp: StorageProvision, *, heading: str | None = None) -> str:
     if not sp.drives:
         lines.append("  the profile names no drives")
     for d in sp.drives:
-        state = {"ready": "ready, nothing to do", "converge": "converge to the layout",
-                 "create": "lay out", "erase": "ERASE and lay out", "relabel": "relabel (the profile renamed it; nothing is formatted)",
-                 "refused": "REFUSED"}[d.status]
+        state = STATUS_WORDS[d.status]
         lines.append(f"  drive {d.where()}: {d.found}; {state}")
         if d.status != "refused":
             lines.append(f"    layout: {_layout_text(sp, d.drive.name)}")
@@ -156,73 +145,6 @@ def _consent_request(d: DriveVerdict) -> consent.Request:
     return consent.Request(d.drive.name, str(d.drive.identity), d.drive.identity.value, what)
 
 
-@contextmanager
-def _lock() -> Iterator[None]:
-    directory = paths.state_dir()
-    directory.mkdir(parents=True, exist_ok=True)
-    fd = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise FailedError(f"another `hostctl provision` is running (lock {directory / LOCK_FILE} is held)",
-                              fix="wait for it to finish, then re-run") from None
-        yield
-    finally:
-        os.close(fd)
-
-
-@contextmanager
-def _disk_lock(path: str) -> Iterator[None]:
-    """An exclusive BSD lock on the whole disk while hostctl writes to it: the convention of
-    systemd's block-device locking, which udev honours (it does not probe a locked disk) and which
-    keeps a second hostctl (another state directory) or a partitioning tool that locks off it.
-    udev's own short shared locks are waited out."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError as exc:
-        raise FailedError(f"cannot open {path} to lock it: {exc.strerror or exc}") from exc
-    try:
-        deadline = time.monotonic() + DISK_LOCK_WAIT_S
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise FailedError(f"{path} is locked by another process (a second `hostctl provision`, or a "
-                                      f"partitioning tool) for more than {DISK_LOCK_WAIT_S:g} s",
-                                      fix=f"find it with `fuser -v {path}` or `lslocks`, wait for it, then re-run") from None
-                time.sleep(0.1)
-        yield
-    finally:
-        os.close(fd)
-
-
-def _ran_before(i: int, total: int) -> str:
-    return (f"{i - 1} of {total} action(s) ran before this one failed; re-running `hostctl provision` "
-            "continues from what the host is now")
-
-
-def run_actions(actions: list[Action], err: TextIO) -> int:
-    """Run in order, progress on stderr; stop at the first failure (a re-run continues from there)."""
-    total = len(actions)
-    for i, a in enumerate(actions, 1):
-        err.write(f"[{i}/{total}] {a.step}: {a.describe.splitlines()[0]}\n")
-        err.flush()
-        t0 = time.monotonic()
-        try:
-            a.run()
-        except HostctlError as exc:
-            exc.details = [*exc.details, _ran_before(i, total)]
-            raise
-        except OSError as exc:  # a directory or file edit (the commands report through the runner)
-            raise FailedError(f"{a.step}: {exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else ""),
-                              details=[_ran_before(i, total)]) from exc
-        err.write(f"        done in {time.monotonic() - t0:.2f} s\n")
-    return total
-
-
 def provision_storage(
     config: Config,
     *,
@@ -235,49 +157,17 @@ def provision_storage(
     opts: Options | None = None,
     read_facts: Callable[[Config], HostFacts] = storage_facts,
 ) -> Outcome:
-    stdin, out, err = stdin or sys.stdin, out or sys.stdout, err or sys.stderr
-    opts = opts or Options(erase=tuple(erase), owner=sudo_owner())
-    if dry_run:
-        facts = read_facts(config)
-        sp = plan_storage_provision(config, facts, read_system_files(config, facts), opts)
-        out.write(plan_text(sp))
-        if sp.refused:
-            raise _refusal(sp, 0)
-        out.write("storage: no changes needed\n" if not sp.actions else
-                  f"dry run: {len(sp.actions)} action(s) shown, nothing was changed\n")
-        return Outcome(0, 1, sp)
+    """`provision --only storage` from Python: the storage part alone through the one executor.
+    Raises what the run raised (a refusal, a failed action); the Outcome otherwise."""
+    from hostctl.provision.executor import Executor
+    from hostctl.provision.parts import StoragePart
+    from hostctl.provision.record import record_converged
 
-    with _lock(), ExitStack() as held:
-        consented: set[str] = set()
-        locked: set[str] = set()
-        ran, expect_done = 0, False
-        for round_no in range(1, MAX_ROUNDS + 1):
-            facts = read_facts(config)
-            for disk in resolve_drives(config, facts)[0].values():
-                if disk.path not in locked:
-                    held.enter_context(_disk_lock(disk.path))
-                    locked.add(disk.path)
-            sp = plan_storage_provision(config, facts, read_system_files(config, facts), opts)
-            if expect_done and sp.actions:
-                raise FailedError(
-                    f"storage did not converge: after {ran} action(s) a fresh look at the host still needs "
-                    f"{len(sp.actions)}",
-                    details=[f"{a.step}: {a.describe.splitlines()[0]}" for a in sp.actions],
-                    fix="look at the step named above (its command ran without an error); re-run to retry",
-                )
-            if round_no == 1:
-                out.write(plan_text(sp))
-            elif sp.actions or sp.refused:
-                out.write(plan_text(sp, heading="re-planned with the partitions the kernel has loaded now:"))
-            if sp.refused:
-                raise _refusal(sp, ran)
-            if not sp.actions:
-                out.write("storage: no changes\n" if ran == 0 else f"storage: {ran} action(s) run; verified: "
-                          "a fresh look at the host needs nothing more\n")
-                return Outcome(ran, round_no, sp)
-            need = [_consent_request(d) for d in sp.drives if d.destructive and d.drive.name not in consented]
-            consent.obtain(need, yes=yes, stdin=stdin, stderr=err)
-            consented |= {r.drive for r in need}
-            ran += run_actions(sp.actions, err)
-            expect_done = not sp.replan
-        raise FailedError(f"storage did not converge in {MAX_ROUNDS} rounds", details=[a.step for a in sp.actions])
+    opts = opts or Options(erase=tuple(erase), owner=sudo_owner())
+    part = StoragePart(config, opts, read_facts=read_facts)
+    executor = Executor(dry_run=dry_run, yes=yes, stdin=stdin, out=out, err=err,
+                        record=lambda name: record_converged(name, config) and None)
+    report = executor.run([part])
+    report.raise_for_error()
+    done = report.parts[0]
+    return Outcome(done.changed, done.rounds, done.final.detail)

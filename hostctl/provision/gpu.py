@@ -1,95 +1,54 @@
-"""`hostctl provision --only gpu`: GPU power limits (validated, set through NVML, read back), the
-boot unit that re-applies them, and the P2P verdict (hostctl.gpu.p2p).
+"""The gpu part of `hostctl provision`: GPU power limits (validated, set through NVML, read back),
+the boot unit that re-applies them, and the P2P verdict (hostctl.gpu.p2p), in the act protocol.
 
-Entry point: provision_gpu(config, facts, plan, dry_run=..., yes=...). Order and guarantees:
-  1. the boot unit hostctl-power.service is written and enabled (also on a host without the
+read_gpu() reads what deciding needs (GPUs through NVML, hostctl's state, the unit file and its
+enablement, the installed profile, the read-only P2P rungs, the Python that would run the
+functional check); decide() is pure and yields only the actions still needed:
+  1. the boot unit hostctl-power.service written and enabled (also on a host without the
      driver: its ExecCondition skips it there cleanly);
-  2. without a driver, everything else reports "skip: no driver";
+  2. without a driver, everything else is skipped: "no driver";
   3. every power limit is checked against its GPU's own min/max first - out of range is bad
-     input (exit 2) and nothing is set; then each is set and the ENFORCED limit read back, a
-     difference is a failure (exit 1);
-  4. the P2P ladder, whose functional verdict is stored for the plan (not in boot mode).
+     input (exit 2) and nothing is set, the unit included; each set action checks the live
+     range of every GPU it sets before the first one is touched, sets, and reads the ENFORCED
+     limit back: a difference is a failure (exit 1);
+  4. the P2P ladder: rungs 1-4 are reported as data, the functional check runs (and stores its
+     verdict) only when no stored verdict measured under this driver, command line and GPUs
+     applies.
 `boot=True` is what the unit runs: wait (bounded) for the driver, then only step 3.
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from hostctl import paths, runner
+from hostctl import paths
 from hostctl.atomic import write_atomic
 from hostctl.config import Config
 from hostctl.errors import FailedError, InputError
-from hostctl.facts.gpu import NVIDIA_VERSION, NvmlAdapter, NvmlUnavailable, probe_gpus
-from hostctl.facts.model import Gpu, HostFacts
+from hostctl.facts.gpu import NVIDIA_VERSION, NvmlAdapter, NvmlUnavailable
+from hostctl.facts.model import Gpu, GpuFacts, HostFacts, P2PVerdict
+from hostctl.facts.sysfiles import ManagedFiles, Reader, read_managed, text_of
+from hostctl.gpu.harness import TorchPython
+from hostctl.plan import build_plan
 from hostctl.plan.model import Plan, PowerSetting
-from hostctl.plan.power import TOLERANCE_W, plan_power
+from hostctl.plan.power import TOLERANCE_W
+from hostctl.provision import files as file_edit
+from hostctl.provision.actions import Action, Decision, Note, Settled, Skipped, command
 from hostctl.service.render import INSTALLED_PROFILE
 
 UNIT_NAME = "hostctl-power.service"
 UNIT_DIR = "/etc/systemd/system"
+UNIT_PATH = f"{UNIT_DIR}/{UNIT_NAME}"
 WANTS_DIR = "/etc/systemd/system/multi-user.target.wants"
+WANTS_LINK = f"{WANTS_DIR}/{UNIT_NAME}"
 DRIVER_WAIT_S = 60.0
 READBACK_TOLERANCE_MW = int(TOLERANCE_W * 1000)
-
-StepStatus = Literal["ok", "changed", "would", "skip", "warn", "fail", "unknown"]
-
-
-@dataclass
-class Step:
-    step: str
-    status: StepStatus
-    detail: str
-    evidence: list[str] = field(default_factory=list)
-
-    def line(self) -> str:
-        return f"{self.status:<8} {self.step}: {self.detail}"
-
-
-@dataclass
-class GpuProvisionResult:
-    dry_run: bool
-    boot: bool = False
-    steps: list[Step] = field(default_factory=list)
-    ladder: Any = None  # hostctl.gpu.p2p.P2PLadder when the ladder ran
-
-    def add(self, step: str, status: StepStatus, detail: str, evidence: list[str] | None = None) -> Step:
-        s = Step(step, status, detail, evidence or [])
-        self.steps.append(s)
-        return s
-
-    @property
-    def failures(self) -> list[Step]:
-        return [s for s in self.steps if s.status == "fail"]
-
-    def lines(self) -> list[str]:
-        out = []
-        for s in self.steps:
-            out.append(s.line())
-            out += [f"           {e}" for e in s.evidence if e]
-        return out
-
-    def to_dict(self) -> dict:
-        return {"dry_run": self.dry_run, "boot": self.boot,
-                "steps": [{"step": s.step, "status": s.status, "detail": s.detail, "evidence": s.evidence}
-                          for s in self.steps],
-                "p2p": self.ladder.to_dict() if self.ladder is not None else None}
-
-    def raise_for_failure(self) -> None:
-        if self.failures:
-            raise FailedError(f"{len(self.failures)} GPU step(s) failed",
-                              details=[s.line() for s in self.failures],
-                              fix="see each step above; re-run `hostctl provision --only gpu` after fixing it")
-
-
-# ---------------------------------------------------------------- the boot unit
 
 
 def systemd_is_pid1() -> bool:
@@ -111,69 +70,8 @@ def render_power_unit(plan: Plan, *, hostctl_bin: str, config_path: str) -> str:
     return render_files(plan, hostctl_bin=hostctl_bin, config_path=config_path)[UNIT_NAME]
 
 
-def install_power_unit(plan: Plan, config: Config, result: GpuProvisionResult, *, dry_run: bool,
-                       hostctl_bin: str | None = None) -> None:
-    """Write /etc/systemd/system/hostctl-power.service and enable it for multi-user.target:
-    `systemctl enable` when systemd runs the host, else the wants/ symlink systemctl would make."""
-    # Like the runtime unit, the boot unit reads the installed profile (`provision --only system`
-    # puts it there), so both units always act on one profile whatever --config provision got.
-    config_path = INSTALLED_PROFILE
-    text = render_power_unit(plan, hostctl_bin=hostctl_bin or default_hostctl_bin(), config_path=config_path)
-    unit_path = f"{UNIT_DIR}/{UNIT_NAME}"
-    target = paths.system_path(unit_path)
-    current = target.read_text() if target.is_file() else None
-    changed = current != text
-    if changed:
-        if dry_run:
-            result.add("gpu/power-unit", "would", f"write {unit_path} ({len(text.splitlines())} lines, "
-                       f"{'replacing a different one' if current is not None else 'new'})")
-        else:
-            write_atomic(target, text, mode=0o644)
-            result.add("gpu/power-unit", "changed", f"wrote {unit_path}")
-    else:
-        result.add("gpu/power-unit", "ok", f"{unit_path} is current")
-    installed = paths.system_path(INSTALLED_PROFILE)
-    source = Path(config.source)
-    if not installed.is_file() or (source.resolve() != installed.resolve()
-                                   and installed.read_bytes() != source.read_bytes()):
-        what = "does not exist" if not installed.is_file() else f"differs from {source}"
-        result.add("gpu/power-unit", "warn", f"the unit applies the limits of {INSTALLED_PROFILE} at boot, which {what}: "
-                   "run `hostctl provision --only system` to install this profile there")
-
-    link = paths.system_path(f"{WANTS_DIR}/{UNIT_NAME}")
-    if systemd_is_pid1():
-        enabled = runner.run(["systemctl", "is-enabled", UNIT_NAME], timeout=15)
-        argvs = ([["systemctl", "daemon-reload"]] if changed else []) + (
-            [] if enabled.ok and enabled.stdout.strip() == "enabled" else [["systemctl", "enable", UNIT_NAME]])
-        for argv in argvs:
-            if dry_run:
-                result.add("gpu/power-unit", "would", " ".join(argv))
-                continue
-            res = runner.run(argv, timeout=60)
-            if not res.ok:
-                result.add("gpu/power-unit", "fail", res.why())
-                return
-            result.add("gpu/power-unit", "changed", " ".join(argv))
-        if not argvs:
-            result.add("gpu/power-unit", "ok", f"{UNIT_NAME} is enabled")
-        return
-    # No systemd running (a container, a chroot, a test sysroot): make the link systemctl would.
-    if link.is_symlink() and os.readlink(link) == unit_path:
-        result.add("gpu/power-unit", "ok", f"enabled ({WANTS_DIR}/{UNIT_NAME})")
-        return
-    if dry_run:
-        result.add("gpu/power-unit", "would", f"ln -sf {unit_path} {WANTS_DIR}/{UNIT_NAME} (systemd is not running "
-                   "here, so no systemctl)")
-        return
-    link.parent.mkdir(parents=True, exist_ok=True)
-    if link.is_symlink() or link.exists():
-        link.unlink()
-    link.symlink_to(unit_path)
-    result.add("gpu/power-unit", "changed", f"enabled: {WANTS_DIR}/{UNIT_NAME} -> {unit_path} (systemd is not "
-               "running here, so the link was made directly)")
-
-
-# ---------------------------------------------------------------- power limits
+def configured(config: Config) -> bool:
+    return config.profile.gpu.power_limit_w is not None or bool(config.profile.gpu.power_limits_w)
 
 
 def _range_text(s: PowerSetting) -> str:
@@ -196,75 +94,13 @@ def _mw(watts: float) -> int:
     return int(round(watts * 1000))
 
 
-def apply_power(settings: list[PowerSetting], gpus: list[Gpu], adapter: NvmlAdapter, result: GpuProvisionResult, *,
-                dry_run: bool) -> None:
-    validate_power(settings)
-    by_index = {g.index: g for g in gpus}
-    to_set = [s for s in settings if s.action == "set"]
-    for s in settings:
-        if s.action == "none":
-            result.add(f"gpu/power/{s.index}", "skip", "the profile sets no limit for this GPU")
-        elif s.action == "keep":
-            enforced = by_index[s.index].power.enforced_w if s.index in by_index else None
-            ok = enforced is None or abs(enforced - s.desired_w) <= TOLERANCE_W
-            result.add(f"gpu/power/{s.index}", "ok" if ok else "warn",
-                       f"{s.desired_w:g} W already set ({_range_text(s)})" + (
-                           f"; the driver enforces {enforced:g} W" if enforced is not None else "")
-                       + ("" if ok else ": another limiter is lower"))
-    if not to_set:
-        return
-    if dry_run:
-        for s in to_set:
-            result.add(f"gpu/power/{s.index}", "would",
-                       f"NVML set power limit {s.current_w:g} W -> {s.desired_w:g} W ({_range_text(s)}) on {s.uuid} "
-                       f"(nvmlDeviceSetPowerManagementLimit {_mw(s.desired_w)} mW, like `nvidia-smi -i {s.uuid} "
-                       f"-pl {s.desired_w:g}`), then read back the enforced limit")
-        return
-    try:
-        adapter.init()
-    except NvmlUnavailable as exc:
-        result.add("gpu/power", "fail", f"cannot open NVML to set the limits: {exc}")
-        return
-    try:
-        handles: dict[int, Any] = {}
-        live_invalid = []
-        for s in to_set:  # validate everything against the live range before setting anything
-            h = adapter.handle(s.index)
-            if adapter.uuid(h) != s.uuid:
-                raise FailedError(f"GPU {s.index} is {adapter.uuid(h)} now, not {s.uuid} as the facts said; nothing was "
-                                  "changed", fix="re-run provision (the GPUs were re-enumerated)")
-            lo, hi = adapter.power_constraints_mw(h)
-            if not lo <= _mw(s.desired_w) <= hi:
-                live_invalid.append(f"GPU {s.index} ({s.uuid}): {s.desired_w:g} W requested, this GPU accepts "
-                                    f"{lo / 1000:g}-{hi / 1000:g} W")
-            handles[s.index] = h
-        if live_invalid:
-            raise InputError("power limit outside the GPU's own range; nothing was changed", details=live_invalid,
-                             fix="set gpu.power_limit_w inside the range shown")
-        for s in to_set:
-            h, mw, step = handles[s.index], _mw(s.desired_w), f"gpu/power/{s.index}"
-            try:
-                adapter.set_power_limit_mw(h, mw)
-            except adapter.errors as exc:
-                if adapter.is_no_permission(exc):
-                    result.add(step, "fail", f"NVML refused to set {s.desired_w:g} W: setting a power limit needs root "
-                               "(run provision with sudo)")
-                else:
-                    result.add(step, "fail", f"NVML refused to set {s.desired_w:g} W on {s.uuid}: {exc}")
-                continue
-            limit, enforced = adapter.power_limit_mw(h), adapter.power_enforced_mw(h)
-            evidence = [f"read back: limit {limit / 1000:g} W, enforced {enforced / 1000:g} W"]
-            if abs(enforced - mw) > READBACK_TOLERANCE_MW:
-                result.add(step, "fail", f"set {s.desired_w:g} W but the driver enforces {enforced / 1000:g} W "
-                           f"(configured limit reads {limit / 1000:g} W): another limiter overrides it", evidence)
-            else:
-                result.add(step, "changed", f"{s.current_w:g} W -> {s.desired_w:g} W ({_range_text(s)}), "
-                           f"enforced {enforced / 1000:g} W", evidence)
-    finally:
-        try:
-            adapter.shutdown()
-        except adapter.errors:
-            pass
+def serving_gpus(facts: HostFacts, plan: Plan) -> list[Gpu]:
+    out = []
+    for g in plan.placement.gpus:
+        gpu = facts.gpus.by_index(g.index)
+        if gpu is not None:
+            out.append(gpu)
+    return out
 
 
 def wait_for_driver(adapter: NvmlAdapter, *, timeout_s: float = DRIVER_WAIT_S, interval_s: float = 1.0,
@@ -292,79 +128,345 @@ def wait_for_driver(adapter: NvmlAdapter, *, timeout_s: float = DRIVER_WAIT_S, i
         sleep(interval_s)
 
 
-# ---------------------------------------------------------------- the entry point
+# ---------------------------------------------------------------- what deciding reads
 
 
-def serving_gpus(facts: HostFacts, plan: Plan) -> list[Gpu]:
+@dataclass
+class GpuSnapshot:
+    facts: HostFacts  # the GPUs (NVML) and hostctl's state as they are this round
+    files: ManagedFiles  # the unit file, its wants link or enablement, the installed profile
+    source_profile: bytes | None  # the profile provision runs with
+    acs: Any = None  # hostctl.gpu.p2p.Rung: the ACS rung (lspci and sysfs); None: not read
+    torch: TorchPython | None = None  # who would run the functional check; None: not looked up
+    lspci: tuple[str | None, str] | None = None  # what the ACS rung read (handed to the functional run)
+    driver: str | None = None  # boot mode: how the driver came up
+
+
+def read_gpu(config: Config, facts: HostFacts, reader: Reader, *, gpus: Callable[[], GpuFacts] | None = None,
+             state: Callable[[], Any] | None = None, p2p_options: dict | None = None, look_for_torch: bool = True,
+             read_acs: bool = True) -> GpuSnapshot:
+    """The GPU facts this round (gpus() re-probes NVML; None keeps facts' own), hostctl's state,
+    the files the part manages, the ACS rung (lspci, sysfs) and, when the functional check may be
+    needed, the Python that would run it."""
+    from hostctl.gpu.p2p import acs_rung, driver_rung, verdict_applies
+
+    opts = dict(p2p_options or {})
+    update: dict[str, Any] = {}
+    if gpus is not None:
+        update["gpus"] = gpus()
+    if state is not None:
+        update["state"] = state()
+    facts = facts.model_copy(update=update) if update else facts
+    files = read_managed(reader, files=[UNIT_PATH, INSTALLED_PROFILE], links=[WANTS_LINK])
+    if files.systemd_running:
+        files.enabled = read_managed(reader, units=[UNIT_NAME]).enabled
+    source = Path(config.source).read_bytes() if Path(config.source).is_file() else None
+    snap = GpuSnapshot(facts=facts, files=files, source_profile=source)
+    if not facts.gpus.available:
+        return snap
+    plan = build_plan(config, facts)
+    serving = serving_gpus(facts, plan)
+    if len(serving) < 2:
+        return snap
+    if read_acs:
+        from hostctl.gpu import acs
+
+        lspci = opts.get("lspci") or acs.read_lspci()
+        snap.lspci = lspci
+        snap.acs = acs_rung(serving, lspci_text=lspci[0], lspci_why=lspci[1],
+                            **{k: v for k, v in opts.items() if k == "pci_root"})
+    driver = driver_rung(facts, serving)
+    stored = facts.state.p2p
+    fresh = verdict_applies(stored, facts, [g.uuid for g in serving]) and stored.verdict != "not_applicable"
+    if look_for_torch and not fresh and driver.status != "fail":
+        from hostctl.gpu.harness import find_torch_python
+
+        snap.torch = opts.get("torch_python") or find_torch_python()
+    return snap
+
+
+# ---------------------------------------------------------------- deciding (pure)
+
+
+def decide(config: Config, snap: GpuSnapshot, *, hostctl_bin: str | None = None, boot: bool = False,
+           adapter: NvmlAdapter | None = None, p2p_options: dict | None = None) -> Decision:
+    """The gpu part's actions on this snapshot. `adapter` is what the power actions will set
+    through (nothing is called on it here)."""
+    facts = snap.facts
+    plan = build_plan(config, facts)
+    d = Decision("gpu")
+    adapter = adapter or NvmlAdapter()
+    if boot:
+        if snap.driver:
+            d.add(Settled("gpu/driver", snap.driver))
+        _power(d, plan.power.gpus, facts, adapter)
+        if not plan.power.gpus or all(s.action == "none" for s in plan.power.gpus):
+            d.add(Skipped("gpu/power", "the profile sets no power limits"))
+        return d
+
+    wanted = configured(config)
+    if wanted and facts.gpus.available:
+        validate_power(plan.power.gpus)  # bad input changes nothing, the unit included
+    if wanted:
+        _unit(d, config, plan, snap, hostctl_bin or default_hostctl_bin())
+    else:
+        d.add(Skipped("gpu/power-unit", "the profile sets no power limits: no boot unit needed"))
+
+    if not facts.gpus.available:
+        d.add(Skipped("gpu", f"no driver ({facts.gpus.reason}): power limits and the P2P check skipped"
+                      + ("; the boot unit applies the limits once the driver loads" if wanted else "")))
+        return d
+
+    if wanted:
+        _power(d, plan.power.gpus, facts, adapter)
+        off = [g.index for g in facts.gpus.devices if g.persistence_mode is False]
+        if off:
+            d.add(Note("gpu/power", f"persistence mode is off on GPU(s) {', '.join(map(str, off))}: limits may be "
+                       "lost when the driver unloads between clients; enable nvidia-persistenced"))
+    else:
+        d.add(Skipped("gpu/power", "the profile sets no power limits"))
+    _p2p(d, facts, plan, snap, p2p_options or {})
+    return d
+
+
+def _unit(d: Decision, config: Config, plan: Plan, snap: GpuSnapshot, hostctl_bin: str) -> None:
+    """hostctl-power.service in /etc/systemd/system, enabled for multi-user.target: `systemctl
+    enable` when systemd runs the host, else the wants/ symlink systemctl would make."""
+    # Like the runtime unit, the boot unit reads the installed profile (`provision --only system`
+    # puts it there), so both units always act on one profile whatever --config provision got.
+    text = render_power_unit(plan, hostctl_bin=hostctl_bin, config_path=INSTALLED_PROFILE)
+    current = text_of(snap.files.files.get(UNIT_PATH))
+    changed = current != text
+    why = "NVML forgets power limits at every boot: this unit sets them again (`provision --only gpu --boot`)"
+    if changed:
+        target = paths.system_path(UNIT_PATH)
+        d.add(Action("gpu/power-unit", f"write {UNIT_PATH} ({len(text.splitlines())} lines, "
+                     f"{'replacing a different one' if current is not None else 'new'})",
+                     run=lambda: write_atomic(target, text, mode=0o644) and None,
+                     diff=file_edit.diff(UNIT_PATH, current, text), changes=UNIT_PATH, why=why))
+    else:
+        d.add(Settled("gpu/power-unit", f"{UNIT_PATH} is current"))
+    installed = snap.files.files.get(INSTALLED_PROFILE)
+    if installed is None or (snap.source_profile is not None and installed != snap.source_profile):
+        what = "does not exist" if installed is None else f"differs from {config.source}"
+        d.add(Note("gpu/power-unit", f"the unit applies the limits of {INSTALLED_PROFILE} at boot, which {what}: "
+                   "run `hostctl provision --only system` to install this profile there"))
+
+    enable_why = "so systemd starts it at every boot (multi-user.target wants it)"
+    if snap.files.systemd_running:
+        if changed:
+            d.add(command("gpu/power-unit/daemon-reload", ["systemctl", "daemon-reload"], timeout=60,
+                          changes="the running systemd", why="make systemd read the new unit file"))
+        if snap.files.enabled.get(UNIT_NAME):
+            d.add(Settled("gpu/power-unit/enable", f"{UNIT_NAME} is enabled"))
+        else:
+            d.add(command("gpu/power-unit/enable", ["systemctl", "enable", UNIT_NAME], timeout=60,
+                          changes=UNIT_NAME, why=enable_why))
+        return
+    # No systemd running (a container, a chroot, a test sysroot): make the link systemctl would.
+    if snap.files.links.get(WANTS_LINK) == UNIT_PATH:
+        d.add(Settled("gpu/power-unit/enable", f"enabled ({WANTS_LINK})"))
+        return
+    link = paths.system_path(WANTS_LINK)
+
+    def _link() -> None:
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(UNIT_PATH)
+
+    d.add(Action("gpu/power-unit/enable", f"ln -sf {UNIT_PATH} {WANTS_LINK} (systemd is not running here, so no "
+                 "systemctl)", run=_link, argv=("ln", "-sf", UNIT_PATH, WANTS_LINK), changes=WANTS_LINK,
+                 why=enable_why))
+
+
+def _power(d: Decision, settings: list[PowerSetting], facts: HostFacts, adapter: NvmlAdapter) -> None:
+    validate_power(settings)
+    by_index = {g.index: g for g in facts.gpus.devices}
+    to_set = [s for s in settings if s.action == "set"]
+    for s in settings:
+        step = f"gpu/power/{s.index}"
+        if s.action == "none":
+            d.add(Skipped(step, "the profile sets no limit for this GPU"))
+        elif s.action == "keep":
+            enforced = by_index[s.index].power.enforced_w if s.index in by_index else None
+            text = f"{s.desired_w:g} W already set ({_range_text(s)})" + (
+                f"; the driver enforces {enforced:g} W" if enforced is not None else "")
+            if enforced is None or abs(enforced - s.desired_w) <= TOLERANCE_W:
+                d.add(Settled(step, text))
+            else:
+                d.add(Note(step, text + ": another limiter is lower"))
+        elif s.action == "set":
+            d.add(Action(step, f"NVML set power limit {s.current_w:g} W -> {s.desired_w:g} W ({_range_text(s)}) on "
+                         f"{s.uuid} (nvmlDeviceSetPowerManagementLimit {_mw(s.desired_w)} mW, like `nvidia-smi -i "
+                         f"{s.uuid} -pl {s.desired_w:g}`), then read back the enforced limit",
+                         run=_set_power(s, to_set if s is to_set[0] else [s], adapter),
+                         changes=f"GPU {s.index} ({s.uuid}) power limit",
+                         why=f"the profile asks for {s.desired_w:g} W (gpu.power_limit_w / gpu.power_limits_w)"))
+
+
+def _set_power(s: PowerSetting, check: list[PowerSetting], adapter: NvmlAdapter) -> Callable[[], None]:
+    """Set one GPU's limit. The first set action checks the live range (and identity) of every
+    GPU this run sets before touching any: the facts can be older than the driver's view."""
+
+    def _run() -> None:
+        try:
+            adapter.init()
+        except NvmlUnavailable as exc:
+            raise FailedError(f"gpu/power/{s.index}: cannot open NVML to set the limit: {exc}") from None
+        try:
+            live_invalid = []
+            for c in check:
+                h = adapter.handle(c.index)
+                if adapter.uuid(h) != c.uuid:
+                    raise FailedError(f"GPU {c.index} is {adapter.uuid(h)} now, not {c.uuid} as the facts said; nothing "
+                                      "was changed", fix="re-run provision (the GPUs were re-enumerated)")
+                lo, hi = adapter.power_constraints_mw(h)
+                if not lo <= _mw(c.desired_w) <= hi:
+                    live_invalid.append(f"GPU {c.index} ({c.uuid}): {c.desired_w:g} W requested, this GPU accepts "
+                                        f"{lo / 1000:g}-{hi / 1000:g} W")
+            if live_invalid:
+                raise InputError("power limit outside the GPU's own range; nothing was changed", details=live_invalid,
+                                 fix="set gpu.power_limit_w inside the range shown")
+            h, mw = adapter.handle(s.index), _mw(s.desired_w)
+            try:
+                adapter.set_power_limit_mw(h, mw)
+            except adapter.errors as exc:
+                if adapter.is_no_permission(exc):
+                    raise FailedError(f"gpu/power/{s.index}: NVML refused to set {s.desired_w:g} W: setting a power "
+                                      "limit needs root (run provision with sudo)") from None
+                raise FailedError(f"gpu/power/{s.index}: NVML refused to set {s.desired_w:g} W on {s.uuid}: {exc}") \
+                    from None
+            limit, enforced = adapter.power_limit_mw(h), adapter.power_enforced_mw(h)
+            if abs(enforced - mw) > READBACK_TOLERANCE_MW:
+                raise FailedError(f"gpu/power/{s.index}: set {s.desired_w:g} W but the driver enforces "
+                                  f"{enforced / 1000:g} W (configured limit reads {limit / 1000:g} W): another limiter "
+                                  "overrides it", details=[f"read back: limit {limit / 1000:g} W, enforced "
+                                                           f"{enforced / 1000:g} W"])
+        finally:
+            try:
+                adapter.shutdown()
+            except adapter.errors:
+                pass
+
+    return _run
+
+
+def _p2p(d: Decision, facts: HostFacts, plan: Plan, snap: GpuSnapshot, opts: dict) -> None:
+    from hostctl.facts.state import P2P_FILE
+    from hostctl.gpu.p2p import (driver_rung, iommu_rung, recommendations, run_ladder, store_verdict, topology_rung,
+                                 verdict_applies)
+
+    serving = serving_gpus(facts, plan)
+    uuids = [g.uuid for g in serving]
+    stored = facts.state.p2p
+    state_file = f"{paths.STATE_DIR}/{P2P_FILE}"
+    if len(serving) < 2:
+        if verdict_applies(stored, facts, uuids) and stored.verdict == "not_applicable":
+            d.add(Settled("gpu/p2p", f"not applicable: {len(serving)} GPU, no peer to talk to (stored {state_file})"))
+            return
+        verdict = P2PVerdict(verdict="not_applicable", measured_at=_now(), driver_version=facts.gpus.driver_version,
+                             kernel_cmdline=facts.kernel.cmdline, gpu_uuids=uuids,
+                             detail=f"{len(serving)} GPU: no collectives run")
+        d.add(Action("gpu/p2p/verdict", f"write {state_file}: P2P not applicable ({len(serving)} GPU, no peer to "
+                     "talk to)", run=lambda: store_verdict(verdict) and None, changes=state_file,
+                     why="the plan reads the stored verdict"))
+        return
+
+    driver = driver_rung(facts, serving)
+    rungs = [topology_rung(facts, serving), driver, iommu_rung(facts)] + ([snap.acs] if snap.acs is not None else [])
+    for rung in rungs:  # rungs 1-4 only read: they are reported as data, the plan's verdict is rung 5
+        d.add(Note(f"gpu/p2p/{rung.name}", rung.summary, severity="info" if rung.status == "ok" else "warn",
+                   data=rung.to_dict()))
+    if driver.status == "fail":
+        d.add(Skipped("gpu/p2p/functional", "not run: the driver refuses P2P, so NCCL cannot use it and the plan "
+                      "keeps it off (NCCL_P2P_DISABLE=1)"))
+        if driver.fix:
+            d.add(Note("gpu/p2p", driver.fix))
+        return
+    if verdict_applies(stored, facts, uuids) and stored.verdict != "not_applicable":
+        text = (f"stored verdict {stored.verdict} from {stored.measured_at} still applies (same driver, kernel command "
+                "line and GPUs); not measured again")
+        d.add(Settled("gpu/p2p/functional", text))
+        d.add(Note("gpu/p2p/verdict", f"P2P verdict {stored.verdict}: {stored.detail or ''}".rstrip(": "),
+                   severity="info" if stored.verdict == "ok" else "warn", data=stored.model_dump()))
+        for rec in recommendations(stored, facts):
+            d.add(Note("gpu/p2p", rec))
+        if stored.verdict == "inconclusive":
+            d.failures.append(f"gpu/p2p/functional: the functional check was inconclusive: {stored.detail}")
+        return
+    if snap.torch is not None and snap.torch.python is None:
+        d.add(Skipped("gpu/p2p/functional", f"cannot run the functional check: {snap.torch.why}"))
+        d.add(Note("gpu/p2p/functional", "install PyTorch for the host's Python, or set HOSTCTL_TORCH_PYTHON, then "
+                   "re-run `hostctl provision --only gpu`; P2P stays off until then"))
+        return
+    from hostctl.gpu.p2p import DEFAULT_TIMEOUT_S, configured_env
+
+    env = configured_env(facts, serving)
+    timeout = opts.get("timeout_s", DEFAULT_TIMEOUT_S)
+    run_opts = {k: v for k, v in opts.items() if k != "lspci"}
+    if snap.torch is not None:
+        run_opts["torch_python"] = snap.torch
+
+    def _measure() -> None:
+        ladder = run_ladder(facts, serving, measure=True, recheck=True, lspci=snap.lspci or (None, "read before"),
+                            **run_opts)
+        if ladder.verdict is None:
+            rung = ladder.rung("functional")
+            raise FailedError(f"gpu/p2p/functional: {rung.summary if rung else 'no verdict'}",
+                              fix=rung.fix if rung else None)
+
+    d.add(Action("gpu/p2p/functional",
+                 f"run an all-reduce on GPUs {', '.join(str(g.index) for g in serving)} with "
+                 f"{' '.join(f'{k}={v}' for k, v in env.items())}, then with NCCL_P2P_DISABLE=1, each killed after "
+                 f"{timeout:g} s, and write {state_file}",
+                 run=_measure, changes=state_file,
+                 why="the plan turns NCCL P2P on only with a fresh functional verdict: "
+                     + ("none is stored" if stored is None else "the stored one was measured under another driver, "
+                        "kernel command line or GPUs")))
+
+
+def _now() -> str:
+    from datetime import datetime, timezone
+
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def boot_driver(adapter: NvmlAdapter, facts: HostFacts, *, timeout_s: float = DRIVER_WAIT_S,
+                version_file: Path = NVIDIA_VERSION) -> tuple[HostFacts, str]:
+    """Boot mode: wait (bounded) for the driver; the facts with the GPUs it shows, and how it came up."""
+    from hostctl.facts.gpu import probe_gpus
+
+    if facts.gpus.available:
+        return facts, f"driver {facts.gpus.driver_version} ready"
+    ready, waited, why = wait_for_driver(adapter, timeout_s=timeout_s, version_file=version_file)
+    if not ready:
+        raise FailedError(f"gpu/driver: the NVIDIA driver did not come up within {timeout_s:g} s: {why}")
+    facts = facts.model_copy(update={"gpus": probe_gpus(adapter)})
+    return facts, f"driver {facts.gpus.driver_version} ready after {waited:.0f} s"
+
+
+def text_lines(items: list, *, dry_run: bool, ran: set[str] = frozenset()) -> list[str]:
+    """The gpu part's text, one line per item: ok, changed, would, skip, warn, fail."""
     out = []
-    for g in plan.placement.gpus:
-        gpu = facts.gpus.by_index(g.index)
-        if gpu is not None:
-            out.append(gpu)
+    for i in items:
+        if isinstance(i, Action):
+            status = "would" if dry_run else ("changed" if i.id in ran else "pending")
+            out.append(f"{status:<8} {i.id}: {i.describe}")
+        elif isinstance(i, Settled):
+            out.append(f"{'ok':<8} {i.id}: {i.what}")
+        elif isinstance(i, Skipped):
+            out.append(f"{'skip':<8} {i.id}: {i.reason}")
+        elif isinstance(i, Note):
+            status = "warn" if i.severity == "warn" else "ok"
+            if i.data and "status" in i.data and "evidence" in i.data:  # a P2P rung
+                status = {"ok": "ok", "warn": "warn", "fail": "warn", "unknown": "unknown", "skip": "skip"}.get(
+                    i.data["status"], status)
+            out.append(f"{status:<8} {i.id}: {i.message}")
+            if i.data and i.data.get("evidence"):
+                out += [f"           {e}" for e in i.data["evidence"] if e]
+                if i.data.get("fix"):
+                    out.append(f"           fix: {i.data['fix']}")
     return out
 
 
-def provision_gpu(config: Config, facts: HostFacts, plan: Plan, *, dry_run: bool, yes: bool, boot: bool = False,
-                  adapter: NvmlAdapter | None = None, hostctl_bin: str | None = None,
-                  version_file: Path = NVIDIA_VERSION, driver_wait_s: float = DRIVER_WAIT_S,
-                  p2p_options: dict | None = None) -> GpuProvisionResult:
-    """Provision the GPU part of the host; see the module docstring. `yes` is accepted for the
-    CLI's sake: nothing here is destructive. p2p_options go to hostctl.gpu.p2p.run_ladder."""
-    del yes
-    adapter = adapter or NvmlAdapter()
-    result = GpuProvisionResult(dry_run=dry_run, boot=boot)
-    configured = any(s.desired_w is not None for s in plan.power.gpus) or \
-        config.profile.gpu.power_limit_w is not None or bool(config.profile.gpu.power_limits_w)
-
-    if boot:
-        if not facts.gpus.available:
-            ready, waited, why = wait_for_driver(adapter, timeout_s=driver_wait_s, version_file=version_file)
-            if not ready:
-                result.add("gpu/driver", "fail", f"the NVIDIA driver did not come up within {driver_wait_s:g} s: {why}")
-                return result
-            facts = facts.model_copy(update={"gpus": probe_gpus(adapter)})
-            result.add("gpu/driver", "ok", f"driver {facts.gpus.driver_version} ready after {waited:.0f} s")
-        power = plan_power(config, facts)
-        apply_power(power.gpus, facts.gpus.devices, adapter, result, dry_run=dry_run)
-        if not power.gpus or all(s.action == "none" for s in power.gpus):
-            result.add("gpu/power", "skip", "the profile sets no power limits")
-        return result
-
-    if configured and facts.gpus.available:
-        validate_power(plan.power.gpus)  # bad input changes nothing, the unit included
-    if configured:
-        install_power_unit(plan, config, result, dry_run=dry_run, hostctl_bin=hostctl_bin)
-    else:
-        result.add("gpu/power-unit", "skip", "the profile sets no power limits: no boot unit needed")
-
-    if not facts.gpus.available:
-        result.add("gpu", "skip", f"no driver ({facts.gpus.reason}): power limits and the P2P check skipped"
-                   + ("; the boot unit applies the limits once the driver loads" if configured else ""))
-        return result
-
-    if configured:
-        apply_power(plan.power.gpus, facts.gpus.devices, adapter, result, dry_run=dry_run)
-        off = [g.index for g in facts.gpus.devices if g.persistence_mode is False]
-        if off:
-            result.add("gpu/power", "warn", f"persistence mode is off on GPU(s) {', '.join(map(str, off))}: limits may "
-                       "be lost when the driver unloads between clients; enable nvidia-persistenced")
-    else:
-        result.add("gpu/power", "skip", "the profile sets no power limits")
-
-    from hostctl.gpu.p2p import run_ladder
-
-    ladder = run_ladder(facts, serving_gpus(facts, plan), measure=True, dry_run=dry_run, **(p2p_options or {}))
-    result.ladder = ladder
-    for rung in ladder.rungs:
-        status: StepStatus = {"ok": "ok", "warn": "warn", "fail": "fail" if rung.name == "functional" else "warn",
-                              "unknown": "unknown", "skip": "skip"}[rung.status]
-        if rung.name == "functional" and ladder.verdict is not None and ladder.verdict.verdict != "inconclusive":
-            status = "ok" if ladder.verdict.verdict in ("ok", "not_applicable") else "warn"
-        if rung.name == "functional" and dry_run and rung.status == "skip" and "would" in rung.summary:
-            status = "would"
-        result.add(f"gpu/p2p/{rung.name}", status, rung.summary, rung.evidence + ([f"fix: {rung.fix}"] if rung.fix else []))
-    if ladder.stored_at:
-        result.add("gpu/p2p", "changed", f"verdict {ladder.verdict.verdict} stored in {ladder.stored_at}")
-    for rec in ladder.recommendations:
-        result.add("gpu/p2p", "warn", rec)
-    return result

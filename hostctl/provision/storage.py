@@ -31,18 +31,19 @@ import shlex
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from hostctl import marks, paths, runner
+from hostctl import marks, paths
 from hostctl.config import Config, Drive
 from hostctl.errors import FailedError, InputError, RefusedError
 from hostctl.facts.disks import blank_proof, blkid_probe, nonzero_samples, table_entries
 from hostctl.facts.disks import identity_matches as disk_identity_matches
 from hostctl.facts.model import Disk, HostFacts, Partition
+from hostctl.facts.sysfiles import DirState, SystemFiles  # noqa: F401  (the snapshot storage decides on)
 from hostctl.plan.storage import plan_storage
 from hostctl.provision import files, fstab, sysctl
-from hostctl.provision.actions import Action
+from hostctl.provision.actions import Action, Decision, Note, Refusal, Settled, command
 from hostctl.units import MIB, fmt_bytes
 
 SWAP_TYPE = ("8200", "0657fd6d-a4ab-43c4-84e5-0933c84b4f4f")
@@ -124,21 +125,6 @@ class Options:
     new_uuid: Callable[[], str] = field(default=lambda: str(uuid.uuid4()))
 
 
-@dataclass(frozen=True)
-class DirState:
-    exists: bool
-    owner: tuple[int, int] | None = None
-
-
-@dataclass
-class SystemFiles:
-    """What hostctl reads of its own system files (under the sysroot) before deciding."""
-
-    fstab: str | None = None
-    sysctl: str | None = None
-    plain_dirs: dict[str, DirState] = field(default_factory=dict)  # role directories not on a drive
-
-
 @dataclass
 class DriveVerdict:
     drive: Drive
@@ -195,18 +181,9 @@ class StorageProvision:
 def _cmd(step: str, argv: list[str], *, destructive: bool = False, timeout: float = 120,
          before: Callable[[], None] | None = None, after: Callable[[], None] | None = None,
          note: str | None = None) -> Action:
-    def _run() -> None:
-        if before:
-            before()
-        # stdin is empty: a tool that would ask (mke2fs "Proceed anyway?") gets no answer and stops.
-        res = runner.run(argv, timeout=timeout, input_text="")
-        if not res.ok:
-            raise FailedError(f"{step}: {res.why()}", details=(res.stderr or res.stdout).strip().splitlines()[-5:])
-        if after:
-            after()
-
-    describe = shlex.join(argv) + (f"    # {note}" if note else "")
-    return Action(step=step, describe=describe, run=_run, destructive=destructive)
+    # stdin is empty: a tool that would ask (mke2fs "Proceed anyway?") gets no answer and stops.
+    return command(step, argv, destructive=destructive, timeout=timeout, before=before, after=after, note=note,
+                   input_text="", consent="yes")
 
 
 def _signature(path: str) -> dict[str, str]:
@@ -310,12 +287,13 @@ def _mkdir(step: str, path: str, owner: tuple[int, int] | None, *, create: bool,
         if owner is not None:
             os.chown(path, *owner)
 
-    return Action(step=step, describe=" && ".join(parts), run=_run)
+    return Action(step=step, describe=" && ".join(parts), run=_run, changes=shown)
 
 
-def _write(step: str, host_path: str, old: str | None, new: str) -> Action:
-    return Action(step=step, describe=f"edit {host_path}:\n{files.diff(host_path, old, new)}",
-                  run=lambda: files.write_atomic(host_path, new) and None)
+def _write(step: str, host_path: str, old: str | None, new: str, why: str = "") -> Action:
+    diff = files.diff(host_path, old, new)
+    return Action(step=step, describe=f"edit {host_path}:\n{diff}", run=lambda: files.write_atomic(host_path, new) and None,
+                  diff=diff, changes=host_path, why=why)
 
 
 # ---------------------------------------------------------------- one drive
@@ -882,6 +860,8 @@ def plan_storage_provision(config: Config, facts: HostFacts, system: SystemFiles
                        unmount_first=tuple(sorted(inners, key=_depth, reverse=True)))
         verdicts[drive.name] = v
     sp.drives = [verdicts[d.name] for d in profile.drives]
+    for v in sp.drives:
+        v.actions = [_explained(v, a) for a in v.actions]
     if not facts.disks.available:
         sp.notes.append(f"disk facts unavailable: {facts.disks.reason}")
 
@@ -889,8 +869,9 @@ def plan_storage_provision(config: Config, facts: HostFacts, system: SystemFiles
         state = system.plain_dirs.get(directory, DirState(False))
         owner_ok = opts.owner is None or state.owner == opts.owner
         if not state.exists or not owner_ok:
-            sp.system.append(_mkdir(f"storage/dirs/{role}", str(paths.system_path(directory)), opts.owner,
-                                    create=not state.exists, host_path=directory))
+            sp.system.append(replace(_mkdir(f"storage/dirs/{role}", str(paths.system_path(directory)), opts.owner,
+                                            create=not state.exists, host_path=directory),
+                                     why=f"storage role {role} needs this directory (not on a drive of the profile)"))
 
     if sp.refused or sp.replan:
         return sp  # fstab and sysctls follow the drives: decided once every drive is known
@@ -900,7 +881,9 @@ def plan_storage_provision(config: Config, facts: HostFacts, system: SystemFiles
     if entries or fstab.current_block(system.fstab):
         new = fstab.with_block(system.fstab, entries)
         if new != (system.fstab or ""):
-            sp.system.append(_write("storage/fstab", fstab.FSTAB, system.fstab, new))
+            sp.system.append(_write("storage/fstab", fstab.FSTAB, system.fstab, new,
+                                    why="hostctl's fstab block: every swap and data filesystem of the profile by UUID "
+                                        "with nofail, so they come back after a reboot"))
     uuids = {u for d in sp.drives for _, u in d.fs_facts.values()}
     devices = {dev for d in sp.drives for dev, _ in d.fs_facts.values()}
     sp.notes += fstab.user_lines_touching(system.fstab, uuids, {d.mount for d in profile.drives}, devices)
@@ -909,12 +892,84 @@ def plan_storage_provision(config: Config, facts: HostFacts, system: SystemFiles
         values = sysctl.desired(profile)
         text = sysctl.render(profile, values)
         if system.sysctl != text:
-            sp.system.append(_write("storage/sysctl", sysctl.SYSCTL_FILE, system.sysctl, text))
+            sp.system.append(_write("storage/sysctl", sysctl.SYSCTL_FILE, system.sysctl, text,
+                                    why=f"the swap sysctls for phase {profile.phase}, kept across reboots"))
         current = {"vm.swappiness": facts.memory.swappiness, "vm.page-cluster": facts.memory.page_cluster}
         if current != values:
-            sp.system.append(_cmd("storage/sysctl", sysctl.apply_argv(values),
-                                   note="now: " + ", ".join(f"{k}={v}" for k, v in current.items())))
+            sp.system.append(replace(_cmd("storage/sysctl", sysctl.apply_argv(values),
+                                          note="now: " + ", ".join(f"{k}={v}" for k, v in current.items())),
+                                     changes="the running kernel's swap sysctls",
+                                     why=f"the swap sysctls for phase {profile.phase}, applied now"))
     return sp
+
+
+STATUS_WORDS = {"ready": "ready, nothing to do", "converge": "converge to the layout", "create": "lay out",
+                "erase": "ERASE and lay out", "relabel": "relabel (the profile renamed it; nothing is formatted)",
+                "refused": "REFUSED"}
+
+
+def _explained(v: DriveVerdict, a: Action) -> Action:
+    """A drive's action with the verdict it serves, what it changes and its consent level: a
+    destructive step on a drive being erased needs --erase; any other destructive one --yes."""
+    why = f"drive {v.drive.name} ({v.drive.identity}): {STATUS_WORDS[v.status]}" + (f"; {a.why}" if a.why else "")
+    changes = a.changes or (v.drive.mount if a.step.endswith("/mount") else (v.disk.path if v.disk else ""))
+    level = ("erase" if v.status == "erase" else "yes") if a.destructive else "none"
+    return replace(a, why=why, changes=changes, consent=level)
+
+
+def decide(config: Config, facts: HostFacts, system: SystemFiles, opts: Options) -> Decision:
+    """The storage part in the act protocol: the actions still needed (none when the host has the
+    profile's layout), each drive that needs nothing as settled, each refused drive as a refusal."""
+    sp = plan_storage_provision(config, facts, system, opts)
+    d = Decision("storage", detail=sp, pending=sp.replan)
+    for v in sorted(sp.drives, key=lambda x: _depth(x.drive.mount)):
+        step = f"storage/{v.drive.name}"
+        if v.refused:
+            d.add(Refusal(step, "; ".join(v.reasons)))
+        elif not v.actions and not v.replan:
+            d.add(Settled(step, f"{v.found}; {STATUS_WORDS['ready']}"))
+        for a in v.actions:
+            d.add(a)
+    for a in sp.system:
+        d.add(a)
+    if not (sp.refused or sp.replan):
+        changed = {a.step for a in sp.system}
+        if "storage/fstab" not in changed and any(v.entries for v in sp.drives):
+            d.add(Settled("storage/fstab", f"{fstab.FSTAB}: hostctl's block names every filesystem of the profile"))
+        if "storage/sysctl" not in changed and any(x.swap > 0 for x in config.profile.drives):
+            d.add(Settled("storage/sysctl", f"{sysctl.SYSCTL_FILE} and the running kernel hold the swap sysctls "
+                                            f"for phase {config.profile.phase}"))
+    for role, directory in role_dirs(config, facts)[1]:
+        if f"storage/dirs/{role}" not in {a.step for a in sp.system}:
+            d.add(Settled(f"storage/dirs/{role}", f"{directory} exists"))
+    for note in sp.notes:
+        d.add(Note("storage", note))
+    return d
+
+
+def pending_swap_bytes(sp: StorageProvision) -> int:
+    """Swap the storage part adds once it converges: every drive it will lay out or converge whose
+    swap partition is not active now (a dry run judges the later parts with it added, as the real
+    run does after storage has run)."""
+    total = 0
+    for v in sp.drives:
+        if v.refused or v.disk is None:
+            continue
+        if any(_role(p) == "swap" and p.swap_active for p in v.disk.partitions):
+            continue
+        total += sum(s.size or 0 for s in layout(v.drive) if s.role == "swap")
+    return total
+
+
+def facts_after(facts: HostFacts, sp: StorageProvision) -> HostFacts:
+    """The facts as the storage part leaves them, for deciding later parts in a dry run: its
+    pending swap counted as on (memory decisions read SwapTotal)."""
+    add = pending_swap_bytes(sp)
+    if not add:
+        return facts
+    memory = facts.memory.model_copy(update={"swap_total_bytes": facts.memory.swap_total_bytes + add,
+                                             "swap_free_bytes": facts.memory.swap_free_bytes + add})
+    return facts.model_copy(update={"memory": memory})
 
 
 def _mounted_and_settled(v: DriveVerdict | None, drive: Drive) -> bool:

@@ -5,6 +5,7 @@ and the pinned host<->device copy bandwidth against the link's capability."""
 
 from __future__ import annotations
 
+import io
 import shutil
 
 import pytest
@@ -16,7 +17,7 @@ from hostctl.facts.gpu import NvmlAdapter, probe_gpus
 from hostctl.gpu.health import copy_bandwidth_check, driver_checks, measure_copy_bandwidth, pcie_link_check
 from hostctl.gpu.p2p import run_ladder
 from hostctl.plan import build_plan
-from hostctl.provision.gpu import provision_gpu
+from hostctl.provision import parts
 
 pytestmark = pytest.mark.gpu
 
@@ -70,14 +71,17 @@ def test_dry_run_validates_against_the_real_range_and_sets_nothing(host, tmp_pat
     config, facts = host
     hi = facts.gpus.devices[0].power.max_w
     too_high = with_power(config, hi + 100)
+    def dry(cfg):
+        return parts.provision(cfg, only="gpu", dry_run=True, facts=lambda c: facts, out=io.StringIO(),
+                               err=io.StringIO(), gpu_options={"adapter": ReadOnlyNvml(), "hostctl_bin": "/bin/true"})
+
     with pytest.raises(InputError) as exc:
-        provision_gpu(too_high, facts, build_plan(too_high, facts), dry_run=True, yes=False, adapter=ReadOnlyNvml())
+        dry(too_high).raise_for_error()
     assert f"-{hi:g} W" in exc.value.render() and exc.value.exit_code == 2
-    ok = with_power(config, 300)
-    result = provision_gpu(ok, facts, build_plan(ok, facts), dry_run=True, yes=False, adapter=ReadOnlyNvml(),
-                           hostctl_bin="/bin/true")
-    assert not result.failures and not any(tmp_path.iterdir())
-    assert all(s.status in ("would", "ok", "skip", "warn", "unknown") for s in result.steps), result.lines()
+    report = dry(with_power(config, 300))
+    report.raise_for_error()
+    assert not any(tmp_path.iterdir())
+    assert all(r.status in ("would-change", "ok", "skipped") for r in report.records), report.document()
 
 
 def test_p2p_ladder_with_the_gpus_here(host, tmp_path):

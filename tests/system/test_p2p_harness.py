@@ -7,6 +7,7 @@ timeout with its whole process group, and a corrupted input is caught in the sum
 from __future__ import annotations
 
 import importlib.util
+import io
 import sys
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from hostctl.facts.gpu_fake import FakeNvml, pro6000x2_phb, write_sysfs
 from hostctl.facts.state import probe_state
 from hostctl.gpu.harness import Fault, TorchPython, free_port, functional_check, processes_in_group
 from hostctl.plan import build_plan
-from hostctl.provision.gpu import provision_gpu
+from hostctl.provision import parts
 
 pytestmark = [
     pytest.mark.system,
@@ -86,10 +87,15 @@ def test_provision_stores_the_verdict_and_the_plan_turns_p2p_on(tmp_path, monkey
     assert build_plan(config, facts).nccl.p2p is False  # no verdict yet: off
     opts = dict(torch_python=TorchPython(sys.executable, "test"), lspci=(None, "not read in this test"),
                 timeout_s=PATIENT_S, ports=ports(), **CPU)
-    result = provision_gpu(config, facts, build_plan(config, facts), dry_run=False, yes=False, adapter=FakeNvml(host),
-                           hostctl_bin="/usr/bin/true", p2p_options=opts)
-    assert not result.failures, result.lines()
-    assert ("gpu/p2p/functional", "ok") in [(s.step, s.status) for s in result.steps]
+    fake = FakeNvml(host)
+    report = parts.provision(config, only="gpu", facts=lambda c: facts, out=io.StringIO(), err=io.StringIO(),
+                             gpu_options={"adapter": fake, "hostctl_bin": "/usr/bin/true", "p2p_options": opts,
+                                          "gpus": lambda: probe_gpus(fake, pci_root=tmp_path / "pci")})
+    report.raise_for_error()
+    assert ("gpu/p2p/functional", "changed") in [(r.id, r.status) for r in report.records]
+    # the fresh look after the check finds the verdict stored: nothing more to do
+    assert [i.what for i in report.part("gpu").final.settled if i.id == "gpu/p2p/functional"][0].startswith(
+        "stored verdict ok")
     state, notes = probe_state(tmp_path / "root" / "var/lib/hostctl")
     assert notes == [] and state.p2p.verdict == "ok" and state.p2p.busbw_gbps > 0
     plan = build_plan(config, facts.model_copy(update={"state": state}))

@@ -80,6 +80,13 @@ def test_needle_smoke_is_made_at_its_token_count(shared_runtime, host_factory):
 def test_down_leaves_nothing_and_is_idempotent(shared_runtime):
     h = shared_runtime
     h.require_ready()
+    # verify judges the runtime it expects up (up passed, down has not run); a stopped container fails, named
+    rc, out, err, _ = h.run("verify", "--only", "runtime", timeout=120)
+    assert rc == 0 and "pass  runtime/caps:" in out and "pass  runtime/models:" in out, out + err
+    subprocess.run(["docker", "stop", "-t", "30", h.container], capture_output=True, timeout=120, check=True)
+    rc, out, err, _ = h.run("verify", "--only", "runtime", timeout=120)
+    assert rc == 1 and f"FAIL  runtime/container: {h.container}: exited" in out, out + err
+
     rc, out, err, _ = h.run("down", timeout=120)
     assert rc == 0 and "stopped and removed hc5-shared-runtime" in out, err
     assert not h.container_exists()

@@ -519,9 +519,9 @@ def test_a_disk_locked_by_another_process_is_not_written(host, tmp_path, capsys,
     another state directory, a partitioning tool) holds the whole disk's lock, nothing is written."""
     import fcntl
 
-    from hostctl.provision import apply
+    from hostctl.provision import executor
 
-    monkeypatch.setattr(apply, "DISK_LOCK_WAIT_S", 0.5)
+    monkeypatch.setattr(executor, "DISK_LOCK_WAIT_S", 0.5)
     drive = host.drive("160M", "d1")
     cfg = profile(tmp_path, [drive_toml("d1", drive.dev, tmp_path / "m1")])
     before = disk_digest(drive.dev)

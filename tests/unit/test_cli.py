@@ -110,10 +110,12 @@ def test_commands_that_act_refuse_a_snapshot(command, capsys):
     assert code == 2 and "acts on this host" in err
 
 
-@pytest.mark.parametrize("command", [["verify"]])
-def test_commands_not_available_yet_fail_honestly(command, capsys):
-    code, out, err = run(command, capsys)
-    assert code == 1 and out == "" and "not available yet" in err
+@pytest.mark.parametrize("argv, says", [(["verify", "--only", "disks"], "--only: expected a comma list"),
+                                         (["verify", "--host", "http://x"], "--host: expected ssh://"),
+                                         (["verify", "--facts", str(HOSTS / "demo-cpu.facts.json")], "acts on this host")])
+def test_verify_bad_input_exits_2(argv, says, capsys):
+    code, out, err = run(argv + ["--config", str(HOSTS / "demo-cpu.toml")], capsys)
+    assert code == 2 and out == "" and says in err
 
 
 def test_provision_system_refuses_a_plan_with_errors_and_touches_nothing(capsys, tmp_path, monkeypatch):
@@ -121,7 +123,8 @@ def test_provision_system_refuses_a_plan_with_errors_and_touches_nothing(capsys,
     monkeypatch.setenv(paths.SYSROOT_ENV, str(tmp_path))
     code, out, err = run(["provision", "--only", "system", "--config", str(HOSTS / "pro6000x2-desktop.toml")], capsys)
     assert code == 1 and out == "" and "the plan has errors; no unit was installed" in err
-    assert list(tmp_path.iterdir()) == []
+    # nothing but provision's own lock (one lock for all of provision, taken before reading the host)
+    assert [str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file()] == ["var/lib/hostctl/provision.lock"]
 
 
 @pytest.mark.parametrize("command", [["provision", "--only", "storage"], ["store", "split"]])
@@ -141,5 +144,7 @@ def test_usage_errors_exit_2(capsys):
 def test_console_script_exit_codes():
     ok = subprocess.run([sys.executable, "-m", "hostctl", "plan", "--json"] + DESKTOP, capture_output=True, text=True)
     assert ok.returncode == 0 and json.loads(ok.stdout)["recipe"] == "dsv4-flash-0731-tp2-400k"
-    bad = subprocess.run([sys.executable, "-m", "hostctl", "verify"], capture_output=True, text=True)
-    assert bad.returncode == 1 and bad.stdout == ""
+    # a host that cannot be reached fails (exit 1), with nothing on stdout
+    bad = subprocess.run([sys.executable, "-m", "hostctl", "verify", "--host", "ssh://nobody@127.0.0.1:1",
+                          "--config", str(HOSTS / "demo-cpu.toml")], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 1 and bad.stdout == "" and "cannot reach ssh://nobody@127.0.0.1:1" in bad.stderr

@@ -1,12 +1,16 @@
 """`provision --only gpu` on the reference hosts through the FAKE NVML adapter (setting power
-cannot happen on a machine without those GPUs): validate against each GPU's own range, set,
-read back the enforced limit; the boot unit; boot mode waiting for the driver."""
+cannot happen on a machine without those GPUs), run by the one executor: validate against each
+GPU's own range, set, read back the enforced limit (a fresh decide on re-probed GPUs proves it);
+the boot unit; boot mode waiting for the driver; the P2P verdict."""
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import shutil
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -20,11 +24,15 @@ from hostctl.facts.gpu import probe_gpus
 from hostctl.facts.gpu_fake import FakeHost, FakeNvml, pro6000x2_phb, two_socket, write_sysfs
 from hostctl.facts.model import GpuFacts, HostFacts
 from hostctl.gpu.harness import TorchPython
-from hostctl.plan import build_plan
-from hostctl.provision.gpu import UNIT_NAME, provision_gpu, wait_for_driver
+from hostctl.gpu.p2p import store_verdict
+from hostctl.provision import parts
+from hostctl.provision.actions import Settled
+from hostctl.provision.executor import Report
+from hostctl.provision.gpu import UNIT_NAME, wait_for_driver
 
 LSPCI = (Path(__file__).parent / "data" / "lspci-pro6000x2-acs-redirect.txt").read_text()
 NO_TORCH = TorchPython(None, "no torch in the unit tier")
+LOCK = "var/lib/hostctl/provision.lock"
 
 
 @pytest.fixture(autouse=True)
@@ -33,6 +41,10 @@ def sysroot(tmp_path, monkeypatch) -> Path:
     root.mkdir()
     monkeypatch.setenv("HOSTCTL_SYSROOT", str(root))
     return root
+
+
+def files_in(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() or p.is_symlink())
 
 
 def with_power(config: Config, watts: float | None, per_gpu: dict[str, float] | None = None) -> Config:
@@ -46,34 +58,60 @@ def fake_facts(tmp_path: Path, host: FakeHost, base: str = "pro6000x2-desktop") 
     return config, facts.model_copy(update={"gpus": gpus})
 
 
-def provision(config, facts, fake, **kw):
-    kw.setdefault("dry_run", False)
-    opts = {"torch_python": NO_TORCH, "lspci": (LSPCI, ""), "pci_root": Path("/nonexistent")}
-    return provision_gpu(config, facts, build_plan(config, facts), yes=False, adapter=fake, hostctl_bin="/usr/bin/true",
-                         p2p_options=opts, **kw)
+@dataclass
+class Result:
+    report: Report
+    text: str
+
+    def raise_for_failure(self) -> None:
+        self.report.raise_for_error()
+
+    @property
+    def failed(self):
+        return [r for r in self.report.records if r.status == "failed"]
+
+    @property
+    def final(self):
+        return self.report.part("gpu").final
+
+
+def provision(config, facts, fake, *, dry_run=False, tmp_path=None, torch=NO_TORCH, **kw) -> Result:
+    """The gpu part alone through the executor; the GPUs are re-probed through the same fake
+    after each round, as NVML is on a real host."""
+    opts = {"torch_python": torch, "lspci": (LSPCI, ""), "pci_root": Path("/nonexistent")}
+    pci = write_sysfs(fake.host, tmp_path / "pci") if tmp_path is not None else None
+    out = io.StringIO()
+    gpu_options = {"adapter": fake, "hostctl_bin": "/usr/bin/true", "p2p_options": opts,
+                   "gpus": lambda: probe_gpus(fake, **({"pci_root": pci} if pci else {})), **kw}
+    report = parts.provision(config, only="gpu", dry_run=dry_run, facts=lambda c: facts, out=out, err=io.StringIO(),
+                             gpu_options=gpu_options)
+    return Result(report, out.getvalue())
 
 
 def statuses(result, prefix):
-    return [(s.step, s.status) for s in result.steps if s.step.startswith(prefix)]
+    return sorted((r.id, r.status) for r in result.report.records if r.id.startswith(prefix))
 
 
 def test_sets_each_gpu_and_reads_back_the_enforced_limit(tmp_path):
     config, facts = fake_facts(tmp_path, pro6000x2_phb())
     fake = FakeNvml(pro6000x2_phb())
-    result = provision(with_power(config, 250), facts, fake)
+    result = provision(with_power(config, 250), facts, fake, tmp_path=tmp_path)
     uuids = [g.uuid for g in facts.gpus.devices]
     assert fake.sets == [(uuids[0], 250_000), (uuids[1], 250_000)]
     assert statuses(result, "gpu/power/") == [("gpu/power/0", "changed"), ("gpu/power/1", "changed")]
-    step = next(s for s in result.steps if s.step == "gpu/power/0")
-    assert "300 W -> 250 W (150-600 W)" in step.detail and "enforced 250 W" in step.detail
-    assert step.evidence == ["read back: limit 250 W, enforced 250 W"]
+    step = next(r for r in result.report.records if r.id == "gpu/power/0")
+    assert "300 W -> 250 W (150-600 W)" in step.describe and "read back the enforced limit" in step.describe
+    assert step.argv is None and "nvidia-smi -i" in step.describe and step.seconds is not None
+    # the re-probed GPUs decide nothing more: the limit holds and the driver enforces it
+    assert Settled("gpu/power/0", "250 W already set (150-600 W); the driver enforces 250 W") in result.final.items
     result.raise_for_failure()  # nothing failed
+    assert result.report.part("gpu").status == "converged" and result.report.part("gpu").rounds == 2
 
 
 def test_per_gpu_override_and_keep(tmp_path):
     config, facts = fake_facts(tmp_path, pro6000x2_phb())
     fake = FakeNvml(pro6000x2_phb())
-    result = provision(with_power(config, 300, {"1": 450}), facts, fake)
+    result = provision(with_power(config, 300, {"1": 450}), facts, fake, tmp_path=tmp_path)
     assert fake.sets == [(facts.gpus.devices[1].uuid, 450_000)]
     assert statuses(result, "gpu/power/") == [("gpu/power/0", "ok"), ("gpu/power/1", "changed")]
 
@@ -82,13 +120,13 @@ def test_out_of_range_is_bad_input_showing_the_range_and_nothing_is_set(tmp_path
     config, facts = fake_facts(tmp_path, pro6000x2_phb())
     fake = FakeNvml(pro6000x2_phb())
     with pytest.raises(InputError) as exc:
-        provision(with_power(config, 700), facts, fake)
+        provision(with_power(config, 700), facts, fake).raise_for_failure()
     assert exc.value.exit_code == 2
     text = exc.value.render()
     assert "nothing was changed" in text and "700 W requested, this GPU accepts 150-600 W" in text
-    assert fake.sets == [] and not any(sysroot.rglob("*"))  # not even the unit was written
+    assert fake.sets == [] and files_in(sysroot) == [LOCK]  # not even the unit was written
     with pytest.raises(InputError):
-        provision(with_power(config, 100), facts, fake, dry_run=True)  # dry run validates too
+        provision(with_power(config, 100), facts, fake, dry_run=True).raise_for_failure()  # dry run validates too
     assert fake.sets == []
 
 
@@ -98,9 +136,11 @@ def test_live_range_is_checked_before_anything_is_set(tmp_path):
     live = pro6000x2_phb()
     live.gpus[1].max_mw = 450_000
     fake = FakeNvml(live)
+    result = provision(with_power(config, 500), facts, fake)
     with pytest.raises(InputError) as exc:
-        provision(with_power(config, 500), facts, fake)
+        result.raise_for_failure()
     assert "accepts 150-450 W" in exc.value.render() and fake.sets == []
+    assert statuses(result, "gpu/power/") == [("gpu/power/0", "failed"), ("gpu/power/1", "skipped")]
 
 
 def test_readback_mismatch_fails(tmp_path):
@@ -109,11 +149,12 @@ def test_readback_mismatch_fails(tmp_path):
     host.gpus[1].enforced_cap_mw = 200_000  # another limiter holds GPU 1 lower
     fake = FakeNvml(host)
     result = provision(with_power(config, 250), facts, fake)
-    assert statuses(result, "gpu/power/") == [("gpu/power/0", "changed"), ("gpu/power/1", "fail")]
-    assert "the driver enforces 200 W" in result.failures[0].detail
+    assert statuses(result, "gpu/power/") == [("gpu/power/0", "changed"), ("gpu/power/1", "failed")]
+    assert "the driver enforces 200 W" in result.failed[0].reason
+    assert result.failed[0].output[0] == "read back: limit 250 W, enforced 200 W"
     with pytest.raises(FailedError) as exc:
         result.raise_for_failure()
-    assert exc.value.exit_code == 1
+    assert exc.value.exit_code == 1 and "gpu/power/1" in exc.value.message
 
 
 def test_setting_without_root_says_so(tmp_path):
@@ -121,52 +162,66 @@ def test_setting_without_root_says_so(tmp_path):
     host = pro6000x2_phb()
     host.root = False
     result = provision(with_power(config, 250), facts, FakeNvml(host))
-    assert [s.status for s in result.failures] == ["fail", "fail"]
-    assert "needs root" in result.failures[0].detail
+    # the executor stops at the first failed action; the next one is reported, not attempted
+    assert statuses(result, "gpu/power/") == [("gpu/power/0", "failed"), ("gpu/power/1", "skipped")]
+    assert "needs root" in result.failed[0].reason
 
 
 def test_dry_run_changes_nothing_and_says_what_it_would_do(tmp_path, sysroot):
     config, facts = fake_facts(tmp_path, pro6000x2_phb())
     facts.state.p2p = None  # no verdict yet: the functional check would run
     fake = FakeNvml(pro6000x2_phb())
-    result = provision(with_power(config, 250), facts, fake, dry_run=True)
+    result = provision(with_power(config, 250), facts, fake, dry_run=True, torch=TorchPython("/usr/bin/python3", "test"))
     assert fake.sets == [] and fake.init_calls == 0
     assert not any(sysroot.rglob("*"))
-    lines = "\n".join(result.lines())
+    lines = result.text
     assert f"nvidia-smi -i {facts.gpus.devices[0].uuid} -pl 250" in lines
     assert "would    gpu/power-unit: write /etc/systemd/system/hostctl-power.service" in lines
-    assert "would    gpu/p2p/functional: would run an all-reduce on GPUs 0, 1 with NCCL_P2P_DISABLE=0 NCCL_P2P_LEVEL=PHB" in lines
+    assert "would    gpu/p2p/functional: run an all-reduce on GPUs 0, 1 with NCCL_P2P_DISABLE=0 NCCL_P2P_LEVEL=PHB" in lines
+    assert {r.status for r in result.report.records if r.id.startswith("gpu/power")} == {"would-change"}
+    # with no Python that has torch, the dry run says the check cannot run (as the real run would)
+    result = provision(with_power(config, 250), facts, fake, dry_run=True)
+    assert "skip     gpu/p2p/functional: cannot run the functional check: no torch in the unit tier" in result.text
 
 
 def test_a_stored_verdict_for_this_driver_and_cmdline_is_reused(tmp_path):
     config, facts = fake_facts(tmp_path, pro6000x2_phb())
     assert facts.state.p2p.verdict == "ok" and facts.state.p2p.driver_version == facts.gpus.driver_version
-    result = provision(config, facts, FakeNvml(pro6000x2_phb()))
-    (step,) = [s for s in result.steps if s.step == "gpu/p2p/functional"]
-    assert step.status == "ok" and "stored verdict ok" in step.detail and "not measured again" in step.detail
-    assert result.ladder.stored_at is None
+    stored = store_verdict(facts.state.p2p)  # what an earlier provision left on that host
+    before = stored.stat().st_mtime_ns
+    result = provision(config, facts, FakeNvml(pro6000x2_phb()), tmp_path=tmp_path)
+    (step,) = [r for r in result.report.records if r.id == "gpu/p2p/functional"]
+    assert step.status == "ok" and "stored verdict ok" in step.describe and "not measured again" in step.describe
+    assert stored.stat().st_mtime_ns == before  # not measured, not written again
+    # the rungs and the verdict go to the warnings list as data
+    rungs = {w["id"]: w for w in result.report.document()["warnings"] if w["id"].startswith("gpu/p2p/")}
+    assert rungs["gpu/p2p/acs"]["severity"] == "warn" and rungs["gpu/p2p/acs"]["data"]["status"] == "unknown"  # no sysfs here
+    assert rungs["gpu/p2p/topology"]["data"]["summary"].startswith("worst path PHB")
+    assert rungs["gpu/p2p/verdict"]["data"]["verdict"] == "ok"
 
 
 def test_unit_is_installed_and_enabled_idempotently(tmp_path, sysroot):
     config, facts = fake_facts(tmp_path, pro6000x2_phb())
-    first = provision(config, facts, FakeNvml(pro6000x2_phb()))
+    first = provision(config, facts, FakeNvml(pro6000x2_phb()), tmp_path=tmp_path)
     unit = sysroot / "etc/systemd/system" / UNIT_NAME
     link = sysroot / "etc/systemd/system/multi-user.target.wants" / UNIT_NAME
     assert unit.is_file() and os.readlink(link) == f"/etc/systemd/system/{UNIT_NAME}"
     text = unit.read_text()
     assert "ExecStart=/usr/bin/true --config " in text and "provision --only gpu --boot" in text
-    assert [s.status for s in first.steps if s.step == "gpu/power-unit"][0] == "changed"
-    again = provision(config, facts, FakeNvml(pro6000x2_phb()))
-    assert [s.status for s in again.steps if s.step == "gpu/power-unit" and s.status != "warn"] == ["ok", "ok"]
+    assert statuses(first, "gpu/power-unit") == [("gpu/power-unit", "changed"), ("gpu/power-unit/enable", "changed")]
+    before = {p: p.stat().st_mtime_ns for p in sysroot.rglob("*") if p.is_file()}
+    again = provision(config, facts, FakeNvml(pro6000x2_phb()), tmp_path=tmp_path)
+    assert statuses(again, "gpu/power-unit") == [("gpu/power-unit", "ok"), ("gpu/power-unit/enable", "ok")]
+    assert {p: p.stat().st_mtime_ns for p in sysroot.rglob("*") if p.is_file()} == before  # the record too
+    assert json.loads((sysroot / "var/lib/hostctl/provisioned.json").read_text())["parts"]["gpu"]["profile"] == \
+        config.profile.name
 
 
 @needs_systemd_analyze
 def test_installed_unit_passes_systemd_analyze_verify(tmp_path, sysroot):
     config, facts = fake_facts(tmp_path, pro6000x2_phb())
-    result = provision_gpu(config, facts, build_plan(config, facts), dry_run=False, yes=False,
-                           adapter=FakeNvml(pro6000x2_phb()), hostctl_bin=shutil.which("python3"),
-                           p2p_options={"torch_python": NO_TORCH, "lspci": (LSPCI, "")})
-    assert not result.failures
+    result = provision(config, facts, FakeNvml(pro6000x2_phb()), hostctl_bin=shutil.which("python3"))
+    result.raise_for_failure()
     unit = sysroot / "etc/systemd/system" / UNIT_NAME
     res = subprocess.run(["systemd-analyze", "verify", "--man=no", str(unit)], capture_output=True, text=True)
     assert res.returncode == 0 and res.stderr.strip() == "", res.stderr
@@ -178,16 +233,18 @@ def test_host_without_driver_installs_the_unit_and_skips_the_rest(tmp_path, sysr
     fake = FakeNvml(pro6000x2_phb())
     result = provision(config, facts, fake)
     assert (sysroot / "etc/systemd/system" / UNIT_NAME).is_file()
-    (skip,) = [s for s in result.steps if s.step == "gpu"]
-    assert skip.status == "skip" and skip.detail.startswith("no driver")
-    assert fake.init_calls == 0 and result.ladder is None and not result.failures
+    (skip,) = [r for r in result.report.records if r.id == "gpu"]
+    assert skip.status == "skipped" and skip.reason.startswith("no driver")
+    assert "skip     gpu: no driver" in result.text
+    assert fake.init_calls == 0 and not [r for r in result.report.records if r.id.startswith("gpu/p2p")]
+    result.raise_for_failure()
 
 
 def test_no_limits_configured_needs_no_unit(tmp_path, sysroot):
     config, facts = fake_facts(tmp_path, pro6000x2_phb())
-    result = provision(with_power(config, None), facts, FakeNvml(pro6000x2_phb()))
+    result = provision(with_power(config, None), facts, FakeNvml(pro6000x2_phb()), tmp_path=tmp_path)
     assert not (sysroot / "etc").exists()
-    assert ("gpu/power-unit", "skip") in statuses(result, "gpu/power")
+    assert ("gpu/power-unit", "skipped") in statuses(result, "gpu/power")
 
 
 def test_boot_mode_waits_for_the_driver_then_sets_only_the_limits(tmp_path, sysroot):
@@ -197,11 +254,15 @@ def test_boot_mode_waits_for_the_driver_then_sets_only_the_limits(tmp_path, sysr
     version.write_text("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  595.71.05\n")
     fake = FakeNvml(pro6000x2_phb(), driver_after=2)  # NVML answers on the third try
     config = with_power(config, 280)
-    result = provision_gpu(config, no_driver, build_plan(config, no_driver), dry_run=False, yes=False, boot=True,
-                           adapter=fake, version_file=version, driver_wait_s=30)
+    out = io.StringIO()
+    report = parts.provision(config, only="gpu", boot=True, facts=lambda c: no_driver, out=out, err=io.StringIO(),
+                             gpu_options={"adapter": fake, "version_file": version, "driver_wait_s": 30})
+    report.raise_for_error()
     assert [u for u, _ in fake.sets] == [g.uuid for g in facts.gpus.devices] and {w for _, w in fake.sets} == {280_000}
-    assert [s.step for s in result.steps] == ["gpu/driver", "gpu/power/0", "gpu/power/1"]
-    assert result.ladder is None and not (sysroot / "etc").exists() and not (sysroot / "var").exists()
+    assert sorted(r.id for r in report.records) == ["gpu/driver", "gpu/power/0", "gpu/power/1"]
+    assert "ok       gpu/driver: driver 595.71.05 ready after" in out.getvalue()
+    # only the limits: no unit, no P2P, and a boot run is not recorded as the part converging
+    assert files_in(sysroot) == [LOCK]
 
 
 def test_boot_mode_gives_up_after_the_bound():
@@ -215,10 +276,13 @@ def test_two_socket_host_limits_both_gpus(tmp_path):
     config, facts = fake_facts(tmp_path, two_socket(), base="pro6000x1-mapped")
     assert [g.numa_node for g in facts.gpus.devices] == [0, 1]
     fake = FakeNvml(two_socket())
-    result = provision(with_power(config, 400), facts, fake)
+    result = provision(with_power(config, 400), facts, fake, tmp_path=tmp_path)
     assert [w for _, w in fake.sets] == [400_000, 400_000]
-    # one GPU serves the mapped recipe: P2P is not applicable and says so
-    assert result.ladder.verdict.verdict == "not_applicable"
+    # one GPU serves the mapped recipe: P2P is not applicable, and the stored verdict says so
+    assert ("gpu/p2p/verdict", "changed") in statuses(result, "gpu/p2p")
+    stored = json.loads((Path(os.environ["HOSTCTL_SYSROOT"]) / "var/lib/hostctl/p2p.json").read_text())
+    assert stored["verdict"] == "not_applicable"
+    assert ("gpu/p2p", "ok") in statuses(provision(with_power(config, 400), facts, FakeNvml(two_socket())), "gpu/p2p")
 
 
 def test_cli_boot_needs_only_gpu(capsys):

@@ -4,6 +4,7 @@ when the units could not work (plan errors, no hostctl binary where they call it
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 from pathlib import Path
@@ -16,7 +17,9 @@ from hostctl.cli import main
 from hostctl.config import load_config
 from hostctl.errors import FailedError, InputError
 from hostctl.plan import build_plan
-from hostctl.provision.system import UNITS, provision_system, system_actions
+from hostctl.facts.sysfiles import LocalReader
+from hostctl.provision import parts
+from hostctl.provision.system import UNITS, decide, read_system
 from hostctl.service.render import render_files
 
 pytestmark = pytest.mark.skipif(shutil.which("systemctl") is None and not IN_CI,
@@ -41,6 +44,24 @@ def _demo(profile: Path | None = None):
     return config, build_plan(config, facts)
 
 
+def system_actions(config, plan):
+    """What the system part decides on this host now (the sysroot)."""
+    return decide(config, plan, read_system(config, plan, LocalReader())).actions
+
+
+def provision_system(config, plan, *, dry_run: bool):
+    """The system part alone through the one executor, on the facts the plan was made from."""
+    _, facts = examples.load("demo-cpu") if plan.profile == "demo-cpu" else examples.load("pro6000x2-desktop")
+    report = parts.provision(config, only="system", dry_run=dry_run, facts=lambda c: facts, out=io.StringIO(),
+                             err=io.StringIO())
+    report.raise_for_error()
+    return report
+
+
+def statuses(report) -> list[tuple[str, str]]:
+    return [(r.id, r.status) for r in report.records]
+
+
 def _tree(root: Path) -> dict[str, str]:
     out = {}
     for p in sorted(root.rglob("*")):
@@ -51,8 +72,8 @@ def _tree(root: Path) -> dict[str, str]:
 
 def test_installs_profile_and_units_and_enables_them(sysroot):
     config, plan = _demo()
-    result = provision_system(config, plan, dry_run=False)
-    assert result.applied
+    report = provision_system(config, plan, dry_run=False)
+    assert {s for _, s in statuses(report)} == {"changed"} and report.part("system").status == "converged"
     etc = sysroot / "etc"
     assert (etc / "hostctl/hostctl.toml").read_bytes() == Path(config.source).read_bytes()
     rendered = render_files(plan, config_path="/etc/hostctl/hostctl.toml")
@@ -70,7 +91,7 @@ def test_second_run_changes_nothing(sysroot):
     before = _tree(sysroot)
     assert system_actions(config, plan) == []
     again = provision_system(config, plan, dry_run=False)
-    assert again.actions == [] and not again.applied
+    assert {s for _, s in statuses(again)} == {"ok"} and again.part("system").changed == 0
     assert _tree(sysroot) == before
 
 
@@ -78,8 +99,8 @@ def test_dry_run_describes_exactly_and_changes_nothing(sysroot):
     config, plan = _demo()
     before = _tree(sysroot)
     result = provision_system(config, plan, dry_run=True)
-    assert not result.applied and _tree(sysroot) == before
-    described = [a.describe for a in result.actions]
+    assert {s for _, s in statuses(result)} == {"would-change"} and _tree(sysroot) == before
+    described = [r.describe for r in result.records]
     assert described[0].startswith("create /etc/hostctl/hostctl.toml (")
     assert f"systemctl --root={sysroot} enable hostctl-runtime.service" in described
     # the power unit is the gpu part's (provision --only gpu)
@@ -146,9 +167,7 @@ def test_refuses_a_plan_with_errors(sysroot, tmp_path):
 
 def test_cli_only_system_prints_each_change(sysroot, capsys, monkeypatch):
     # the CLI probes the host: hand it the demo snapshot's facts through the same loader
-    from hostctl import cli
-
-    monkeypatch.setattr(cli.Context, "facts", lambda self, config=None: examples.load("demo-cpu")[1])
+    monkeypatch.setattr(parts, "live_facts", lambda config: examples.load("demo-cpu")[1])
     argv = ["provision", "--only", "system", "--config", str(HOSTS / "demo-cpu.toml")]
     assert main(argv + ["--dry-run"]) == 0
     out = capsys.readouterr().out

@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (CACHE_DIRS, DRIVES, INSTALLED_PROFILE, PAGE_CLUSTER, PROFILE, RECIPE,
-                      SKIPPED_RESULT, SPARE, SWAP_PRIORITY, SWAPPINESS, UNITS, by_id, hostctl, lsblk, mount_of,
-                      partition, sh, sha256, swaps, unit_props)
+from conftest import (CACHE_DIRS, DRIVES, INSTALLED_PROFILE, PROFILE, RECIPE, SKIPPED_RESULT, SPARE,
+                      SWAP_PRIORITY, by_id, hostctl, lsblk, mount_of, partition, sh, sha256, unit_props)
 
 DRIVE_NAMES = sorted(DRIVES)
 
@@ -87,7 +86,34 @@ def test_provision_gpu_from_the_installed_profile():
     assert re.search(r"^skip\b.*no (NVIDIA )?driver", res.stdout, re.M | re.I), res.stdout
 
 
-# ---------------------------------------------------------------- storage, as provisioned
+# ---------------------------------------------------------------- the host, as provisioned
+
+
+@pytest.mark.usefixtures("storage_ready")
+def test_verify_proves_the_host_matches_the_plan(shared):
+    """`hostctl verify`: every part decides no action on fresh facts, and its testinfra suite
+    (mounts with sources and options, swaps with priorities, the fstab block, the sysctl file and
+    live values, the cache directories on their drives, the installed profile, recipe and units,
+    both units enabled) passes; the power limits skip: no driver in the guest."""
+    res = hostctl("--config", str(PROFILE), "verify", "--json", "--only", "storage,system,gpu")
+    shared["boot1_verify"] = res.returncode
+    assert res.stdout, f"exit {res.returncode}: {res.stderr}"
+    doc = json.loads(res.stdout)
+    checks = {c["id"]: c for c in doc["checks"]}
+    failed = [f"{c['id']}: {c['found']} (expected {c['expected']})" for c in checks.values() if c["status"] == "fail"]
+    assert res.returncode == 0 and not failed, "\n".join(failed) or res.stderr
+    assert {p["part"]: p["status"] for p in doc["parts"]} == {"storage": "pass", "system": "pass", "gpu": "pass"}
+    expected = ["storage/converged", "storage/fstab", "storage/sysctl", "storage/sysctl/vm.swappiness",
+                "storage/sysctl/vm.page-cluster", "system/converged", f"system/file{INSTALLED_PROFILE}",
+                f"system/file{INSTALLED_PROFILE.parent / RECIPE.name}", "system/enabled/hostctl-runtime.service",
+                "gpu/converged", "gpu/power-unit"]
+    expected += [f"storage/{d}/{what}" for d in DRIVE_NAMES for what in ("mount", "swap")]
+    expected += [f"storage/dirs/{role}" for role in CACHE_DIRS]
+    assert {i: checks[i]["status"] for i in expected if i in checks} == {i: "pass" for i in expected}
+    assert checks["gpu/power/0"]["status"] == "skip" and checks["gpu/power/0"]["found"].startswith("no driver")
+    for role, directory in CACHE_DIRS.items():  # root's: provision ran without sudo (no SUDO_UID)
+        assert checks[f"storage/dirs/{role}"]["found"].startswith(f"{directory} is a directory (owner 0:0)")
+    assert checks["storage/ssd1/swap"]["found"].endswith(f"at priority {SWAP_PRIORITY}")
 
 
 @pytest.mark.usefixtures("storage_ready")
@@ -99,55 +125,9 @@ def test_partitions_carry_hostctl_names_and_labels(drive):
 
 
 @pytest.mark.usefixtures("storage_ready")
-@pytest.mark.parametrize("drive", DRIVE_NAMES)
-def test_data_partition_is_mounted(host, drive):
-    mp = host.mount_point(mount_of(drive))
-    assert mp.exists, f"{mount_of(drive)} is not mounted"
-    assert mp.filesystem == "ext4"
-    assert os.path.realpath(mp.device) == partition(drive, "data")["path"]
-
-
-@pytest.mark.usefixtures("storage_ready")
-def test_swap_partitions_active_with_equal_priority():
-    active = swaps()
-    for drive in DRIVE_NAMES:
-        dev = partition(drive, "swap")["path"]
-        assert active.get(dev) == SWAP_PRIORITY, f"{drive} swap {dev}: {active}"
-
-
-@pytest.mark.usefixtures("storage_ready")
-def test_fstab_names_partitions_by_uuid_with_nofail():
+def test_fstab_does_not_name_the_drives_by_kernel_name():
     entries = [ln.split() for ln in Path("/etc/fstab").read_text().splitlines() if ln.strip() and not ln.startswith("#")]
-    by_spec = {e[0]: e for e in entries}
     assert not [e for e in entries if e[0].startswith("/dev/nvme")], "fstab must not use kernel names for the drives"
-    for drive in DRIVE_NAMES:
-        data, swap = partition(drive, "data"), partition(drive, "swap")
-        d = by_spec.get(f"UUID={data['uuid']}")
-        assert d is not None, f"no fstab line for {drive}'s data partition UUID={data['uuid']}"
-        assert d[1:3] == [mount_of(drive), "ext4"] and "nofail" in d[3].split(","), d
-        s = by_spec.get(f"UUID={swap['uuid']}")
-        assert s is not None, f"no fstab line for {drive}'s swap partition UUID={swap['uuid']}"
-        assert s[2] == "swap" and "nofail" in s[3].split(",") and f"pri={SWAP_PRIORITY}" in s[3].split(","), s
-
-
-@pytest.mark.usefixtures("storage_ready")
-def test_swap_sysctls_set_and_persisted(host):
-    assert host.sysctl("vm.swappiness") == SWAPPINESS
-    assert host.sysctl("vm.page-cluster") == PAGE_CLUSTER
-    persisted = "".join(p.read_text() for p in sorted(Path("/etc/sysctl.d").glob("*.conf")))
-    assert re.search(rf"^vm\.swappiness\s*=\s*{SWAPPINESS}\s*$", persisted, re.M), persisted
-    assert re.search(rf"^vm\.page-cluster\s*=\s*{PAGE_CLUSTER}\s*$", persisted, re.M), persisted
-
-
-@pytest.mark.usefixtures("storage_ready")
-@pytest.mark.parametrize("role", sorted(CACHE_DIRS))
-def test_cache_directories_exist_with_owner(host, role):
-    d = host.file(CACHE_DIRS[role])
-    assert d.is_directory, CACHE_DIRS[role]
-    assert (d.user, d.group) == ("root", "root")
-    if CACHE_DIRS[role].startswith("/mnt/hostctl/"):
-        drive = CACHE_DIRS[role].split("/")[3]
-        assert sh(["findmnt", "-n", "-o", "TARGET", "-T", CACHE_DIRS[role]]).stdout.strip() == mount_of(drive)
 
 
 @pytest.mark.usefixtures("storage_ready")
@@ -159,19 +139,7 @@ def test_write_a_file_on_each_data_partition(shared, drive):
     shared[f"canary_{drive}"] = sha256(path)
 
 
-# ---------------------------------------------------------------- system, as provisioned
-
-
-def test_profile_and_recipe_installed():
-    assert INSTALLED_PROFILE.read_bytes() == PROFILE.read_bytes()
-    assert (INSTALLED_PROFILE.parent / RECIPE.name).read_bytes() == RECIPE.read_bytes()
-
-
-@pytest.mark.parametrize("unit", UNITS)
-def test_units_installed_and_enabled(host, unit):
-    assert host.file(f"/etc/systemd/system/{unit}").is_file
-    assert host.service(unit).is_enabled
-    assert "--config /etc/hostctl/hostctl.toml" in host.file(f"/etc/systemd/system/{unit}").content_string
+# ---------------------------------------------------------------- units at boot
 
 
 def test_runtime_unit_requires_the_cache_mounts():

@@ -2,8 +2,9 @@
 hostctl as a user runs it (every call's argv, exit status and output kept on the results
 disk), state carried from one boot to the next, and the names the guest profile uses.
 
-The `host` fixture is a pytest-testinfra host on its local backend: the checks read the guest
-the way `hostctl verify` reads a host. It is one unparametrized object (not the plugin's
+What the host should be is `hostctl verify`'s to prove (run as a user runs it); the `host` fixture
+is a pytest-testinfra host on its local backend for the few checks verify does not make (waiting
+for nofail mounts, what systemd did at boot). It is one unparametrized object (not the plugin's
 per-host parametrized fixture), so pytest keeps the checks in file order: provision first.
 """
 
@@ -28,10 +29,8 @@ INSTALLED_PROFILE = Path("/etc/hostctl/hostctl.toml")
 DRIVES = {"ssd1": "HCVMSSD1", "ssd2": "HCVMSSD2"}
 SPARE = "HCVMSPARE"  # in the guest, not in the profile: must keep every byte
 SWAP_PRIORITY = 100
-SWAPPINESS, PAGE_CLUSTER = 10, 0  # the profile's serving-phase swap sysctls
 CACHE_DIRS = {"planes_cache": "/mnt/hostctl/ssd1/moet-planes", "expert_store": "/mnt/hostctl/ssd2/moet-store",
               "compile_cache": "/var/lib/hostctl/compile-cache"}
-UNITS = ("hostctl-power.service", "hostctl-runtime.service")
 # What systemd reports for a service its ExecCondition= skipped (the power unit without a driver):
 # ConditionResult=no, inactive (not failed), with this result.
 SKIPPED_RESULT = "exec-condition"

@@ -1,0 +1,250 @@
+"""The parts of `hostctl provision` and their order: storage (drives, swap, fstab, mounts, cache
+directories, swap sysctls), then system (the installed profile and the runtime unit, which the
+boot units read), then gpu (power limits, the power unit, the P2P verdict). Each part binds its
+reader (facts and files, read again every round) to its pure decide() and to the text people
+read; the executor (provision/executor.py) runs them.
+
+A dry run decides every part before any has acted, so a later part is judged on the facts the
+earlier ones would leave, as the real run judges it after they ran: the system part's plan counts
+the swap the storage part would add (storage.facts_after), and the gpu part sees the profile the
+system part would install. The text says when it did so.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TextIO
+
+from hostctl.config import Config
+from hostctl.errors import FailedError, HostctlError
+from hostctl.facts.model import GpuFacts, HostFacts
+from hostctl.facts.sysfiles import LocalReader
+from hostctl.provision import consent
+from hostctl.provision.actions import Action, Decision
+from hostctl.provision.executor import Context, Executor, Report
+from hostctl.units import fmt_bytes
+
+ORDER = ("storage", "system", "gpu")
+
+
+def live_facts(config: Config) -> HostFacts:
+    """Every fact of this host the plan reads (provision refuses --facts: it acts on this host)."""
+    from hostctl.facts import collect
+    from hostctl.plan import alias_requests
+    from hostctl.provision.apply import fact_requests
+
+    return collect(fact_requests(config), alias_paths=alias_requests(config))
+
+
+class StoragePart:
+    name = "storage"
+    record = True
+
+    def __init__(self, config: Config, opts: Any, *, read_facts: Callable[[Config], HostFacts] | None = None):
+        from hostctl.provision.apply import storage_facts
+
+        self.config, self.opts = config, opts
+        self.read_facts = read_facts or storage_facts
+        self.locked: set[str] = set()
+
+    def read(self, ctx: Context) -> Any:
+        from hostctl.provision.apply import read_system_files
+        from hostctl.provision.executor import disk_lock
+        from hostctl.provision.storage import resolve_drives
+
+        facts = self.read_facts(self.config)
+        if not ctx.dry_run:
+            for disk in resolve_drives(self.config, facts)[0].values():
+                if disk.path not in self.locked:  # held until the whole run ends
+                    ctx.held.enter_context(disk_lock(disk.path))
+                    self.locked.add(disk.path)
+        return facts, read_system_files(self.config, facts)
+
+    def decide(self, snapshot: Any) -> Decision:
+        from hostctl.provision import storage
+
+        facts, files = snapshot
+        return storage.decide(self.config, facts, files, self.opts)
+
+    def plan_text(self, d: Decision, round_no: int) -> str:
+        from hostctl.provision.apply import plan_text
+
+        if round_no == 1:
+            return plan_text(d.detail)
+        return plan_text(d.detail, heading="re-planned with the partitions the kernel has loaded now:")
+
+    def done_text(self, first: Decision, final: Decision, ran: list[Action], *, dry_run: bool) -> str:
+        if dry_run:
+            return ("storage: no changes needed\n" if not first.actions else
+                    f"dry run: {len(first.actions)} action(s) shown, nothing was changed\n")
+        return ("storage: no changes\n" if not ran else
+                f"storage: {len(ran)} action(s) run; verified: a fresh look at the host needs nothing more\n")
+
+    def refusal(self, d: Decision, ran: int) -> HostctlError:
+        from hostctl.provision.apply import _refusal
+
+        return _refusal(d.detail, ran)
+
+    def consent(self, d: Decision) -> list[consent.Request]:
+        from hostctl.provision.apply import _consent_request
+
+        return [_consent_request(v) for v in d.detail.drives if v.destructive]
+
+
+class SystemPart:
+    name = "system"
+    record = True
+
+    def __init__(self, config: Config, *, facts: Callable[[], HostFacts], hostctl_bin: str | None = None):
+        from hostctl.service.render import INSTALLED_HOSTCTL
+
+        self.config, self.facts = config, facts
+        self.hostctl_bin = hostctl_bin or INSTALLED_HOSTCTL
+        self.plan = None
+        self.plan_facts: HostFacts | None = None
+        self.projected: str | None = None
+
+    def read(self, ctx: Context) -> Any:
+        from hostctl.plan import build_plan
+        from hostctl.provision import storage
+        from hostctl.provision.system import read_system
+
+        if self.plan is None:  # the plan is made once per run, from the facts the earlier parts left
+            facts = self.facts()
+            earlier = ctx.earlier.get("storage")
+            if ctx.dry_run and earlier is not None and earlier.actions:
+                added = storage.pending_swap_bytes(earlier.detail)
+                facts = storage.facts_after(facts, earlier.detail)
+                if added:
+                    self.projected = (f"system: judged as after the storage part, with the {fmt_bytes(added)} of swap "
+                                      "it would add")
+            self.plan, self.plan_facts = build_plan(self.config, facts), facts
+        return read_system(self.config, self.plan, LocalReader(), hostctl_bin=self.hostctl_bin, facts=self.plan_facts)
+
+    def decide(self, snapshot: Any) -> Decision:
+        from hostctl.provision import system
+
+        return system.decide(self.config, self.plan, snapshot)
+
+    def plan_text(self, d: Decision, round_no: int) -> str:
+        return f"{self.projected}\n" if self.projected and round_no == 1 else ""
+
+    def done_text(self, first: Decision, final: Decision, ran: list[Action], *, dry_run: bool) -> str:
+        from hostctl.provision import system
+
+        return system.text(first, dry_run=dry_run, ran=ran)
+
+    def refusal(self, d: Decision, ran: int) -> HostctlError:
+        return FailedError("system part refused", details=[r.reason for r in d.refusals])
+
+    def consent(self, d: Decision) -> list[consent.Request]:
+        return []
+
+
+class GpuPart:
+    name = "gpu"
+
+    def __init__(self, config: Config, *, facts: Callable[[], HostFacts], adapter: Any = None,
+                 gpus: Callable[[], GpuFacts] | None = None, boot: bool = False, hostctl_bin: str | None = None,
+                 p2p_options: dict | None = None, driver_wait_s: float | None = None, version_file: Path | None = None):
+        from hostctl.facts.gpu import NvmlAdapter
+
+        self.config, self.facts = config, facts
+        self.adapter = adapter or NvmlAdapter()
+        self.gpus = gpus
+        self.boot, self.record = boot, not boot  # a boot run applies only the limits: not the whole part
+        from hostctl.provision.gpu import default_hostctl_bin
+
+        # the unit calls the hostctl running now (the console script), as it was installed
+        self.hostctl_bin, self.p2p_options = hostctl_bin or default_hostctl_bin(), p2p_options or {}
+        self.driver_wait_s, self.version_file = driver_wait_s, version_file
+        self.base: HostFacts | None = None
+        self.driver: str | None = None
+
+    def _gpus(self) -> GpuFacts:
+        from hostctl.facts.gpu import probe_gpus
+
+        return self.gpus() if self.gpus is not None else probe_gpus(self.adapter)
+
+    def read(self, ctx: Context) -> Any:
+        from hostctl.facts.state import probe_state
+        from hostctl.provision import gpu
+        from hostctl.service.render import INSTALLED_PROFILE
+
+        first = self.base is None
+        if first:
+            self.base = self.facts()
+            if self.boot:
+                kw = {k: v for k, v in (("timeout_s", self.driver_wait_s), ("version_file", self.version_file))
+                      if v is not None}
+                self.base, self.driver = gpu.boot_driver(self.adapter, self.base, **kw)
+        # hostctl's state (the stored P2P verdict) is read every round; the GPUs again after the
+        # first look (a limit just set). With no driver at the first look there is nothing to read back.
+        again = not first and self.base.gpus.available
+        snap = gpu.read_gpu(self.config, self.base, LocalReader(), gpus=self._gpus if again else None,
+                            state=lambda: probe_state()[0], p2p_options=self.p2p_options, read_acs=not self.boot)
+        snap.driver = self.driver
+        system = ctx.earlier.get("system")
+        if ctx.dry_run and system is not None and any(a.changes == INSTALLED_PROFILE for a in system.actions):
+            snap.files.files[INSTALLED_PROFILE] = snap.source_profile  # what the system part would install
+        return snap
+
+    def decide(self, snapshot: Any) -> Decision:
+        from hostctl.provision import gpu
+
+        return gpu.decide(self.config, snapshot, hostctl_bin=self.hostctl_bin, boot=self.boot, adapter=self.adapter,
+                          p2p_options=self.p2p_options)
+
+    def plan_text(self, d: Decision, round_no: int) -> str:
+        return ""
+
+    def done_text(self, first: Decision, final: Decision, ran: list[Action], *, dry_run: bool) -> str:
+        from hostctl.provision import gpu
+
+        ids = {a.id for a in ran}
+        items = [i for i in first.items if not isinstance(i, Action) or dry_run or i.id in ids]
+        # what the last look adds once the actions ran (a verdict measured now, its warnings)
+        seen = {(type(i), getattr(i, "id", None)) for i in first.items}
+        items += [i for i in final.items if (type(i), getattr(i, "id", None)) not in seen and not isinstance(i, Action)]
+        lines = gpu.text_lines(items, dry_run=dry_run, ran=ids)
+        return "".join(line + "\n" for line in lines)
+
+    def refusal(self, d: Decision, ran: int) -> HostctlError:
+        return FailedError("gpu part refused", details=[r.reason for r in d.refusals])
+
+    def consent(self, d: Decision) -> list[consent.Request]:
+        return []
+
+
+def provision(config: Config, *, only: str | None = None, dry_run: bool = False, yes: bool = False,
+              erase: tuple[str, ...] = (), boot: bool = False, stdin: TextIO | None = None, out: TextIO | None = None,
+              err: TextIO | None = None, facts: Callable[[Config], HostFacts] | None = None,
+              gpu_options: dict | None = None) -> Report:
+    """Run the parts (all, in ORDER, or `only` one) and return the report; its error, if any, is
+    what the run stopped at (the caller raises it after presenting the report)."""
+    from hostctl.provision.apply import sudo_owner
+    from hostctl.provision.record import record_converged
+    from hostctl.provision.storage import Options
+
+    names = [only] if only else list(ORDER)
+    cached: dict[str, HostFacts] = {}
+
+    def fresh() -> HostFacts:
+        # each part reads the host when it starts: after the parts before it have acted
+        cached["facts"] = (facts or live_facts)(config)
+        return cached["facts"]
+
+    parts: list[Any] = []
+    for name in names:
+        if name == "storage":
+            parts.append(StoragePart(config, Options(erase=tuple(erase), owner=sudo_owner())))
+        elif name == "system":
+            parts.append(SystemPart(config, facts=fresh))
+        else:
+            parts.append(GpuPart(config, facts=fresh, boot=boot, **(gpu_options or {})))
+    executor = Executor(dry_run=dry_run, yes=yes, stdin=stdin or sys.stdin, out=out, err=err,
+                        record=lambda name: record_converged(name, config) and None)
+    report = Report(dry_run=dry_run, profile=config.profile.name, only=only)
+    return executor.run(parts, report)

@@ -1,0 +1,172 @@
+"""The host `hostctl verify` reads, through pytest-testinfra's Python API: this machine
+(`local://`) or another one over SSH (`ssh://user@host[:port]`, testinfra's ssh backend; its
+query options such as `?ssh_config=FILE&ssh_identity_file=KEY` pass through).
+
+Everything is read through the same connection: commands, files (under the target's own
+HOSTCTL_SYSROOT, read from its environment), and on a remote host its facts, from the hostctl
+installed there (`hostctl --config PROFILE facts --json`; the hostctl its boot units call,
+/usr/local/bin/hostctl, else the one on its PATH). testinfra is imported here and only
+here, when verify runs: `--help`, `plan` and `status` never load it.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import sys
+import tempfile
+import urllib.parse
+from dataclasses import dataclass, field
+from typing import Any
+
+from hostctl.errors import FailedError, InputError
+from hostctl.facts.sysfiles import Stat
+
+SSH_TIMEOUT_S = 15
+
+
+def parse_target(spec: str | None) -> tuple[str, str]:
+    """(testinfra host spec, how reports name it). Only ssh:// is accepted besides this host."""
+    if spec is None or spec in ("local", "local://"):
+        return "local://", "local"
+    url = urllib.parse.urlparse(spec)
+    if url.scheme != "ssh" or not url.hostname:
+        raise InputError(f"--host: expected ssh://user@host[:port], got {spec!r}",
+                         fix="name the machine as ssh://user@host or ssh://user@host:2222 (options of testinfra's "
+                             "ssh backend go in the query, e.g. ?ssh_config=~/.ssh/config)")
+    try:
+        url.port
+    except ValueError:
+        raise InputError(f"--host: the port in {spec!r} is not a number") from None
+    shown = f"ssh://{url.netloc}"
+    return spec, shown
+
+
+@dataclass
+class Target:
+    """An open connection: the testinfra host, the target's sysroot and its Python."""
+
+    host: Any
+    name: str  # "local" or ssh://user@host:port (no query)
+    remote: bool
+    sysroot: str = "/"
+    python: str = sys.executable  # a Python on the target, for the endpoint checks
+    hostctl: str = "hostctl"  # the hostctl on the target (remote only)
+    _control_dir: str | None = field(default=None, repr=False)
+
+    # ---- the Reader interface of hostctl.facts.sysfiles, over testinfra
+
+    def _p(self, host_path: str) -> str:
+        return os.path.join(self.sysroot, host_path.lstrip("/")) if self.sysroot not in ("", "/") else host_path
+
+    def read_bytes(self, host_path: str) -> bytes | None:
+        r = self.host.run("cat -- %s", self._p(host_path))
+        return r.stdout_bytes if r.rc == 0 else None
+
+    def stat(self, host_path: str) -> Stat | None:
+        r = self.host.run("stat -L -c '%%F %%u %%g' -- %s", self._p(host_path))
+        if r.rc != 0:
+            return None
+        kind, uid, gid = r.stdout.strip().rsplit(" ", 2)
+        return Stat(kind == "directory", int(uid), int(gid))
+
+    def stat_real(self, path: str) -> Stat | None:
+        """A path of the running system itself (a mountpoint, a binary), not under the sysroot."""
+        r = self.host.run("stat -L -c '%%F %%u %%g' -- %s", path)
+        if r.rc != 0:
+            return None
+        kind, uid, gid = r.stdout.strip().rsplit(" ", 2)
+        return Stat(kind == "directory", int(uid), int(gid))
+
+    def readlink(self, host_path: str) -> str | None:
+        r = self.host.run("readlink -- %s", self._p(host_path))
+        return r.stdout.strip() if r.rc == 0 else None
+
+    def real_is_dir(self, path: str) -> bool:
+        return self.host.run("test -d %s", path).rc == 0
+
+    def run(self, argv: list[str]) -> tuple[int, str]:
+        r = self.host.run(shlex.join(argv))
+        return r.rc, r.stdout
+
+    # ---- helpers for the checks
+
+    def cmd(self, command: str, *args: str):
+        return self.host.run(command, *args)
+
+    def close(self) -> None:
+        """Stop the SSH master connection verify opened (nothing of verify outlives it)."""
+        if self._control_dir is None:
+            return
+        control = os.path.join(self._control_dir, "master")
+        if os.path.exists(control):
+            backend = self.host.backend
+            argv = ["ssh", "-o", f"ControlPath={control}", "-O", "exit"]
+            if backend.ssh_config:
+                argv += ["-F", backend.ssh_config]
+            argv.append(backend.host.name)
+            import subprocess
+
+            subprocess.run(argv, capture_output=True, timeout=30, check=False)
+        shutil.rmtree(self._control_dir, ignore_errors=True)
+        self._control_dir = None
+
+
+def connect(spec: str | None) -> Target:
+    import testinfra  # only verify imports testinfra
+
+    hostspec, shown = parse_target(spec)
+    if hostspec == "local://":
+        from hostctl import paths
+
+        return Target(testinfra.get_host("local://"), shown, remote=False, sysroot=str(paths.sysroot()))
+    # One SSH connection for every command (ControlMaster in a private directory), closed at the end.
+    control_dir = tempfile.mkdtemp(prefix="hostctl-verify-ssh-")
+    host = testinfra.get_host(hostspec, controlpath=os.path.join(control_dir, "master"), controlpersist=60,
+                              timeout=SSH_TIMEOUT_S)
+    target = Target(host, shown, remote=True, _control_dir=control_dir)
+    try:
+        # The hostctl there is the one its boot units call (/usr/local/bin/hostctl, under its
+        # sysroot), else the one its PATH finds.
+        probe = host.run('r="${HOSTCTL_SYSROOT:-/}"; printf "%s\\n" "$r"; '
+                         'if [ -x "${r%/}/usr/local/bin/hostctl" ]; then echo "${r%/}/usr/local/bin/hostctl"; '
+                         'else command -v hostctl || echo /usr/local/bin/hostctl; fi')
+    except RuntimeError as exc:  # testinfra raises when ssh itself fails (exit 255)
+        target.close()
+        out = getattr(exc.args[0], "stderr", "") if exc.args else ""
+        raise FailedError(f"cannot reach {shown} over SSH", details=str(out).strip().splitlines()[-3:],
+                          fix="check `ssh` to that machine works with the same user, port and key") from None
+    lines = probe.stdout.splitlines()
+    target.sysroot = lines[0] if lines else "/"
+    target.hostctl = lines[1] if len(lines) > 1 else "/usr/local/bin/hostctl"
+    shebang = host.run("head -c 200 -- %s", target.hostctl).stdout.splitlines()[:1]
+    target.python = shebang[0][2:].strip() if shebang and shebang[0].startswith("#!") else "python3"
+    return target
+
+
+def remote_facts(target: Target, profile_path: str, profile_bytes: bytes):
+    """The target's facts from its own hostctl, with the same profile (which must be there too)."""
+    import hashlib
+
+    from hostctl.facts.model import HostFacts
+
+    there = target.host.run("sha256sum -- %s", profile_path)
+    if there.rc != 0:
+        raise FailedError(f"the profile {profile_path} is not on {target.name}: verify reads that machine's facts "
+                          "with the same profile, at the same path",
+                          fix=f"install it there (`hostctl provision --only system` puts it at /etc/hostctl/hostctl.toml) "
+                              "and pass that path as --config")
+    res = target.host.run("%s --config %s facts --json", target.hostctl, profile_path)
+    if res.rc != 0:
+        raise FailedError(f"`hostctl facts --json` failed on {target.name} (exit {res.rc})",
+                          details=res.stderr.strip().splitlines()[-5:],
+                          fix=f"run `hostctl --config {profile_path} facts` there to see why")
+    try:
+        facts = HostFacts.from_json(res.stdout)
+    except ValueError as exc:
+        raise FailedError(f"the facts {target.name} printed are not this hostctl's {exc.__class__.__name__}",
+                          details=str(exc).splitlines()[:3],
+                          fix="install the same hostctl version on both machines") from None
+    same = there.stdout.split()[0] == hashlib.sha256(profile_bytes).hexdigest()
+    return facts, same
