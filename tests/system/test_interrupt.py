@@ -15,7 +15,7 @@ import time
 import pytest
 
 from conftest import needs_compose, needs_root
-from test_service_lifecycle import ROOT, demo_image, host_factory  # noqa: F401 - fixtures
+from runtime_fixtures import ROOT
 
 pytestmark = [pytest.mark.system, needs_root, needs_compose]
 
