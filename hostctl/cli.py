@@ -28,6 +28,7 @@ from hostctl.errors import (
     FailedError,
     HostctlError,
     InputError,
+    NoProfileError,
 )
 from hostctl.facts.model import HostFacts
 
@@ -147,9 +148,8 @@ def facts(ctx: typer.Context, json_: JsonOpt = False, config: ConfigOpt = None, 
     if c.facts_path is None:
         try:
             cfg = c.config()
-        except InputError as exc:
-            if c.config_path is not None or "no host profile found" not in exc.message:
-                raise
+        except NoProfileError:
+            pass  # facts describe the host without a profile
     snapshot = c.facts(cfg)
     if json_:
         sys.stdout.write(snapshot.to_json())

@@ -17,7 +17,7 @@ from typing import TypeVar
 
 from pydantic import ValidationError
 
-from hostctl.errors import InputError
+from hostctl.errors import InputError, MissingFileError
 from hostctl.facts.disks import probe_disks
 from hostctl.facts.engine import probe_engine
 from hostctl.facts.gpu import probe_gpus
@@ -187,9 +187,8 @@ def load_snapshot(path: str | os.PathLike[str]) -> HostFacts:
     p = Path(path)
     try:
         data = load_json(p, "facts snapshot")
-    except InputError as exc:
-        if "does not exist" in exc.message:
-            exc.fix = "make one with `hostctl facts --json > snap.json`"
+    except MissingFileError as exc:
+        exc.fix = "make one with `hostctl facts --json > snap.json`"
         raise
     if not isinstance(data, dict):
         raise InputError(f"facts snapshot {p} must be a JSON object, not {type(data).__name__}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from hostctl.config import Config
 from hostctl.facts.model import Gpu, HostFacts
+from hostctl.plan import codes
 from hostctl.plan.model import PlacementPlan, SelectedGpu
 from hostctl.units import format_cpulist
 
@@ -26,6 +27,7 @@ def select_gpus(config: Config, facts: HostFacts, plan: PlacementPlan) -> list[G
         return []
     if not facts.gpus.available:
         plan.problem(
+            codes.PLACEMENT_NO_GPU,
             "error",
             f"the recipe needs {want} GPU(s) but no GPU can be read: {facts.gpus.reason}",
             fix="install the NVIDIA driver, or render with --facts from the serving host",
@@ -37,7 +39,7 @@ def select_gpus(config: Config, facts: HostFacts, plan: PlacementPlan) -> list[G
         for ref in config.profile.gpu.devices:
             gpu = next((g for g in devices if g.uuid == ref or str(g.index) == ref), None)
             if gpu is None:
-                plan.problem("error", f"gpu.devices names {ref!r}, which is not on this host",
+                plan.problem(codes.PLACEMENT_UNKNOWN_DEVICE, "error", f"gpu.devices names {ref!r}, which is not on this host",
                              fix="use a UUID or index from `hostctl facts`")
             else:
                 chosen.append(gpu)
@@ -47,6 +49,7 @@ def select_gpus(config: Config, facts: HostFacts, plan: PlacementPlan) -> list[G
         why = f"the first {want} GPU(s) by index"
     if len(chosen) < want:
         plan.problem(
+            codes.PLACEMENT_TOO_FEW_GPUS,
             "error",
             f"the recipe needs {want} GPU(s); {len(chosen)} available"
             + (f" ({len(devices)} on the host)" if len(devices) != len(chosen) else ""),
@@ -79,6 +82,7 @@ def plan_placement(config: Config, facts: HostFacts) -> PlacementPlan:
             unknown = [f"GPU {g.index} ({g.pci_bus_id})" for g in plan.gpus if g.numa_node is None]
             plan.decide("NUMA node", "unknown", f"sysfs reports no NUMA node for {', '.join(unknown)}; not guessed")
             plan.problem(
+                codes.NUMA_UNKNOWN,
                 "warn" if not mapped else "error",
                 f"NUMA node unknown for {', '.join(unknown)} on a {len(nodes)}-node host: the runtime is left unbound"
                 + (" and the mapped host layers cannot be pinned to the GPU's node" if mapped else ""),
@@ -95,12 +99,12 @@ def plan_placement(config: Config, facts: HostFacts) -> PlacementPlan:
                 plan.cpuset = format_cpulist(cpus)
                 plan.decide("CPU set", plan.cpuset, f"the CPUs of nodes {sorted(gpu_nodes)}, where the GPUs attach")
             if mapped:
-                plan.problem("error", "mapped host layers need every GPU on one NUMA node",
+                plan.problem(codes.NUMA_SPLIT_MAPPED, "error", "mapped host layers need every GPU on one NUMA node",
                              fix="serve on GPUs of one socket (gpu.devices)")
         else:
             node = gpu_nodes.pop()
             if node not in nodes:
-                plan.problem("error", f"the GPUs report NUMA node {node}, which the host does not list")
+                plan.problem(codes.NUMA_NOT_LISTED, "error", f"the GPUs report NUMA node {node}, which the host does not list")
             else:
                 plan.numa_node = node
                 plan.cpuset = format_cpulist(nodes[node].cpus)
@@ -120,7 +124,7 @@ def plan_placement(config: Config, facts: HostFacts) -> PlacementPlan:
 
     if mapped and plan.gpus:
         if len(plan.gpus) != 1:
-            plan.problem("error", f"{MAPPED_LAYERS_ENV} is set for {len(plan.gpus)} GPUs; mapped host layers serve one GPU")
+            plan.problem(codes.PLACEMENT_MAPPED_MULTI_GPU, "error", f"{MAPPED_LAYERS_ENV} is set for {len(plan.gpus)} GPUs; mapped host layers serve one GPU")
         plan.env[MAPPED_PCI_GUARD] = plan.gpus[0].pci_bus_id
         plan.decide(
             "mapped-layer guards",

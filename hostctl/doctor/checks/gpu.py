@@ -10,10 +10,17 @@ import re
 from hostctl.doctor import functional
 from hostctl.doctor.registry import Context, Result, check, failed, passed, skipped, warned
 from hostctl.facts.model import Gpu, P2PVerdict
+from hostctl.plan import codes
 from hostctl.plan.nccl import IOMMU_COST, verdict_stale
 from hostctl.units import fmt_gib, format_cpulist
 
 NVML = "NVML"
+COUNT_CODES = (codes.PLACEMENT_NO_GPU, codes.PLACEMENT_UNKNOWN_DEVICE, codes.PLACEMENT_TOO_FEW_GPUS,
+               codes.PLACEMENT_MAPPED_MULTI_GPU)
+NUMA_CODES = (codes.NUMA_UNKNOWN, codes.NUMA_SPLIT_MAPPED, codes.NUMA_NOT_LISTED)
+POWER_CODES = (codes.POWER_NO_GPU, codes.POWER_OUT_OF_RANGE)
+LADDER_CODES = (codes.NCCL_P2P_REFUSED_IOMMU, codes.NCCL_IN_VM)
+FUNCTIONAL_CODES = (codes.NCCL_P2P_UNVERIFIED, codes.NCCL_P2P_FAILED)
 # GPUs the proprietary kernel module does not drive: Blackwell needs the open module.
 NEEDS_OPEN_MODULE = re.compile(r"Blackwell|\bG?B[123]00\b|RTX PRO [2-6]\d{3}\b|RTX 50[5-9]0")
 # A recipe's "GB" is the vendor's decimal figure; NVML's total sits a little below it.
@@ -41,7 +48,7 @@ def _gpus(ctx: Context) -> list[Gpu]:
     return list(devices)
 
 
-@check("gpu.driver", "NVIDIA driver loaded", area="gpu")
+@check("gpu.driver", "NVIDIA driver loaded")
 def driver(ctx: Context) -> Result:
     g = ctx.facts.gpus
     if g.driver_version:
@@ -50,7 +57,7 @@ def driver(ctx: Context) -> Result:
     return _no_gpu(ctx) or skipped("NVML did not report a driver version", source=NVML)
 
 
-@check("gpu.kernel_module", "open NVIDIA kernel module", area="gpu")
+@check("gpu.kernel_module", "open NVIDIA kernel module")
 def kernel_module(ctx: Context) -> Result:
     g = ctx.facts.gpus
     if not g.driver_version:
@@ -69,7 +76,7 @@ def kernel_module(ctx: Context) -> Result:
                   observed="proprietary", expected="open", source=source)
 
 
-@check("gpu.count", "GPUs visible vs the recipe", area="gpu")
+@check("gpu.count", "GPUs visible vs the recipe", codes=COUNT_CODES)
 def count(ctx: Context) -> Result:
     g = ctx.facts.gpus
     visible = len(g.devices)
@@ -84,7 +91,7 @@ def count(ctx: Context) -> Result:
         return skipped(f"the recipe {recipe.id} runs on the CPU" + (f" ({visible} GPU(s) visible)" if visible else ""))
     placement = ctx.plan.placement
     expected = f"{want} GPU(s)" + (f" with {recipe.requires.vram_gb:g} GB each" if recipe.requires.vram_gb else "")
-    mine = [p for p in placement.problems if "NUMA" not in p.message]  # NUMA problems belong to numa.placement
+    mine = ctx.problems(COUNT_CODES)
     if mine:
         return failed("; ".join(p.message for p in mine), fix=mine[0].fix or "choose a recipe for this host",
                       observed=f"{visible} visible: {names or 'none'}", expected=expected, source=NVML)
@@ -98,7 +105,7 @@ def count(ctx: Context) -> Result:
                   observed=names, expected=expected, source=NVML)
 
 
-@check("gpu.persistence", "persistence mode on", area="gpu")
+@check("gpu.persistence", "persistence mode on")
 def persistence(ctx: Context) -> Result:
     if (r := _no_gpu(ctx)) is not None:
         return r
@@ -116,9 +123,12 @@ def persistence(ctx: Context) -> Result:
     return passed(f"on for GPU {', '.join(str(g.index) for g in gpus if g.persistence_mode)}", expected="on", source=source)
 
 
-@check("gpu.power.limit", "power limit matches the profile", area="gpu")
+@check("gpu.power.limit", "power limit matches the profile", codes=POWER_CODES)
 def power_limit(ctx: Context) -> Result:
     if (r := _no_gpu(ctx)) is not None:
+        unread = [p for p in ctx.problems(POWER_CODES) if p.code == codes.POWER_NO_GPU]
+        if unread and r.status == "skip":
+            return warned(unread[0].message, fix=unread[0].fix or "load the NVIDIA driver", source=NVML)
         return r
     source = "NVML nvmlDeviceGetPowerManagementLimit / GetEnforcedPowerLimit / GetPowerManagementLimitConstraints"
     current = "; ".join(
@@ -128,7 +138,7 @@ def power_limit(ctx: Context) -> Result:
     if ctx.plan is None:
         return skipped(f"{ctx.no_config_reason}: no power limit to compare ({current})", source=source)
     settings = [s for s in ctx.plan.power.gpus if s.index in {g.index for g in _gpus(ctx)}]
-    invalid = [p for p in ctx.plan.power.problems if p.severity == "error"]
+    invalid = [p for p in ctx.problems(POWER_CODES) if p.code == codes.POWER_OUT_OF_RANGE]
     if invalid:
         return failed(invalid[0].message, fix=invalid[0].fix or "set a limit inside the GPU's range",
                       observed=current, source=source)
@@ -151,7 +161,7 @@ def power_limit(ctx: Context) -> Result:
     return passed(f"as the profile asks: {expected}", observed=current, expected=expected, source=source)
 
 
-@check("gpu.pcie.link", "PCIe link at full width", area="gpu")
+@check("gpu.pcie.link", "PCIe link at full width")
 def pcie_link(ctx: Context) -> Result:
     if (r := _no_gpu(ctx)) is not None:
         return r
@@ -180,7 +190,7 @@ def pcie_link(ctx: Context) -> Result:
     return passed("full width" + note, observed=observed, expected="current width = max width", source=source)
 
 
-@check("gpu.pcie.bandwidth", "pinned host<->device copy bandwidth", area="gpu", level="full")
+@check("gpu.pcie.bandwidth", "pinned host<->device copy bandwidth", level="full")
 def pcie_bandwidth(ctx: Context) -> Result:
     if (r := _no_gpu(ctx)) is not None:
         return r
@@ -236,7 +246,7 @@ def _serving_indices(ctx: Context) -> list[int]:
     return [g.index for g in _gpus(ctx)]
 
 
-@check("nccl.p2p.ladder", "P2P ladder: topology, driver P2P, IOMMU/ACS", area="gpu")
+@check("nccl.p2p.ladder", "P2P ladder: topology, driver P2P, IOMMU/ACS", codes=LADDER_CODES)
 def p2p_ladder(ctx: Context) -> Result:
     if (r := _no_gpu(ctx)) is not None:
         return r
@@ -290,7 +300,7 @@ def _judge_verdict(ctx: Context, v: P2PVerdict, source: str, fresh: bool) -> Res
                   expected="ok", source=source)
 
 
-@check("nccl.p2p.functional", "P2P works in a real all-reduce", area="gpu")
+@check("nccl.p2p.functional", "P2P works in a real all-reduce", codes=FUNCTIONAL_CODES)
 def p2p_functional(ctx: Context) -> Result:
     stored = ctx.facts.state.p2p
     source = "/var/lib/hostctl/p2p.json (stored by `hostctl provision --only gpu`)"
@@ -311,7 +321,7 @@ def p2p_functional(ctx: Context) -> Result:
     return _judge_verdict(ctx, stored, source, fresh=False)
 
 
-@check("numa.placement", "NUMA node known, placement consistent", area="gpu")
+@check("numa.placement", "NUMA node known, placement consistent", codes=NUMA_CODES)
 def numa_placement(ctx: Context) -> Result:
     nodes = {n.id: n for n in ctx.facts.numa.nodes}
     source = "/sys/bus/pci/devices/<bus id>/numa_node, local_cpulist; /sys/devices/system/node"
@@ -332,7 +342,7 @@ def numa_placement(ctx: Context) -> Result:
         return warned("; ".join(inconsistent), fix="the firmware's NUMA tables (SRAT) disagree with the PCI topology: "
                       "update the BIOS; meanwhile pin by hand", observed=observed, source=source)
     if ctx.plan is not None:
-        problems = [p for p in ctx.plan.placement.problems if "NUMA" in p.message or "node" in p.message]
+        problems = ctx.problems(NUMA_CODES)
         if problems:
             p = problems[0]
             make = failed if p.severity == "error" else warned
@@ -358,3 +368,5 @@ def numa_placement(ctx: Context) -> Result:
             return passed(f"NUMA node {decision.value}: {decision.reason}", observed=observed, source=source)
     return passed("every GPU's NUMA node is known", observed=observed, source=source)
 
+
+CHECKS = (driver, kernel_module, count, persistence, power_limit, pcie_link, pcie_bandwidth, p2p_ladder, p2p_functional, numa_placement)
