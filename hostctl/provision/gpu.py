@@ -32,7 +32,7 @@ from hostctl.atomic import write_atomic
 from hostctl.config import Config
 from hostctl.errors import FailedError, InputError
 from hostctl.facts.gpu import NVIDIA_VERSION, NvmlAdapter, NvmlUnavailable
-from hostctl.facts.model import Gpu, GpuFacts, HostFacts, P2PVerdict
+from hostctl.facts.model import AcsFacts, Gpu, GpuFacts, HostFacts, P2PVerdict
 from hostctl.facts.sysfiles import ManagedFiles, Reader, read_managed, text_of
 from hostctl.gpu.harness import TorchPython
 from hostctl.plan import build_plan
@@ -138,7 +138,7 @@ class GpuSnapshot:
     source_profile: bytes | None  # the profile provision runs with
     acs: Any = None  # hostctl.gpu.p2p.Rung: the ACS rung (lspci and sysfs); None: not read
     torch: TorchPython | None = None  # who would run the functional check; None: not looked up
-    lspci: tuple[str | None, str] | None = None  # what the ACS rung read (handed to the functional run)
+    acs_facts: AcsFacts | None = None  # what the ACS rung read this round (handed to the functional run)
     driver: str | None = None  # boot mode: how the driver came up
 
 
@@ -168,13 +168,12 @@ def read_gpu(config: Config, facts: HostFacts, reader: Reader, *, gpus: Callable
     serving = serving_gpus(facts, plan)
     if len(serving) < 2:
         return snap
-    if read_acs:
-        from hostctl.gpu import acs
+    if read_acs:  # act time reads ACS again, through the facts' own probe
+        from hostctl.facts.acs import probe_acs
 
-        lspci = opts.get("lspci") or acs.read_lspci()
-        snap.lspci = lspci
-        snap.acs = acs_rung(serving, lspci_text=lspci[0], lspci_why=lspci[1],
-                            **{k: v for k, v in opts.items() if k == "pci_root"})
+        snap.acs_facts = probe_acs([g.pci_bus_id for g in serving], lspci=opts.get("lspci"),
+                                   **{k: v for k, v in opts.items() if k == "pci_root"})
+        snap.acs = acs_rung(snap.acs_facts, serving)
     driver = driver_rung(facts, serving)
     stored = facts.state.p2p
     fresh = verdict_applies(stored, facts, [g.uuid for g in serving]) and stored.verdict != "not_applicable"
@@ -404,13 +403,14 @@ def _p2p(d: Decision, facts: HostFacts, plan: Plan, snap: GpuSnapshot, opts: dic
 
     env = configured_env(facts, serving)
     timeout = opts.get("timeout_s", DEFAULT_TIMEOUT_S)
-    run_opts = {k: v for k, v in opts.items() if k != "lspci"}
+    run_opts = {k: v for k, v in opts.items() if k not in ("lspci", "pci_root")}
     if snap.torch is not None:
         run_opts["torch_python"] = snap.torch
 
     def _measure() -> None:
-        ladder = run_ladder(facts, serving, measure=True, recheck=True, lspci=snap.lspci or (None, "read before"),
-                            **run_opts)
+        read = facts.model_copy(update={"acs": snap.acs_facts}) if snap.acs_facts is not None else facts
+        ladder = run_ladder(read, serving, measure=True, recheck=True,
+                            **({} if snap.acs_facts is not None else {"lspci": (None, "not read this round")}), **run_opts)
         if ladder.verdict is None:
             rung = ladder.rung("functional")
             raise FailedError(f"gpu/p2p/functional: {rung.summary if rung else 'no verdict'}",

@@ -10,6 +10,7 @@ import re
 from hostctl.doctor import functional
 from hostctl.doctor.registry import Context, Result, check, failed, passed, skipped, warned
 from hostctl.facts.model import Gpu, P2PVerdict
+from hostctl.gpu.acs import AcsReading, judge_paths
 from hostctl.plan import codes
 from hostctl.plan.nccl import IOMMU_COST, verdict_stale
 from hostctl.units import fmt_gib, format_cpulist
@@ -242,6 +243,16 @@ def _iommu_translates(ctx: Context) -> bool:
     return i.enabled and (i.default_domain_type or "").lower() != "identity"
 
 
+def _acs(ctx: Context) -> tuple[AcsReading | None, str]:
+    """(the ACS reading over the serving GPUs, or None when the facts carry none; its text)."""
+    acs = ctx.facts.acs
+    if acs is None:
+        return None, "ACS not read (facts from before hostctl read ACS)"
+    reading = judge_paths(acs, _gpus(ctx))
+    return reading, f"ACS {reading.status}: {reading.summary}" + (
+        f" ({'; '.join(e.strip() for e in reading.evidence[:4])})" if reading.evidence else "")
+
+
 def _serving_indices(ctx: Context) -> list[int]:
     return [g.index for g in _gpus(ctx)]
 
@@ -256,11 +267,13 @@ def p2p_ladder(ctx: Context) -> Result:
                        "no P2P between GPUs, no collectives", source=NVML)
     pairs, refused = _pairs_text(ctx, indices)
     vm = ctx.facts.kernel.virtualization
-    observed = "; ".join(pairs) + f"; {_iommu_text(ctx)}; ACS not read (the facts carry no bridge ACS state)"
+    acs, acs_text = _acs(ctx)
+    observed = "; ".join(pairs) + f"; {_iommu_text(ctx)}; {acs_text}"
     if ctx.plan is not None and ctx.plan.nccl.applies:
         n = ctx.plan.nccl
         observed += f"; plan: NCCL P2P {'on' if n.p2p else 'off'}" + (f" at level {n.p2p_level}" if n.p2p_level else "")
-    source = "NVML nvmlDeviceGetTopologyCommonAncestor / GetP2PStatus; /sys/class/iommu, /sys/kernel/iommu_groups"
+    source = ("NVML nvmlDeviceGetTopologyCommonAncestor / GetP2PStatus; /sys/class/iommu, /sys/kernel/iommu_groups; "
+              "lspci -vvv -D (ACSCtl) and /sys/bus/pci/devices for the bridges between the GPUs")
     vm_note = f" (read inside a VM, {vm}: the hardware may differ)" if vm else ""
     if refused:
         fix = ("the plan keeps NCCL P2P off (NCCL_P2P_DISABLE=1), so collectives go through host memory, slower. "
@@ -275,7 +288,17 @@ def p2p_ladder(ctx: Context) -> Result:
                       "001's GPUs reported P2P like this and deadlocked in NCCL's first collective",
                       fix="validate with `hostctl provision --only gpu` (a functional all-reduce) before enabling P2P; "
                       "if it hangs: " + IOMMU_COST, observed=observed, source=source)
-    return passed(f"driver P2P ok for {len(pairs)} pair(s); {_iommu_text(ctx)}{vm_note}", observed=observed, source=source)
+    if acs is not None and acs.status == "warn" and (verdict is None or verdict.verdict != "ok"):
+        return warned(f"ACS redirects peer requests upstream on {', '.join(acs.redirecting)}{vm_note}: P2P between the "
+                      "GPUs goes through the root complex, untested here by a functional all-reduce",
+                      fix="validate with `hostctl provision --only gpu` (a functional all-reduce) before enabling P2P; "
+                      "the firmware's ACS option changes this", observed=observed, source=source)
+    acs_note = "" if acs is None else {
+        "ok": "; ACS ok: no bridge between them redirects peer requests",
+        "warn": f"; ACS redirects on {', '.join(acs.redirecting)}, and the functional all-reduce passed",
+    }.get(acs.status, "; ACS unknown: " + acs.summary)
+    return passed(f"driver P2P ok for {len(pairs)} pair(s); {_iommu_text(ctx)}{acs_note}{vm_note}", observed=observed,
+                  source=source)
 
 
 def _judge_verdict(ctx: Context, v: P2PVerdict, source: str, fresh: bool) -> Result:
