@@ -14,6 +14,10 @@ from hostctl.plan import codes
 from hostctl.plan.model import MemoryPlan
 from hostctl.units import GIB, docker_size, fmt_gib
 
+# "GB" in recipes is the vendor's decimal figure; MemTotal sits a few percent below the installed RAM
+# (the kernel and firmware keep their share), so a recipe's host_ram_gb is met at 93% of it.
+HOST_RAM_SLACK = 0.93
+
 # With less than this the container cannot even start a runtime; refuse rather than render a cap
 # that only produces an OOM kill.
 MIN_CONTAINER_RAM = 2 * GIB
@@ -97,8 +101,7 @@ def plan_memory(config: Config, facts: HostFacts) -> MemoryPlan:
     plan.ram_swap_bytes = ram_swap
     plan.decide("container RAM+swap cap", docker_size(ram_swap), why)
 
-    if recipe.requires.host_ram_gb and ram < recipe.requires.host_ram_gb * 10**9 * 0.93:
-        # "GB" in recipes is the vendor's decimal figure; MemTotal sits a few percent below installed RAM.
+    if recipe.requires.host_ram_gb and ram < recipe.requires.host_ram_gb * 10**9 * HOST_RAM_SLACK:
         plan.problem(
             codes.MEMORY_HOST_RAM_SHORT,
             "error",

@@ -10,8 +10,14 @@ from __future__ import annotations
 from hostctl.config import Config
 from hostctl.facts.model import Gpu, HostFacts
 from hostctl.plan import codes
-from hostctl.plan.model import PlacementPlan, SelectedGpu
+from hostctl.plan.model import PlacementPlan, Plan, SelectedGpu
 from hostctl.units import format_cpulist
+
+# A recipe's vram_gb is the vendor's decimal figure. NVML's total reads above it on the reference
+# GPUs (RTX PRO 6000 "96 GB": 102.6e9 bytes in runtime/hosts/pro6000x2-desktop.facts.json; H200 "141 GB":
+# 150.8e9 in tests/gpu/h200-facts.json), so
+# this slack only forgives a recipe author's rounding on a card that reads a little below its figure.
+VRAM_SLACK = 0.93
 
 MAPPED_LAYERS_ENV = "VLLM_MOE_W2_MAPPED_LAYERS"
 MAPPED_PCI_GUARD = "VLLM_MOE_W2_MAPPED_PCI"
@@ -133,3 +139,11 @@ def plan_placement(config: Config, facts: HostFacts) -> PlacementPlan:
             "address or NUMA node differs from what this plan measured",
         )
     return plan
+
+
+def serving_gpus(facts: HostFacts, plan: Plan | None) -> list[Gpu]:
+    """The GPUs the plan serves on, in rank order; without a plan, every GPU on the host by index.
+    (A plan that places none serves on none: callers that want every GPU then pass None.)"""
+    if plan is None:
+        return sorted(facts.gpus.devices, key=lambda g: g.index)
+    return [gpu for g in plan.placement.gpus if (gpu := facts.gpus.by_index(g.index)) is not None]

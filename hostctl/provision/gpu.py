@@ -37,6 +37,7 @@ from hostctl.facts.sysfiles import ManagedFiles, Reader, read_managed, text_of
 from hostctl.gpu.harness import TorchPython
 from hostctl.plan import build_plan
 from hostctl.plan.model import Plan, PowerSetting
+from hostctl.plan.placement import serving_gpus
 from hostctl.plan.power import TOLERANCE_W
 from hostctl.provision import files as file_edit
 from hostctl.provision.actions import Action, Decision, Note, Settled, Skipped, command
@@ -92,15 +93,6 @@ def validate_power(settings: list[PowerSetting]) -> None:
 
 def _mw(watts: float) -> int:
     return int(round(watts * 1000))
-
-
-def serving_gpus(facts: HostFacts, plan: Plan) -> list[Gpu]:
-    out = []
-    for g in plan.placement.gpus:
-        gpu = facts.gpus.by_index(g.index)
-        if gpu is not None:
-            out.append(gpu)
-    return out
 
 
 def wait_for_driver(adapter: NvmlAdapter, *, timeout_s: float = DRIVER_WAIT_S, interval_s: float = 1.0,

@@ -285,8 +285,8 @@ def test_full_level_p2p_and_bandwidth_judge_what_was_measured_now(monkeypatch):
     hang = P2PVerdict(verdict="hang", measured_at="now", driver_version=facts.gpus.driver_version,
                       kernel_cmdline=facts.kernel.cmdline)
     monkeypatch.setattr(functional, "measure_p2p", lambda f, p: (hang, ""))
-    monkeypatch.setattr(functional, "measure_bandwidth", lambda f: ([functional.Bandwidth(0, 50.0, 49.0, 63.0),
-                                                                     functional.Bandwidth(1, 12.0, 11.0, 31.5)], []))
+    monkeypatch.setattr(functional, "measure_bandwidth", lambda f: ([functional.Bandwidth(0, 50.0, 49.0, 63.0, (5, 16)),
+                                                                     functional.Bandwidth(1, 12.0, 11.0, 31.5, (5, 8))], []))
     r = result("nccl.p2p.functional", facts, config, level="full")
     assert r.status == "warn" and "hang" in r.summary and "(full level)" in r.evidence.source
     r = result("gpu.pcie.bandwidth", facts, config, level="full")
@@ -299,8 +299,12 @@ def test_serving_gpus_follow_the_plan():
     from hostctl.plan import build_plan
 
     config, facts = desktop()
-    assert [g.index for g in functional.serving_gpus(facts, build_plan(config, facts))] == [0, 1]
-    assert [g.index for g in functional.serving_gpus(facts, None)] == [0, 1]
+    from hostctl.plan.placement import serving_gpus
+
+    assert [g.index for g in serving_gpus(facts, build_plan(config, facts))] == [0, 1]
+    assert [g.index for g in serving_gpus(facts, None)] == [0, 1]
+    one = with_profile(config, gpu=config.profile.gpu.model_copy(update={"devices": ["1"]}))
+    assert [g.index for g in serving_gpus(facts, build_plan(one, facts))] == [1]
 
 
 def test_numa_placement():

@@ -11,8 +11,10 @@ from hostctl.doctor import functional
 from hostctl.doctor.registry import Context, Result, check, failed, passed, skipped, warned
 from hostctl.facts.model import Gpu, P2PVerdict
 from hostctl.gpu.acs import AcsReading, judge_paths
+from hostctl.gpu.health import COPY_FRACTION_WARN
 from hostctl.plan import codes
 from hostctl.plan.nccl import IOMMU_COST, verdict_stale
+from hostctl.plan.placement import VRAM_SLACK, serving_gpus
 from hostctl.units import fmt_gib, format_cpulist
 
 NVML = "NVML"
@@ -24,8 +26,6 @@ LADDER_CODES = (codes.NCCL_P2P_REFUSED_IOMMU, codes.NCCL_IN_VM)
 FUNCTIONAL_CODES = (codes.NCCL_P2P_UNVERIFIED, codes.NCCL_P2P_FAILED)
 # GPUs the proprietary kernel module does not drive: Blackwell needs the open module.
 NEEDS_OPEN_MODULE = re.compile(r"Blackwell|\bG?B[123]00\b|RTX PRO [2-6]\d{3}\b|RTX 50[5-9]0")
-# A recipe's "GB" is the vendor's decimal figure; NVML's total sits a little below it.
-VRAM_SLACK = 0.93
 
 
 def _no_gpu(ctx: Context) -> Result | None:
@@ -42,11 +42,7 @@ def _no_gpu(ctx: Context) -> Result | None:
 
 def _gpus(ctx: Context) -> list[Gpu]:
     """The GPUs that matter: the serving ones with a plan, else every GPU on the host."""
-    devices = ctx.facts.gpus.devices
-    if ctx.plan is not None and ctx.plan.placement.gpus:
-        chosen = {g.index for g in ctx.plan.placement.gpus}
-        return [g for g in devices if g.index in chosen]
-    return list(devices)
+    return serving_gpus(ctx.facts, ctx.plan if ctx.plan is not None and ctx.plan.placement.gpus else None)
 
 
 @check("gpu.driver", "NVIDIA driver loaded")
@@ -199,14 +195,27 @@ def pcie_bandwidth(ctx: Context) -> Result:
     if not results:
         return skipped("copy bandwidth could not be measured: " + "; ".join(errors),
                        source="pinned-memory copies (full level)")
-    low = [b for b in results if min(b.h2d_gbps, b.d2h_gbps) < 0.6 * b.link_gbps]
-    observed = "; ".join(f"GPU {b.index}: H2D {b.h2d_gbps:.1f} GB/s, D2H {b.d2h_gbps:.1f} GB/s of {b.link_gbps:.0f}"
-                         for b in results)
+    source = "pinned-memory copies (full level); NVML link generation/width read while copying"
+    low = [b for b in results if min(b.h2d_gbps, b.d2h_gbps) < COPY_FRACTION_WARN * b.link_gbps]
+    # An idle GPU lowers its link generation (gpu.pcie.link cannot judge it); under load it must run at its maximum.
+    trained_down = [b for b in results if b.link_under_load is not None and b.link_under_load < b.link_max]
+    observed = "; ".join(
+        f"GPU {b.index}: H2D {b.h2d_gbps:.1f} GB/s ({b.h2d_gbps / b.link_gbps:.0%}), D2H {b.d2h_gbps:.1f} GB/s "
+        f"({b.d2h_gbps / b.link_gbps:.0%}) of {b.link_gbps:g}"
+        + (f", link under load gen {b.link_under_load[0]} x{b.link_under_load[1]}" if b.link_under_load else "")
+        for b in results)
+    expected = f">= {COPY_FRACTION_WARN:.0%} of the link's raw rate, at its maximum generation and width under load"
+    if trained_down:
+        return warned("; ".join(f"GPU {b.index} ran gen {b.link_under_load[0]} x{b.link_under_load[1]} under load, of "
+                                f"gen {b.link_max[0]} x{b.link_max[1]}" for b in trained_down),
+                      fix="check the slot's PCIe generation setting in the firmware, risers and retimers; reseat the card",
+                      observed=observed, expected=expected, source=source)
     if low:
-        return warned(f"GPU {', '.join(str(b.index) for b in low)} copies below 60% of its link", observed=observed,
+        return warned(f"GPU {', '.join(str(b.index) for b in low)} copies below {COPY_FRACTION_WARN:.0%} of its link",
+                      observed=observed, expected=expected,
                       fix="check the link (gpu.pcie.link), the slot and whether the GPU hangs off the chipset",
-                      source="pinned-memory copies (full level)")
-    return passed(observed, source="pinned-memory copies (full level)")
+                      source=source)
+    return passed(observed, observed=observed, expected=expected, source=source)
 
 
 # ---------------------------------------------------------------- P2P and NUMA
