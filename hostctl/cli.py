@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 import traceback
 from pathlib import Path
@@ -364,8 +363,9 @@ def _service_plan(c: Context):
 
 
 def _hostctl_bin() -> str:
-    found = shutil.which("hostctl")
-    return found or "/usr/local/bin/hostctl"
+    from hostctl.paths import hostctl_for_units
+
+    return hostctl_for_units()
 
 
 def _lifecycle_plan(c: Context):

@@ -14,9 +14,9 @@ from hostctl.plan.model import PlacementPlan, Plan, SelectedGpu
 from hostctl.units import format_cpulist
 
 # A recipe's vram_gb is the vendor's decimal figure. NVML's total reads above it on the reference
-# GPUs (RTX PRO 6000 "96 GB": 102.6e9 bytes in runtime/hosts/pro6000x2-desktop.facts.json; H200 "141 GB":
-# 150.8e9 in tests/gpu/h200-facts.json), so
-# this slack only forgives a recipe author's rounding on a card that reads a little below its figure.
+# GPUs (RTX PRO 6000 "96 GB": 102.6e9 bytes in runtime/hosts/pro6000x2-desktop.facts.json; H200
+# "141 GB": 150.8e9 in tests/gpu/h200-facts.json), so this slack only forgives a recipe author's
+# rounding on a card that reads a little below its figure.
 VRAM_SLACK = 0.93
 
 MAPPED_LAYERS_ENV = "VLLM_MOE_W2_MAPPED_LAYERS"

@@ -19,8 +19,6 @@ functional check); decide() is pure and yields only the actions still needed:
 
 from __future__ import annotations
 
-import shutil
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,7 +30,7 @@ from hostctl.atomic import write_atomic
 from hostctl.config import Config
 from hostctl.errors import FailedError, InputError
 from hostctl.facts.gpu import NVIDIA_VERSION, NvmlAdapter, NvmlUnavailable
-from hostctl.facts.model import AcsFacts, Gpu, GpuFacts, HostFacts, P2PVerdict
+from hostctl.facts.model import AcsFacts, GpuFacts, HostFacts, P2PVerdict
 from hostctl.facts.sysfiles import ManagedFiles, Reader, read_managed, text_of
 from hostctl.gpu.harness import TorchPython
 from hostctl.plan import build_plan
@@ -50,19 +48,6 @@ WANTS_DIR = "/etc/systemd/system/multi-user.target.wants"
 WANTS_LINK = f"{WANTS_DIR}/{UNIT_NAME}"
 DRIVER_WAIT_S = 60.0
 READBACK_TOLERANCE_MW = int(TOLERANCE_W * 1000)
-
-
-def systemd_is_pid1() -> bool:
-    """sd_booted(): systemd runs this host (and we act on the real root, not a test sysroot)."""
-    return paths.sysroot() == Path("/") and Path("/run/systemd/system").is_dir()
-
-
-def default_hostctl_bin() -> str:
-    """The hostctl the unit should call: the console script running now, else the one on PATH."""
-    argv0 = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
-    if argv0 is not None and argv0.name == "hostctl" and argv0.exists():
-        return str(argv0.absolute())
-    return shutil.which("hostctl") or "/usr/local/bin/hostctl"
 
 
 def render_power_unit(plan: Plan, *, hostctl_bin: str, config_path: str) -> str:
@@ -199,7 +184,7 @@ def decide(config: Config, snap: GpuSnapshot, *, hostctl_bin: str | None = None,
     if wanted and facts.gpus.available:
         validate_power(plan.power.gpus)  # bad input changes nothing, the unit included
     if wanted:
-        _unit(d, config, plan, snap, hostctl_bin or default_hostctl_bin())
+        _unit(d, config, plan, snap, paths.hostctl_for_units(hostctl_bin))
     else:
         d.add(Skipped("gpu/power-unit", "the profile sets no power limits: no boot unit needed"))
 
