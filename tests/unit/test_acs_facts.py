@@ -122,3 +122,13 @@ def test_one_gpu_runs_no_lspci():
     acs = probe_acs(["0000:01:00.0"], lspci=None)  # would run lspci if it did not stop first
     assert not acs.available and "1 GPU" in acs.reason
     assert HostFacts.model_fields["acs"].default is None
+
+
+def test_facts_text_shows_the_acs_of_each_bridge(tmp_path):
+    from hostctl.present import facts_text
+
+    _, facts = desktop(tmp_path, (REDIRECT, ""))
+    text = facts_text(facts)
+    assert "ACS: 2 device(s) on the paths between 2 GPU(s)" in text
+    assert "0000:00:01.1" in text and "redirects ReqRedir, CmpltRedir" in text
+    assert "ACS: not read" in facts_text(facts.model_copy(update={"acs": None}))
