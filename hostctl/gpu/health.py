@@ -9,9 +9,12 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from hostctl.facts.model import Gpu
-from hostctl.gpu.harness import TorchPython, find_torch_python, run_group
+
+if TYPE_CHECKING:
+    from hostctl.gpu.harness import TorchPython
 
 CHILD_COPYBW = os.path.join(os.path.dirname(__file__), "child_copybw.py")
 
@@ -44,6 +47,8 @@ class CopyBandwidth:
 def measure_copy_bandwidth(gpu: Gpu, *, mib: int = 256, iters: int = 10, timeout_s: float = 120.0,
                            torch_python: TorchPython | None = None) -> CopyBandwidth:
     """Pinned host->device and device->host copies on one GPU, in a child process."""
+    from hostctl.gpu.harness import find_torch_python, run_group  # the child-process harness: only when measuring
+
     tp = torch_python or find_torch_python()
     result = CopyBandwidth(gpu_index=gpu.index, python=tp.python)
     if tp.python is None:
