@@ -134,7 +134,8 @@ def read_gpu(config: Config, facts: HostFacts, reader: Reader, *, gpus: Callable
     if state is not None:
         update["state"] = state()
     facts = facts.model_copy(update=update) if update else facts
-    files = read_managed(reader, files=[UNIT_PATH, INSTALLED_PROFILE], links=[WANTS_LINK])
+    files = read_managed(reader, files=[UNIT_PATH, INSTALLED_PROFILE], links=[WANTS_LINK],
+                         present=[paths.INSTALLED_HOSTCTL])
     if files.systemd_running:
         files.enabled = read_managed(reader, units=[UNIT_NAME]).enabled
     source = Path(config.source).read_bytes() if Path(config.source).is_file() else None
@@ -222,6 +223,10 @@ def _unit(d: Decision, config: Config, plan: Plan, snap: GpuSnapshot, hostctl_bi
                      diff=file_edit.diff(UNIT_PATH, current, text), changes=UNIT_PATH, why=why))
     else:
         d.add(Settled("gpu/power-unit", f"{UNIT_PATH} is current"))
+    if snap.files.present.get(hostctl_bin) is False:
+        d.add(Note("gpu/power-unit", f"the unit calls {hostctl_bin}, which does not exist, so it would fail at boot: "
+                   f"link the installed hostctl there, e.g. `ln -s \"$(command -v hostctl)\" {hostctl_bin}` "
+                   "(`provision --only system` refuses until it exists)", severity="warn"))
     installed = snap.files.files.get(INSTALLED_PROFILE)
     if installed is None or (snap.source_profile is not None and installed != snap.source_profile):
         what = "does not exist" if installed is None else f"differs from {config.source}"
