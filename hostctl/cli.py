@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 import traceback
 from pathlib import Path
@@ -28,6 +27,7 @@ from hostctl.errors import (
     FailedError,
     HostctlError,
     InputError,
+    NoProfileError,
 )
 from hostctl.facts.model import HostFacts
 
@@ -147,9 +147,8 @@ def facts(ctx: typer.Context, json_: JsonOpt = False, config: ConfigOpt = None, 
     if c.facts_path is None:
         try:
             cfg = c.config()
-        except InputError as exc:
-            if c.config_path is not None or "no host profile found" not in exc.message:
-                raise
+        except NoProfileError:
+            pass  # facts describe the host without a profile
     snapshot = c.facts(cfg)
     if json_:
         sys.stdout.write(snapshot.to_json())
@@ -364,8 +363,9 @@ def _service_plan(c: Context):
 
 
 def _hostctl_bin() -> str:
-    found = shutil.which("hostctl")
-    return found or "/usr/local/bin/hostctl"
+    from hostctl.paths import hostctl_for_units
+
+    return hostctl_for_units()
 
 
 def _lifecycle_plan(c: Context):

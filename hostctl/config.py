@@ -18,11 +18,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from hostctl import paths, safepaths, safetext
-from hostctl.errors import InputError
+from hostctl.errors import InputError, NoProfileError
+from hostctl.storage_roles import ROLES, Role
 from hostctl.units import GIB, MIB, TIB, parse_size
 
 Phase = Literal["converting", "serving"]
-ROLE_NAMES = ("planes_cache", "expert_store", "compile_cache")
 PLACEHOLDER_RE = re.compile(r"\{([a-z_]+)(?::([^{}]+))?\}")
 KNOWN_PLACEHOLDERS = {"planes_cache", "expert_store", "model"}
 XFS_NAME_MAX = 5  # "hcdata-" + 5 characters = xfs's 12-byte label
@@ -366,7 +366,7 @@ class HostProfile(Strict):
                     )
                 seen[what][key] = i
         names = {d.name for d in self.drives}
-        for role in ROLE_NAMES:
+        for role in ROLES:
             target = getattr(self.storage, role)
             if target is not None and not target.startswith("/") and target not in names:
                 raise ValueError(f"storage.{role}: {target!r} is neither a drive name ({sorted(names)}) nor an absolute path")
@@ -481,7 +481,7 @@ class Recipe(Strict):
                                  "models file's pin")
     architecture: Architecture = Field(default_factory=Architecture)
     conversion: Conversion = Field(default_factory=Conversion)
-    storage: list[Literal["planes_cache", "expert_store", "compile_cache"]] = Field(default_factory=list)
+    storage: list[Role] = Field(default_factory=list)
     smoke: list[SmokeTest] = Field(default_factory=list)
 
     @field_validator("env")
@@ -718,7 +718,7 @@ def find_profile(explicit: Path | None) -> Path:
     for candidate in paths.PROFILE_SEARCH:
         if _is_file(candidate):
             return candidate
-    raise InputError(
+    raise NoProfileError(
         "no host profile found",
         details=[f"looked for {', '.join(str(p) for p in paths.PROFILE_SEARCH)}"],
         fix="pass --config PATH, or start from a bundled example: runtime/hosts/demo-cpu.toml",

@@ -41,6 +41,15 @@ class InputError(HostctlError):
     exit_code = EXIT_BAD_INPUT
 
 
+class NoProfileError(InputError):
+    """No host profile was given and none was found where hostctl looks (exit 2, as any bad
+    input). Commands that can work without one (doctor, facts) catch this type."""
+
+
+class MissingFileError(InputError):
+    """A file the user named does not exist."""
+
+
 class FailedError(HostctlError):
     """A check, gate or step failed."""
 

@@ -14,6 +14,18 @@ PROFILE_SEARCH = (Path("hostctl.toml"), Path("/etc/hostctl/hostctl.toml"))
 SYSROOT_ENV = "HOSTCTL_SYSROOT"
 
 
+# The hostctl every systemd unit calls: one stable path, not a venv's console script (which moves
+# when the venv is rebuilt). provision --only system refuses while nothing is there and says how to
+# link it (README "Provisioning storage" and the VM guest link /usr/local/bin/hostctl the same way).
+INSTALLED_HOSTCTL = "/usr/local/bin/hostctl"
+
+
+def hostctl_for_units(explicit: str | None = None) -> str:
+    """The hostctl path written into units: the one asked for (--hostctl-bin, a test), else the
+    installed path. The one resolver for it: render, up, tune and every provision part use it."""
+    return explicit or INSTALLED_HOSTCTL
+
+
 def sysroot() -> Path:
     return Path(os.environ.get(SYSROOT_ENV) or "/")
 

@@ -58,6 +58,18 @@ def facts_text(f: HostFacts) -> str:
     flags = " ".join(f"{k}={v}" for k, v in i.cmdline_flags.items()) or "none"
     out.append(f"IOMMU: {'on' if i.enabled else 'off'} ({len(i.class_entries)} units, {i.group_count} groups, "
                f"default domain {i.default_domain_type or 'n/a'}; kernel flags: {flags})")
+    a = f.acs
+    if a is None:
+        out.append("ACS: not read (facts from before hostctl read ACS)")
+    elif not a.available:
+        out.append(f"ACS: {a.reason}")
+    else:
+        out.append(f"ACS: {len(a.devices)} device(s) on the paths between {len(a.gpu_paths)} GPU(s) (lspci -vvv)")
+        for dev in a.devices:
+            state = ("<access denied>" if dev.access_denied else f"ACSCtl {dev.ctl_text()}" if dev.acs_ctl is not None
+                     else "no ACS capability")
+            out.append(f"  {dev.bdf} {dev.description[:60]}: {state}" + (f"; redirects {', '.join(dev.redirects)}"
+                                                                          if dev.redirects else ""))
 
     d = f.disks
     out.append("")

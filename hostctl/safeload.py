@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from hostctl.errors import InputError
+from hostctl.errors import InputError, MissingFileError
 
 # A profile or recipe is a few KiB; a facts snapshot of a big host with listed store files a few
 # hundred KiB. Anything past these is not one of hostctl's files.
@@ -46,7 +46,7 @@ def read_text(path: Path, what: str, *, limit: int = MAX_CONFIG_BYTES) -> str:
         with open(path, "rb") as fh:
             data = fh.read(limit + 1)
     except FileNotFoundError:
-        raise InputError(f"{what} {path} does not exist") from None
+        raise MissingFileError(f"{what} {path} does not exist") from None
     except IsADirectoryError:
         raise InputError(f"{what} {path} is a directory; expected a file") from None
     except OSError as exc:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from hostctl.errors import InputError
+from hostctl.errors import InputError, NoProfileError
 
 LEVELS = ("quick", "full")
 
@@ -37,10 +37,8 @@ def _load_config(opts: Options):
 
     try:
         return load_config(opts.config_path), None
-    except InputError as exc:
-        if opts.config_path is None and "no host profile found" in exc.message:
-            return None, "no host profile"
-        raise
+    except NoProfileError:
+        return None, "no host profile"
 
 
 def _is_file(path: Path) -> bool:
@@ -64,6 +62,7 @@ def image_requests(config) -> list[str]:
 
 def build_report(opts: Options, err: TextIO | None = None):
     """Everything but printing: (report, config, facts, plan)."""
+    from hostctl.doctor.checks import all_checks
     from hostctl.doctor.diagnose import diagnose_file
     from hostctl.doctor.registry import Context, run_checks
     from hostctl.doctor.report import Report
@@ -115,7 +114,7 @@ def build_report(opts: Options, err: TextIO | None = None):
     timings["plan"] = t3 - t2
     ctx = Context(facts=facts, config=config, plan=plan, level=opts.level, facts_source=source,
                   no_config_reason=why or "no host profile", checkpoint=checkpoint)
-    outcomes = run_checks(ctx)
+    outcomes = run_checks(ctx, all_checks())
     t4 = time.perf_counter()
     timings["checks"] = t4 - t3
     log = diagnose_file(opts.log, facts) if opts.log is not None else None

@@ -43,19 +43,12 @@ def _kernel_excerpt(facts: HostFacts, live: bool) -> tuple[str | None, str | Non
     events = [e.line for e in k.events] if k is not None and k.available else []
     tail: list[str] = []
     if live:
-        from hostctl.facts.kernel_log import read_kmsg
+        from hostctl.facts.kernel_log import kernel_log_tail
 
-        try:
-            lines, _ = read_kmsg()
-            tail = lines[-KERNEL_TAIL:]
-        except OSError as exc:
-            from hostctl import runner
-
-            dmesg = runner.run(["dmesg"], timeout=10)
-            if dmesg.ok:
-                tail = dmesg.stdout.splitlines()[-KERNEL_TAIL:]
-            elif not events:
-                return None, f"kernel log unreadable: {exc.strerror or exc}; {dmesg.why()}"
+        read = kernel_log_tail(KERNEL_TAIL)
+        tail = read.lines or []
+        if read.lines is None and not events:
+            return None, read.why
     elif not events:
         return None, "the facts snapshot carries no kernel log"
     head = ["# OOM kills and Xid errors since boot (hostctl.diagnosis.kernel_events)"] + (events or ["(none)"])

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hostctl.facts.model import Gpu, HostFacts, P2PVerdict
+from hostctl.facts.model import HostFacts, P2PVerdict
 from hostctl.plan.model import Plan
+from hostctl.plan.placement import serving_gpus
 
 
 @dataclass(frozen=True)
@@ -21,20 +22,16 @@ class Bandwidth:
     h2d_gbps: float
     d2h_gbps: float
     link_gbps: float  # what the link's maximum generation and width carry, raw
-
-
-def serving_gpus(facts: HostFacts, plan: Plan | None) -> list[Gpu]:
-    if plan is not None and plan.placement.gpus:
-        wanted = [g.index for g in plan.placement.gpus]
-        return [g for i in wanted for g in facts.gpus.devices if g.index == i]
-    return sorted(facts.gpus.devices, key=lambda g: g.index)
+    link_max: tuple[int, int]  # (generation, width) the link can run at
+    link_under_load: tuple[int, int] | None = None  # (generation, width) NVML read while copying
 
 
 def measure_p2p(facts: HostFacts, plan: Plan | None) -> tuple[P2PVerdict | None, str]:
     """(a verdict measured now, or None with the reason it could not be measured)."""
     from hostctl.gpu.p2p import run_ladder
 
-    ladder = run_ladder(facts, serving_gpus(facts, plan), measure=True, store=False, recheck=True)
+    placed = plan if plan is not None and plan.placement.gpus else None  # no placement: every GPU
+    ladder = run_ladder(facts, serving_gpus(facts, placed), measure=True, store=False, recheck=True)
     if ladder.verdict is not None:
         return ladder.verdict, ""
     rung = ladder.rung("functional")
@@ -53,5 +50,6 @@ def measure_bandwidth(facts: HostFacts) -> tuple[list[Bandwidth], list[str]]:
         if bw.error or bw.h2d_gbps is None or bw.d2h_gbps is None or link is None:
             errors.append(f"GPU {gpu.index}: {bw.error or 'link generation/width unknown'}")
             continue
-        results.append(Bandwidth(gpu.index, bw.h2d_gbps, bw.d2h_gbps, link))
+        results.append(Bandwidth(gpu.index, bw.h2d_gbps, bw.d2h_gbps, link, (gpu.pcie.gen_max, gpu.pcie.width_max),
+                                 bw.link_under_load))
     return results, errors

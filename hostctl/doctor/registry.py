@@ -10,20 +10,19 @@ and a fix. What cannot be judged is a skip that says why — never an exception.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 from hostctl.config import Config
 from hostctl.facts.model import ContainerFacts, HostFacts
 from hostctl.model.facts import CheckpointFacts
-from hostctl.plan.model import Plan
+from hostctl.plan.model import Plan, Problem
 
 Status = Literal["pass", "warn", "fail", "skip"]
 Level = Literal["quick", "full"]
 STATUSES: tuple[Status, ...] = ("pass", "warn", "fail", "skip")
-# Report order of the areas; a check's area is the module it lives in under checks/.
-AREAS = ("gpu", "memory", "storage", "model", "docker", "service", "system", "logs")
 
 
 @dataclass(frozen=True)
@@ -77,6 +76,12 @@ class Context:
     def live(self) -> bool:
         return self.facts_source == "live"
 
+    def problems(self, codes: Sequence[str]) -> list[Problem]:
+        """The plan's problems with one of these codes, the ones a check claims (none without a plan)."""
+        if self.plan is None:
+            return []
+        return [p for p in self.plan.problems if p.code in codes]
+
     def no_profile(self, what: str = "") -> Result:
         return skipped(f"{self.no_config_reason}" + (f": {what}" if what else ""))
 
@@ -88,46 +93,34 @@ class Context:
             ours = [c for c in ours if c.labels["io.hostctl.profile"] == self.config.profile.name]
         return ours
 
-    @property
-    def serving_gpus(self) -> int | None:
-        """How many GPUs the plan serves on (None without a plan)."""
-        return None if self.plan is None else len(self.plan.placement.gpus)
-
 
 CheckFn = Callable[[Context], Result]
 
 
 @dataclass(frozen=True)
 class Check:
+    """One doctor check. `codes`: the plan problem codes (hostctl/plan/codes.py) it reports; every
+    code belongs to exactly one check. `area` is the name of the checks/ module that exports it
+    (filled in by hostctl.doctor.checks.all_checks)."""
+
     id: str
     title: str
-    area: str
     level: Level
     fn: CheckFn = field(compare=False, repr=False)
+    codes: tuple[str, ...] = ()
+    area: str = ""
+
+    def __call__(self, ctx: Context) -> Result:
+        return self.fn(ctx)
 
 
-REGISTRY: list[Check] = []
+def check(id: str, title: str, *, level: Level = "quick", codes: tuple[str, ...] = ()) -> Callable[[CheckFn], Check]:
+    """Declare a check function under a stable id; its module lists it in CHECKS."""
 
+    def declare(fn: CheckFn) -> Check:
+        return Check(id, title, level, fn, tuple(codes))
 
-def check(id: str, title: str, *, area: str, level: Level = "quick") -> Callable[[CheckFn], CheckFn]:
-    """Register a check function under a stable id."""
-
-    def register(fn: CheckFn) -> CheckFn:
-        if any(c.id == id for c in REGISTRY):
-            raise ValueError(f"duplicate doctor check id {id!r}")
-        if area not in AREAS:
-            raise ValueError(f"check {id}: unknown area {area!r}")
-        REGISTRY.append(Check(id, title, area, level, fn))
-        return fn
-
-    return register
-
-
-def all_checks() -> list[Check]:
-    """Every registered check, in report order (by area, then registration order)."""
-    from hostctl.doctor import checks  # noqa: F401  (importing the package registers its checks)
-
-    return sorted(REGISTRY, key=lambda c: AREAS.index(c.area))
+    return declare
 
 
 @dataclass(frozen=True)
@@ -137,11 +130,10 @@ class Outcome:
     seconds: float
 
 
-def run_checks(ctx: Context, checks: list[Check] | None = None) -> list[Outcome]:
-    import time
-
+def run_checks(ctx: Context, checks: Sequence[Check]) -> list[Outcome]:
+    """Run the given checks (hostctl.doctor.checks.all_checks() for every one) in order."""
     outcomes: list[Outcome] = []
-    for c in checks if checks is not None else all_checks():
+    for c in checks:
         if c.level == "full" and ctx.level != "full":
             outcomes.append(Outcome(c, skipped("a full-level check: run `hostctl doctor --level full`"), 0.0))
             continue

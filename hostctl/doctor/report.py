@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from hostctl import __version__
 from hostctl.doctor.diagnose import Diagnosis, diagnosis_text
 from hostctl.doctor.redact import redact
-from hostctl.doctor.registry import AREAS, STATUSES, Outcome
+from hostctl.doctor.registry import STATUSES, Outcome
 from hostctl.errors import EXIT_FAILED, EXIT_OK
 
 DOCTOR_SCHEMA = "hostctl.doctor/v1"
@@ -115,7 +115,7 @@ def text(r: Report, colour: bool = False) -> str:
     out = [f"hostctl doctor: host {r.host}, {what}, {r.level} level, {facts}"]
     out += [dim(f"  note: {n}") for n in r.notes]
     width = max((len(o.check.id) for o in r.outcomes), default=20)
-    for area in AREAS:
+    for area in dict.fromkeys(o.check.area for o in r.outcomes):  # the checks' order: checks.MODULES
         group = [o for o in r.outcomes if o.check.area == area]
         if not group:
             continue

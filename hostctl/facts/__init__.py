@@ -17,7 +17,8 @@ from typing import TypeVar
 
 from pydantic import ValidationError
 
-from hostctl.errors import InputError
+from hostctl.errors import InputError, MissingFileError
+from hostctl.facts.acs import probe_acs
 from hostctl.facts.disks import probe_disks
 from hostctl.facts.engine import probe_engine
 from hostctl.facts.gpu import probe_gpus
@@ -25,6 +26,7 @@ from hostctl.facts.kernel_log import probe_kernel_log
 from hostctl.facts.memory import probe_memory, read_swaps
 from hostctl.facts.model import (
     FACTS_SCHEMA,
+    AcsFacts,
     DiskFacts,
     EngineFacts,
     GpuFacts,
@@ -74,10 +76,13 @@ def collect(path_requests: Sequence[tuple[str, bool]] = (), port_requests: Seque
         cmdline = ""
 
     # The slow probes wait on NVML, subprocesses and the Docker socket: overlap them.
-    with ThreadPoolExecutor(max_workers=4, thread_name_prefix="hostctl-facts") as pool:
+    with ThreadPoolExecutor(max_workers=5, thread_name_prefix="hostctl-facts") as pool:
         engine_f = pool.submit(_guarded, "engine", lambda: probe_engine(tuple(image_requests)),
                                lambda why: EngineFacts(available=False, reason=why), notes)
         gpus_f = pool.submit(_guarded, "GPU", probe_gpus, lambda why: GpuFacts(available=False, reason=why), notes)
+        # ACS needs the GPUs' bus ids: it waits for NVML, then runs lspci beside the other probes
+        acs_f = pool.submit(_guarded, "ACS", lambda: probe_acs([g.pci_bus_id for g in gpus_f.result().devices]),
+                            lambda why: AcsFacts(available=False, reason=why), notes)
         disks_f = pool.submit(
             _guarded, "disk", lambda: probe_disks(mountinfo, swaps, alias_paths),
             lambda why: DiskFacts(available=False, reason=why), notes
@@ -109,6 +114,7 @@ def collect(path_requests: Sequence[tuple[str, bool]] = (), port_requests: Seque
         shm = _guarded("shared memory", probe_shm, lambda why: ShmFacts(available=False, reason=why), notes)
         ports = _guarded("port", lambda: probe_ports(port_requests), lambda why: [], notes)
         engine, gpus, disks, kernel = engine_f.result(), gpus_f.result(), disks_f.result(), kernel_f.result()
+        acs = acs_f.result()
 
     return HostFacts(
         hostname=socket.gethostname(),
@@ -127,6 +133,7 @@ def collect(path_requests: Sequence[tuple[str, bool]] = (), port_requests: Seque
         kernel_log=kernel_log,
         shm=shm,
         ports=ports,
+        acs=acs,
     )
 
 
@@ -187,9 +194,8 @@ def load_snapshot(path: str | os.PathLike[str]) -> HostFacts:
     p = Path(path)
     try:
         data = load_json(p, "facts snapshot")
-    except InputError as exc:
-        if "does not exist" in exc.message:
-            exc.fix = "make one with `hostctl facts --json > snap.json`"
+    except MissingFileError as exc:
+        exc.fix = "make one with `hostctl facts --json > snap.json`"
         raise
     if not isinstance(data, dict):
         raise InputError(f"facts snapshot {p} must be a JSON object, not {type(data).__name__}")

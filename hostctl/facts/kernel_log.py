@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from hostctl import runner
@@ -82,29 +83,52 @@ def _first_time(lines: list[str]) -> float | None:
     return None
 
 
-def probe_kernel_log(kmsg: Path = KMSG) -> KernelLogFacts:
+@dataclass(frozen=True)
+class KernelLines:
+    """The kernel log as read: its lines (None when no source could be read) and from where."""
+
+    lines: list[str] | None
+    source: str | None = None  # /dev/kmsg, dmesg or journalctl -k -b
+    first_seq: int | None = None  # /dev/kmsg's first record's sequence number (0: nothing dropped)
+    why: str = ""  # why no source could be read
+
+
+def read_kernel_lines(kmsg: Path = KMSG) -> KernelLines:
+    """The kernel log from the first source that reads: /dev/kmsg, dmesg, journalctl -k -b."""
     try:
         lines, first_seq = read_kmsg(kmsg)
     except OSError as exc:
         kmsg_problem = f"{kmsg}: {exc.strerror or exc}"
     else:
-        return KernelLogFacts(source=str(kmsg), records=len(lines), first_record_s=_first_time(lines),
-                              complete=first_seq == 0 if first_seq is not None else None,
-                              events=_events("\n".join(lines)))
+        return KernelLines(lines, str(kmsg), first_seq)
     dmesg = runner.run(["dmesg"], timeout=5)
     if dmesg.ok:
-        lines = dmesg.stdout.splitlines()
-        first = _first_time(lines)
-        # dmesg cannot tell how many records were dropped; a first record well after boot means some were.
-        return KernelLogFacts(source="dmesg", records=len(lines), first_record_s=first,
-                              complete=None if first is None else first < 1.0, events=_events(dmesg.stdout))
+        return KernelLines(dmesg.stdout.splitlines(), "dmesg")
     journal = runner.run(["journalctl", "-k", "-b", "--no-pager", "-q", "-o", "short-monotonic"], timeout=10)
     if journal.ok and journal.stdout.strip():
-        lines = journal.stdout.splitlines()
-        return KernelLogFacts(source="journalctl -k -b", records=len(lines), first_record_s=_first_time(lines),
-                              complete=True, events=_events(journal.stdout))
-    return KernelLogFacts(
-        available=False,
-        reason=f"kernel log unreadable: {kmsg_problem}; {dmesg.why()}; "
-        + (journal.why() if not journal.ok else "journalctl -k -b: no entries (no persistent journal)"),
-    )
+        return KernelLines(journal.stdout.splitlines(), "journalctl -k -b")
+    return KernelLines(None, why=f"kernel log unreadable: {kmsg_problem}; {dmesg.why()}; "
+                       + (journal.why() if not journal.ok else "journalctl -k -b: no entries (no persistent journal)"))
+
+
+def kernel_log_tail(n: int, kmsg: Path = KMSG) -> KernelLines:
+    """The last n lines of the kernel log (what a support bundle keeps), read as the facts read it."""
+    read = read_kernel_lines(kmsg)
+    return read if read.lines is None else KernelLines(read.lines[-n:], read.source, read.first_seq)
+
+
+def probe_kernel_log(kmsg: Path = KMSG) -> KernelLogFacts:
+    read = read_kernel_lines(kmsg)
+    if read.lines is None:
+        return KernelLogFacts(available=False, reason=read.why)
+    lines, text = read.lines, "\n".join(read.lines)
+    first = _first_time(lines)
+    if read.source == str(kmsg):
+        complete = read.first_seq == 0 if read.first_seq is not None else None
+    elif read.source == "dmesg":
+        # dmesg cannot tell how many records were dropped; a first record well after boot means some were.
+        complete = None if first is None else first < 1.0
+    else:
+        complete = True  # the journal keeps what the ring buffer dropped
+    return KernelLogFacts(source=read.source, records=len(lines), first_record_s=first, complete=complete,
+                          events=_events(text))

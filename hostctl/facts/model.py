@@ -421,6 +421,41 @@ class KernelLogFacts(Absence):
     events: list[KernelEvent] = Field(default_factory=list)
 
 
+class PciBridgeAcs(Part):
+    """One PCI device on a GPU's path, as `lspci -vvv` lists its ACS control register."""
+
+    bdf: str  # full, with the domain: 0000:00:01.1
+    description: str = ""
+    bridge: bool = False
+    access_denied: bool = False  # lspci could not read the extended capabilities (not root)
+    acs_cap: dict[str, bool] | None = None  # ACSCap: what the device can do; None: no ACS capability listed
+    acs_ctl: dict[str, bool] | None = None  # ACSCtl: what is switched on; None: not listed (or unreadable)
+
+    @property
+    def redirects(self) -> list[str]:
+        """The ACSCtl flags that are on and send peer traffic upstream instead of across the bridge."""
+        return [f for f in ACS_REDIRECT_FLAGS if (self.acs_ctl or {}).get(f)]
+
+    def ctl_text(self) -> str:
+        return " ".join(f"{k}{'+' if v else '-'}" for k, v in (self.acs_ctl or {}).items())
+
+
+# ACSCtl flags that send peer traffic upstream instead of straight across the bridge
+ACS_REDIRECT_FLAGS = ("ReqRedir", "CmpltRedir", "EgressCtrl")
+
+
+class AcsFacts(Absence):
+    """The ACS state of the PCI devices between the GPUs: each GPU's path from the root complex
+    (sysfs) and the ACS control of every device on those paths (`lspci -vvv`). available=False:
+    lspci could not run, or there are fewer than two GPUs (reason says which)."""
+
+    gpu_paths: dict[str, list[str]] = Field(default_factory=dict)  # GPU bus id -> root..GPU; absent: no sysfs path
+    devices: list[PciBridgeAcs] = Field(default_factory=list)  # the devices on those paths lspci lists
+
+    def device(self, bdf: str) -> PciBridgeAcs | None:
+        return next((d for d in self.devices if d.bdf == bdf), None)
+
+
 class ProvisionedPart(Part):
     """A provision part that converged on this host: a fresh look decided nothing more to do."""
 
@@ -480,6 +515,7 @@ class HostFacts(Part):
     kernel_log: KernelLogFacts | None = None
     shm: ShmFacts | None = None
     ports: list[PortFacts] = Field(default_factory=list)
+    acs: AcsFacts | None = None  # None: not read (a snapshot from before hostctl read ACS)
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 

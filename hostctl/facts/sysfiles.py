@@ -121,6 +121,12 @@ class ManagedFiles:
     systemd_running: bool = False  # PID 1 of this (real, not test-sysroot) host
 
 
+def systemd_running(reader) -> bool:
+    """sd_booted(): systemd is PID 1 of the host the reader reads (/run/systemd/system exists), and
+    the reader reads that host itself, not a test sysroot. The one probe for it (local or over SSH)."""
+    return reader.sysroot in ("", "/") and reader.real_is_dir("/run/systemd/system")
+
+
 def systemctl_argv(sysroot: str, *args: str) -> list[str]:
     """systemctl on the host, or offline on a sysroot (`--root`): tests never touch the running systemd."""
     return ["systemctl", *([] if sysroot in ("", "/") else [f"--root={sysroot}"]), *args]
@@ -129,7 +135,7 @@ def systemctl_argv(sysroot: str, *args: str) -> list[str]:
 def read_managed(reader: Reader, *, files: list[str] = (), links: list[str] = (), units: list[str] = (),
                  present: list[str] = ()) -> ManagedFiles:
     snap = ManagedFiles()
-    snap.systemd_running = reader.sysroot in ("", "/") and reader.real_is_dir("/run/systemd/system")
+    snap.systemd_running = systemd_running(reader)
     for f in files:
         snap.files[f] = reader.read_bytes(f)
     for link in links:

@@ -24,7 +24,8 @@ from typing import Literal
 
 from hostctl import paths
 from hostctl.atomic import write_atomic
-from hostctl.facts.model import TOPOLOGY_ORDER, Gpu, HostFacts, P2PVerdict
+from hostctl.facts.acs import PCI_DEVICES, probe_acs
+from hostctl.facts.model import TOPOLOGY_ORDER, AcsFacts, Gpu, HostFacts, P2PVerdict
 from hostctl.facts.state import P2P_FILE
 from hostctl.gpu import acs as acs_mod
 from hostctl.gpu.harness import Fault, FunctionalCheck, TorchPython, find_torch_python, functional_check
@@ -162,36 +163,18 @@ def iommu_rung(facts: HostFacts) -> Rung:
                 evidence, fix="let the functional check decide; if it fails, " + IOMMU_COST)
 
 
-def acs_rung(gpus: list[Gpu], *, lspci_text: str | None, lspci_why: str = "",
-             pci_root: Path = acs_mod.PCI_DEVICES) -> Rung:
-    if lspci_text is None:
-        return Rung("acs", "unknown", f"cannot read ACS: {lspci_why or 'lspci did not run'}",
-                    fix="install pciutils and run as root")
-    devices = acs_mod.parse_lspci(lspci_text)
-    evidence: list[str] = []
-    statuses: list[str] = []
-    redirecting: list[str] = []
-    for a, b in _pairs(gpus):
-        ca, cb = acs_mod.pci_chain(a.pci_bus_id, pci_root), acs_mod.pci_chain(b.pci_bus_id, pci_root)
-        if ca is None or cb is None:
-            evidence.append(f"GPU {a.index}<->{b.index}: no sysfs path for "
-                            f"{a.pci_bus_id if ca is None else b.pci_bus_id}")
-            statuses.append("unknown")
-            continue
-        bridges = acs_mod.bridges_between(ca, cb)
-        reading = acs_mod.judge_acs(bridges, devices)
-        evidence.append(f"GPU {a.index}<->{b.index} crosses {', '.join(bridges) or 'no bridge'}: {reading.summary}")
-        evidence += [f"  {e}" for e in reading.evidence]
-        statuses.append(reading.status)
-        redirecting += [x for x in reading.redirecting if x not in redirecting]
-    if redirecting:
-        return Rung("acs", "warn", "ACS redirects peer requests upstream on " + ", ".join(redirecting)
-                    + ": P2P goes through the root complex (and the IOMMU when it translates)", evidence,
+def acs_rung(acs: AcsFacts, gpus: list[Gpu]) -> Rung:
+    """The ACS rung from the facts (hostctl/facts/acs.py reads lspci and sysfs)."""
+    if not acs.available:
+        return Rung("acs", "unknown", acs.reason or "cannot read ACS", fix="install pciutils and run as root")
+    reading = acs_mod.judge_paths(acs, gpus)
+    if reading.status == "warn":
+        return Rung("acs", "warn", reading.summary, reading.evidence,
                     fix="the functional check decides; firmware options for ACS/IOMMU change this - " + IOMMU_COST)
-    if "unknown" in statuses:
-        return Rung("acs", "unknown", "ACS could not be read on every path between the GPUs", evidence,
+    if reading.status == "unknown":
+        return Rung("acs", "unknown", reading.summary, reading.evidence,
                     fix="run as root (lspci reads ACS from the extended config space)")
-    return Rung("acs", "ok", "no bridge between the GPUs redirects peer requests", evidence)
+    return Rung("acs", "ok", reading.summary, reading.evidence)
 
 
 # ---------------------------------------------------------------- the stored verdict
@@ -223,7 +206,7 @@ def run_ladder(
     store: bool = True,
     recheck: bool = False,
     lspci: tuple[str | None, str] | None = None,
-    pci_root: Path = acs_mod.PCI_DEVICES,
+    pci_root: Path = PCI_DEVICES,
     torch_python: TorchPython | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     backend: str = "nccl",
@@ -253,8 +236,10 @@ def run_ladder(
     driver = driver_rung(facts, gpus)
     ladder.rungs.append(driver)
     ladder.rungs.append(iommu_rung(facts))
-    text, why = lspci if lspci is not None else acs_mod.read_lspci()
-    ladder.rungs.append(acs_rung(gpus, lspci_text=text, lspci_why=why, pci_root=pci_root))
+    # the facts' ACS reading when they carry one; else (an older snapshot, or a test's lspci text) read now
+    acs = facts.acs if lspci is None and facts.acs is not None else \
+        probe_acs([g.pci_bus_id for g in gpus], lspci=lspci, pci_root=pci_root)
+    ladder.rungs.append(acs_rung(acs, gpus))
     if not measure:
         return ladder
     if driver.status == "fail":

@@ -10,8 +10,13 @@ from __future__ import annotations
 
 from hostctl.config import Config
 from hostctl.facts.model import HostFacts
+from hostctl.plan import codes
 from hostctl.plan.model import MemoryPlan
 from hostctl.units import GIB, docker_size, fmt_gib
+
+# "GB" in recipes is the vendor's decimal figure; MemTotal sits a few percent below the installed RAM
+# (the kernel and firmware keep their share), so a recipe's host_ram_gb is met at 93% of it.
+HOST_RAM_SLACK = 0.93
 
 # With less than this the container cannot even start a runtime; refuse rather than render a cap
 # that only produces an OOM kill.
@@ -36,17 +41,18 @@ def plan_memory(config: Config, facts: HostFacts) -> MemoryPlan:
         plan.limit_bytes = limit
         plan.decide("container RAM cap", docker_size(limit), "set in the profile (memory.container_ram)")
         if limit < MIN_CONTAINER_RAM:
-            plan.problem("warn", f"memory.container_ram {fmt_gib(limit)} is below {fmt_gib(MIN_CONTAINER_RAM)}: the "
+            plan.problem(codes.MEMORY_CONTAINER_RAM_LOW, "warn", f"memory.container_ram {fmt_gib(limit)} is below {fmt_gib(MIN_CONTAINER_RAM)}: the "
                          "runtime will most likely be OOM-killed while it starts",
                          fix="raise memory.container_ram (or remove it to derive the cap from host_reserve)")
         if limit > ram - policy.host_reserve:
-            plan.problem("warn", f"memory.container_ram {fmt_gib(limit)} leaves less than the host reserve "
+            plan.problem(codes.MEMORY_CONTAINER_RAM_OVER_RESERVE, "warn", f"memory.container_ram {fmt_gib(limit)} leaves less than the host reserve "
                          f"{fmt_gib(policy.host_reserve)} of this host's {fmt_gib(ram)} RAM",
                          fix="lower memory.container_ram or memory.host_reserve")
     else:
         limit = _floor_gib(ram - policy.host_reserve)
         if limit < MIN_CONTAINER_RAM:
             plan.problem(
+                codes.MEMORY_CONTAINER_NO_ROOM,
                 "error",
                 f"host RAM {fmt_gib(ram)} minus the host reserve {fmt_gib(policy.host_reserve)} leaves "
                 f"{fmt_gib(max(limit, 0))} for the container; at least {fmt_gib(MIN_CONTAINER_RAM)} is needed",
@@ -79,12 +85,14 @@ def plan_memory(config: Config, facts: HostFacts) -> MemoryPlan:
         why = f"RAM cap plus {DEFAULT_SWAP_SHARE:.0%} of the host's {fmt_gib(swap)} swap, leaving the rest to the host"
     if ram_swap < limit:
         plan.problem(
+            codes.MEMORY_CONTAINER_SWAP_BELOW_RAM,
             "error",
             f"memory.container_ram_swap {fmt_gib(ram_swap)} is below the container RAM cap {fmt_gib(limit)}",
             fix="set memory.container_ram_swap to at least the RAM cap (Docker's --memory-swap counts RAM too)",
         )
     elif ram_swap > host_room:
         plan.problem(
+            codes.MEMORY_CONTAINER_SWAP_OVER_HOST,
             "error",
             f"memory.container_ram_swap {fmt_gib(ram_swap)} exceeds the host's RAM+swap less its reserve "
             f"({fmt_gib(host_room)}): the container could exhaust the host before its own cap acts",
@@ -93,9 +101,9 @@ def plan_memory(config: Config, facts: HostFacts) -> MemoryPlan:
     plan.ram_swap_bytes = ram_swap
     plan.decide("container RAM+swap cap", docker_size(ram_swap), why)
 
-    if recipe.requires.host_ram_gb and ram < recipe.requires.host_ram_gb * 10**9 * 0.93:
-        # "GB" in recipes is the vendor's decimal figure; MemTotal sits a few percent below installed RAM.
+    if recipe.requires.host_ram_gb and ram < recipe.requires.host_ram_gb * 10**9 * HOST_RAM_SLACK:
         plan.problem(
+            codes.MEMORY_HOST_RAM_SHORT,
             "error",
             f"the recipe requires about {recipe.requires.host_ram_gb:g} GB of host RAM; this host has {fmt_gib(ram)}",
             fix="choose a recipe for this host or add RAM",
@@ -124,6 +132,7 @@ def plan_memory(config: Config, facts: HostFacts) -> MemoryPlan:
         )
         severity = "error" if config.profile.phase == "converting" else "warn"
         plan.problem(
+            codes.MEMORY_HOST_CONVERSION_SHORT,
             severity,
             f"host RAM+swap is {fmt_gib(ram + swap)}; the recipe's first conversion needs {fmt_gib(need)} "
             f"({fmt_gib(missing)} missing)"

@@ -10,6 +10,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from hostctl.plan.codes import CODES
+from hostctl.storage_roles import Role
+
 PLAN_SCHEMA = "hostctl.plan/v1"
 
 
@@ -26,6 +29,7 @@ class Decision(Part):
 class Problem(Part):
     """Something that stops (error) or weakens (warn) the plan, with what to do about it."""
 
+    code: str  # stable: what is wrong (hostctl/plan/codes.py); doctor routes by it, never by the wording
     severity: Literal["error", "warn"]
     area: str
     message: str
@@ -39,8 +43,14 @@ class Section(Part):
     def decide(self, key: str, value: object, reason: str) -> None:
         self.decisions.append(Decision(key=key, value=str(value), reason=reason))
 
-    def problem(self, severity: Literal["error", "warn"], message: str, fix: str | None = None) -> None:
-        self.problems.append(Problem(severity=severity, area=self.area(), message=message, fix=fix))
+    def problem(self, code: str, severity: Literal["error", "warn"], message: str, fix: str | None = None) -> None:
+        if code not in CODES:
+            raise ValueError(f"unknown plan problem code {code!r}: declare it in hostctl/plan/codes.py")
+        self.problems.append(Problem(code=code, severity=severity, area=self.area(), message=message, fix=fix))
+
+    def with_codes(self, *codes: str) -> list[Problem]:
+        """This section's problems whose code is one of `codes`."""
+        return [p for p in self.problems if p.code in codes]
 
     @classmethod
     def area(cls) -> str:
@@ -87,7 +97,7 @@ class NcclPlan(Section):
 
 
 class RoleTarget(Part):
-    role: str
+    role: Role
     drive: str | None  # drive name, or None for a plain directory
     host_path: str
     container_path: str

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from hostctl.config import Config
 from hostctl.facts.model import TOPOLOGY_ORDER, HostFacts, P2PVerdict
+from hostctl.plan import codes
 from hostctl.plan.model import NcclPlan, PlacementPlan
 
 # NCCL uses P2P by itself only up to PXB (a shared PCIe switch); PHB and beyond need NCCL_P2P_LEVEL.
@@ -85,17 +86,17 @@ def plan_nccl(config: Config, facts: HostFacts, placement: PlacementPlan) -> Ncc
         plan.p2p = False
         plan.decide("NCCL P2P", "off", "the driver refuses P2P: " + "; ".join(refused))
         if facts.iommu.enabled:
-            plan.problem("warn", "P2P is refused while the IOMMU is on; NCCL falls back to host memory (slower)",
+            plan.problem(codes.NCCL_P2P_REFUSED_IOMMU, "warn", "P2P is refused while the IOMMU is on; NCCL falls back to host memory (slower)",
                          fix="if this host needs no DMA isolation: " + IOMMU_COST)
         if in_vm:
-            plan.problem("warn", f"these readings come from inside a VM ({in_vm}): P2P and topology may not "
+            plan.problem(codes.NCCL_IN_VM, "warn", f"these readings come from inside a VM ({in_vm}): P2P and topology may not "
                          "describe the hardware", fix="read the facts on the host itself")
     elif verdict is None:
         plan.p2p = False
         plan.decide("NCCL P2P", "off",
                     "the driver reports P2P, but that is capability, not function, and no functional check "
                     "has passed on this driver and kernel command line")
-        plan.problem("warn", "P2P stays off until a functional all-reduce check passes",
+        plan.problem(codes.NCCL_P2P_UNVERIFIED, "warn", "P2P stays off until a functional all-reduce check passes",
                      fix="run `hostctl provision --only gpu` to measure P2P (a hang is killed, not waited on)")
     elif verdict.verdict == "ok":
         plan.p2p = True
@@ -105,7 +106,7 @@ def plan_nccl(config: Config, facts: HostFacts, placement: PlacementPlan) -> Ncc
     else:
         plan.p2p = False
         plan.decide("NCCL P2P", "off", f"the functional check said {verdict.verdict.replace('_', ' ')}")
-        plan.problem("warn", f"P2P failed its functional check ({verdict.verdict}); NCCL uses host memory",
+        plan.problem(codes.NCCL_P2P_FAILED, "warn", f"P2P failed its functional check ({verdict.verdict}); NCCL uses host memory",
                      fix=("with IOMMU on, this is the deadlock of field report 001: " + IOMMU_COST)
                      if facts.iommu.enabled else "re-run `hostctl provision --only gpu` after a driver update")
 

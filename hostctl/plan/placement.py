@@ -9,8 +9,15 @@ from __future__ import annotations
 
 from hostctl.config import Config
 from hostctl.facts.model import Gpu, HostFacts
-from hostctl.plan.model import PlacementPlan, SelectedGpu
+from hostctl.plan import codes
+from hostctl.plan.model import PlacementPlan, Plan, SelectedGpu
 from hostctl.units import format_cpulist
+
+# A recipe's vram_gb is the vendor's decimal figure. NVML's total reads above it on the reference
+# GPUs (RTX PRO 6000 "96 GB": 102.6e9 bytes in runtime/hosts/pro6000x2-desktop.facts.json; H200
+# "141 GB": 150.8e9 in tests/gpu/h200-facts.json), so this slack only forgives a recipe author's
+# rounding on a card that reads a little below its figure.
+VRAM_SLACK = 0.93
 
 MAPPED_LAYERS_ENV = "VLLM_MOE_W2_MAPPED_LAYERS"
 MAPPED_PCI_GUARD = "VLLM_MOE_W2_MAPPED_PCI"
@@ -26,6 +33,7 @@ def select_gpus(config: Config, facts: HostFacts, plan: PlacementPlan) -> list[G
         return []
     if not facts.gpus.available:
         plan.problem(
+            codes.PLACEMENT_NO_GPU,
             "error",
             f"the recipe needs {want} GPU(s) but no GPU can be read: {facts.gpus.reason}",
             fix="install the NVIDIA driver, or render with --facts from the serving host",
@@ -37,7 +45,7 @@ def select_gpus(config: Config, facts: HostFacts, plan: PlacementPlan) -> list[G
         for ref in config.profile.gpu.devices:
             gpu = next((g for g in devices if g.uuid == ref or str(g.index) == ref), None)
             if gpu is None:
-                plan.problem("error", f"gpu.devices names {ref!r}, which is not on this host",
+                plan.problem(codes.PLACEMENT_UNKNOWN_DEVICE, "error", f"gpu.devices names {ref!r}, which is not on this host",
                              fix="use a UUID or index from `hostctl facts`")
             else:
                 chosen.append(gpu)
@@ -47,6 +55,7 @@ def select_gpus(config: Config, facts: HostFacts, plan: PlacementPlan) -> list[G
         why = f"the first {want} GPU(s) by index"
     if len(chosen) < want:
         plan.problem(
+            codes.PLACEMENT_TOO_FEW_GPUS,
             "error",
             f"the recipe needs {want} GPU(s); {len(chosen)} available"
             + (f" ({len(devices)} on the host)" if len(devices) != len(chosen) else ""),
@@ -79,6 +88,7 @@ def plan_placement(config: Config, facts: HostFacts) -> PlacementPlan:
             unknown = [f"GPU {g.index} ({g.pci_bus_id})" for g in plan.gpus if g.numa_node is None]
             plan.decide("NUMA node", "unknown", f"sysfs reports no NUMA node for {', '.join(unknown)}; not guessed")
             plan.problem(
+                codes.NUMA_UNKNOWN,
                 "warn" if not mapped else "error",
                 f"NUMA node unknown for {', '.join(unknown)} on a {len(nodes)}-node host: the runtime is left unbound"
                 + (" and the mapped host layers cannot be pinned to the GPU's node" if mapped else ""),
@@ -95,12 +105,12 @@ def plan_placement(config: Config, facts: HostFacts) -> PlacementPlan:
                 plan.cpuset = format_cpulist(cpus)
                 plan.decide("CPU set", plan.cpuset, f"the CPUs of nodes {sorted(gpu_nodes)}, where the GPUs attach")
             if mapped:
-                plan.problem("error", "mapped host layers need every GPU on one NUMA node",
+                plan.problem(codes.NUMA_SPLIT_MAPPED, "error", "mapped host layers need every GPU on one NUMA node",
                              fix="serve on GPUs of one socket (gpu.devices)")
         else:
             node = gpu_nodes.pop()
             if node not in nodes:
-                plan.problem("error", f"the GPUs report NUMA node {node}, which the host does not list")
+                plan.problem(codes.NUMA_NOT_LISTED, "error", f"the GPUs report NUMA node {node}, which the host does not list")
             else:
                 plan.numa_node = node
                 plan.cpuset = format_cpulist(nodes[node].cpus)
@@ -120,7 +130,7 @@ def plan_placement(config: Config, facts: HostFacts) -> PlacementPlan:
 
     if mapped and plan.gpus:
         if len(plan.gpus) != 1:
-            plan.problem("error", f"{MAPPED_LAYERS_ENV} is set for {len(plan.gpus)} GPUs; mapped host layers serve one GPU")
+            plan.problem(codes.PLACEMENT_MAPPED_MULTI_GPU, "error", f"{MAPPED_LAYERS_ENV} is set for {len(plan.gpus)} GPUs; mapped host layers serve one GPU")
         plan.env[MAPPED_PCI_GUARD] = plan.gpus[0].pci_bus_id
         plan.decide(
             "mapped-layer guards",
@@ -129,3 +139,11 @@ def plan_placement(config: Config, facts: HostFacts) -> PlacementPlan:
             "address or NUMA node differs from what this plan measured",
         )
     return plan
+
+
+def serving_gpus(facts: HostFacts, plan: Plan | None) -> list[Gpu]:
+    """The GPUs the plan serves on, in rank order; without a plan, every GPU on the host by index.
+    (A plan that places none serves on none: callers that want every GPU then pass None.)"""
+    if plan is None:
+        return sorted(facts.gpus.devices, key=lambda g: g.index)
+    return [gpu for g in plan.placement.gpus if (gpu := facts.gpus.by_index(g.index)) is not None]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from hostctl.config import Config
 from hostctl.facts.model import HostFacts
+from hostctl.plan import codes
 from hostctl.plan.model import PowerPlan, PowerSetting
 
 TOLERANCE_W = 0.5
@@ -19,7 +20,7 @@ def plan_power(config: Config, facts: HostFacts) -> PowerPlan:
     configured = config.profile.gpu.power_limit_w is not None or bool(config.profile.gpu.power_limits_w)
     if not facts.gpus.available:
         if configured:
-            plan.problem("warn", f"power limits are configured but no GPU can be read: {facts.gpus.reason}",
+            plan.problem(codes.POWER_NO_GPU, "warn", f"power limits are configured but no GPU can be read: {facts.gpus.reason}",
                          fix="the boot unit applies them once the driver loads")
         plan.decide("power limits", "none", "no GPU to set")
         return plan
@@ -32,7 +33,7 @@ def plan_power(config: Config, facts: HostFacts) -> PowerPlan:
             plan.decide(f"GPU {gpu.index} power limit", "unchanged", "the profile sets none")
         elif p.min_w is not None and p.max_w is not None and not (p.min_w - TOLERANCE_W <= want <= p.max_w + TOLERANCE_W):
             setting.action = "invalid"
-            plan.problem("error",
+            plan.problem(codes.POWER_OUT_OF_RANGE, "error",
                          f"GPU {gpu.index} ({gpu.name}): power limit {want:g} W is outside its range "
                          f"{p.min_w:g}-{p.max_w:g} W",
                          fix=f"set gpu.power_limit_w between {p.min_w:g} and {p.max_w:g}")

@@ -9,6 +9,7 @@ overridden by the profile, which binds 127.0.0.1 unless it opts in with an API k
 from __future__ import annotations
 
 from hostctl.config import PLACEHOLDER_RE, SECRET_FLAGS_TO_ENV, Config, ServeArgs
+from hostctl.plan import codes
 from hostctl.plan.model import MemoryPlan, NcclPlan, PlacementPlan, RuntimeSpec, StoragePlan, Volume
 from hostctl.units import docker_size
 
@@ -60,7 +61,7 @@ def plan_runtime(config: Config, memory: MemoryPlan, placement: PlacementPlan, n
         labels={"io.hostctl.profile": profile.name, "io.hostctl.recipe": recipe.id, "io.hostctl.phase": profile.phase},
     )
     if not image:
-        spec.problem("error", "no runtime image: the recipe names none and the profile does not override it",
+        spec.problem(codes.RUNTIME_NO_IMAGE, "error", "no runtime image: the recipe names none and the profile does not override it",
                      fix="set runtime.image in the profile")
     spec.decide("image", image or "-", "profile runtime.image" if settings.image else "the recipe's image")
     if gpus:
@@ -88,7 +89,7 @@ def plan_runtime(config: Config, memory: MemoryPlan, placement: PlacementPlan, n
                                    why="the checkpoint, read-only"))
         model_path = MODEL_IN_CONTAINER
     elif not recipe.model.startswith("/"):
-        spec.problem("error", f"the recipe's model {recipe.model!r} is not a path and the profile sets no runtime.model_dir",
+        spec.problem(codes.RUNTIME_NO_MODEL_DIR, "error", f"the recipe's model {recipe.model!r} is not a path and the profile sets no runtime.model_dir",
                      fix="set runtime.model_dir to the checkpoint's directory on the host")
     if settings.models_dir:
         spec.volumes.append(Volume(source=settings.models_dir, target=MODELS_IN_CONTAINER, read_only=True,

@@ -13,7 +13,9 @@ import re
 
 from hostctl.config import Config
 from hostctl.facts.model import HostFacts
+from hostctl.plan import codes
 from hostctl.plan.model import RankStore, RoleTarget, StoragePlan
+from hostctl.storage_roles import CONVERSION_ROLES, ROLES
 from hostctl.units import GIB, fmt_gib
 
 CONTAINER_PATHS = {"planes_cache": "/planes", "expert_store": "/packs", "compile_cache": "/root/.cache"}
@@ -53,12 +55,12 @@ def _role_target(config: Config, role: str, plan: StoragePlan) -> RoleTarget | N
 def plan_storage(config: Config, facts: HostFacts, world: int) -> StoragePlan:
     plan = StoragePlan()
     needed = set(config.recipe.storage) | {"compile_cache"}
-    for role in ("planes_cache", "expert_store", "compile_cache"):
+    for role in ROLES:
         target = _role_target(config, role, plan)
         if target is None:
             if role in needed:
                 label = role.replace("_", " ")
-                plan.problem("error", f"the recipe needs {'an' if label[0] in 'aeiou' else 'a'} {label} but the profile names none",
+                plan.problem(codes.role_code(role, "unnamed"), "error", f"the recipe needs {'an' if label[0] in 'aeiou' else 'a'} {label} but the profile names none",
                              fix=f"set storage.{role} to a drive name or an absolute directory")
             continue
         if role not in needed:
@@ -94,7 +96,7 @@ def plan_storage(config: Config, facts: HostFacts, world: int) -> StoragePlan:
                 mismatched = [f for f in files if f in shared_sizes and shared_sizes[f] != sizes[f] and not f.endswith(".lock")]
                 if mismatched:
                     entry.status = "stale copy"
-                    plan.problem("error", f"rank {rank}'s copy on {name} differs in size from the shared store: "
+                    plan.problem(codes.RANK_STALE_COPY, "error", f"rank {rank}'s copy on {name} differs in size from the shared store: "
                                  + ", ".join(mismatched), fix="re-run `hostctl store split`")
                 else:
                     entry.files = files
@@ -106,7 +108,7 @@ def plan_storage(config: Config, facts: HostFacts, world: int) -> StoragePlan:
                 plan.decide(f"rank {rank} store", f"{store.drive} (shared)",
                             f"no copy of rank {rank}'s files in {host_dir} yet; it reads the shared store")
                 if rank_files(shared_names, rank, world):
-                    plan.problem("warn", f"rank {rank} should read from {name} but its files are only in the shared store",
+                    plan.problem(codes.RANK_NOT_SPLIT, "warn", f"rank {rank} should read from {name} but its files are only in the shared store",
                                  fix="run `hostctl store split`")
             plan.rank_stores.append(entry)
             if entry.files and drive.mount not in plan.required_mounts:
@@ -129,18 +131,18 @@ def _check_path(config: Config, facts: HostFacts, target: RoleTarget, plan: Stor
         return
     label = target.role.replace("_", " ")
     if not pf.exists:
-        plan.problem("warn", f"{label} directory {target.host_path} does not exist yet",
+        plan.problem(codes.role_code(target.role, "missing"), "warn", f"{label} directory {target.host_path} does not exist yet",
                      fix="hostctl provision --only storage creates it")
         return
     if pf.fs_type in NOT_A_REAL_FS:
-        plan.problem("error", f"{label} {target.host_path} is on {pf.fs_type}: its contents would live in RAM "
+        plan.problem(codes.role_code(target.role, "not_real_fs"), "error", f"{label} {target.host_path} is on {pf.fs_type}: its contents would live in RAM "
                      "or a container layer", fix="put it on a real filesystem (a provisioned drive)")
     if target.mount and pf.mount_target != target.mount:
-        plan.problem("error", f"{label} {target.host_path} is on {pf.mount_target or 'an unknown mount'}, not on "
+        plan.problem(codes.role_code(target.role, "not_mounted"), "error", f"{label} {target.host_path} is on {pf.mount_target or 'an unknown mount'}, not on "
                      f"drive {target.drive}'s mount {target.mount}: the drive is not mounted",
                      fix=f"mount {target.mount} (hostctl provision --only storage)")
     need = config.recipe.conversion.cache_free_gib * GIB
-    if config.profile.phase == "converting" and need and target.role in ("planes_cache", "expert_store") \
+    if config.profile.phase == "converting" and need and target.role in CONVERSION_ROLES \
             and pf.free_bytes is not None and pf.free_bytes < need:
-        plan.problem("error", f"{label} filesystem has {fmt_gib(pf.free_bytes)} free; the first conversion needs "
+        plan.problem(codes.role_code(target.role, "no_space"), "error", f"{label} filesystem has {fmt_gib(pf.free_bytes)} free; the first conversion needs "
                      f"{fmt_gib(need)} (ENOSPC otherwise)", fix="free space or use a larger drive")

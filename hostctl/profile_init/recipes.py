@@ -4,11 +4,10 @@ fits it best: judged in the plan's own terms, on HostFacts."""
 from __future__ import annotations
 
 from hostctl.config import Recipe
-from hostctl.doctor.checks.gpu import VRAM_SLACK
 from hostctl.facts.model import HostFacts
+from hostctl.plan.memory import HOST_RAM_SLACK
+from hostctl.plan.placement import VRAM_SLACK
 from hostctl.units import fmt_gib
-
-HOST_RAM_SLACK = 0.93  # "GB" in recipes is the vendor's decimal figure; MemTotal sits a few percent below (plan/memory.py)
 
 
 def recipe_fit(recipe: Recipe, facts: HostFacts) -> tuple[bool, str]:

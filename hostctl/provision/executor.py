@@ -140,20 +140,12 @@ class Report:
 
 @contextmanager
 def provision_lock() -> Iterator[None]:
-    """One lock for all of provision: a second run fails at once instead of deciding on a host
-    the first one is changing."""
-    directory = paths.state_dir()
-    directory.mkdir(parents=True, exist_ok=True)
-    fd = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise FailedError(f"another `hostctl provision` is running (lock {directory / LOCK_FILE} is held)",
-                              fix="wait for it to finish, then re-run") from None
+    """One lock for all of provision: a second run fails at once (naming the first) instead of
+    deciding on a host the first one is changing. The same helper as up/down's lock."""
+    from hostctl.service.lock import LifecycleLock
+
+    with LifecycleLock("provision", paths.state_dir() / LOCK_FILE, fix="wait for it to finish, then re-run"):
         yield
-    finally:
-        os.close(fd)
 
 
 DISK_LOCK_WAIT_S = 10.0

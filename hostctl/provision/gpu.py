@@ -19,8 +19,6 @@ functional check); decide() is pure and yields only the actions still needed:
 
 from __future__ import annotations
 
-import shutil
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,11 +30,12 @@ from hostctl.atomic import write_atomic
 from hostctl.config import Config
 from hostctl.errors import FailedError, InputError
 from hostctl.facts.gpu import NVIDIA_VERSION, NvmlAdapter, NvmlUnavailable
-from hostctl.facts.model import Gpu, GpuFacts, HostFacts, P2PVerdict
+from hostctl.facts.model import AcsFacts, GpuFacts, HostFacts, P2PVerdict
 from hostctl.facts.sysfiles import ManagedFiles, Reader, read_managed, text_of
 from hostctl.gpu.harness import TorchPython
 from hostctl.plan import build_plan
 from hostctl.plan.model import Plan, PowerSetting
+from hostctl.plan.placement import serving_gpus
 from hostctl.plan.power import TOLERANCE_W
 from hostctl.provision import files as file_edit
 from hostctl.provision.actions import Action, Decision, Note, Settled, Skipped, command
@@ -49,19 +48,6 @@ WANTS_DIR = "/etc/systemd/system/multi-user.target.wants"
 WANTS_LINK = f"{WANTS_DIR}/{UNIT_NAME}"
 DRIVER_WAIT_S = 60.0
 READBACK_TOLERANCE_MW = int(TOLERANCE_W * 1000)
-
-
-def systemd_is_pid1() -> bool:
-    """sd_booted(): systemd runs this host (and we act on the real root, not a test sysroot)."""
-    return paths.sysroot() == Path("/") and Path("/run/systemd/system").is_dir()
-
-
-def default_hostctl_bin() -> str:
-    """The hostctl the unit should call: the console script running now, else the one on PATH."""
-    argv0 = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
-    if argv0 is not None and argv0.name == "hostctl" and argv0.exists():
-        return str(argv0.absolute())
-    return shutil.which("hostctl") or "/usr/local/bin/hostctl"
 
 
 def render_power_unit(plan: Plan, *, hostctl_bin: str, config_path: str) -> str:
@@ -92,15 +78,6 @@ def validate_power(settings: list[PowerSetting]) -> None:
 
 def _mw(watts: float) -> int:
     return int(round(watts * 1000))
-
-
-def serving_gpus(facts: HostFacts, plan: Plan) -> list[Gpu]:
-    out = []
-    for g in plan.placement.gpus:
-        gpu = facts.gpus.by_index(g.index)
-        if gpu is not None:
-            out.append(gpu)
-    return out
 
 
 def wait_for_driver(adapter: NvmlAdapter, *, timeout_s: float = DRIVER_WAIT_S, interval_s: float = 1.0,
@@ -138,7 +115,7 @@ class GpuSnapshot:
     source_profile: bytes | None  # the profile provision runs with
     acs: Any = None  # hostctl.gpu.p2p.Rung: the ACS rung (lspci and sysfs); None: not read
     torch: TorchPython | None = None  # who would run the functional check; None: not looked up
-    lspci: tuple[str | None, str] | None = None  # what the ACS rung read (handed to the functional run)
+    acs_facts: AcsFacts | None = None  # what the ACS rung read this round (handed to the functional run)
     driver: str | None = None  # boot mode: how the driver came up
 
 
@@ -157,7 +134,8 @@ def read_gpu(config: Config, facts: HostFacts, reader: Reader, *, gpus: Callable
     if state is not None:
         update["state"] = state()
     facts = facts.model_copy(update=update) if update else facts
-    files = read_managed(reader, files=[UNIT_PATH, INSTALLED_PROFILE], links=[WANTS_LINK])
+    files = read_managed(reader, files=[UNIT_PATH, INSTALLED_PROFILE], links=[WANTS_LINK],
+                         present=[paths.INSTALLED_HOSTCTL])
     if files.systemd_running:
         files.enabled = read_managed(reader, units=[UNIT_NAME]).enabled
     source = Path(config.source).read_bytes() if Path(config.source).is_file() else None
@@ -168,13 +146,12 @@ def read_gpu(config: Config, facts: HostFacts, reader: Reader, *, gpus: Callable
     serving = serving_gpus(facts, plan)
     if len(serving) < 2:
         return snap
-    if read_acs:
-        from hostctl.gpu import acs
+    if read_acs:  # act time reads ACS again, through the facts' own probe
+        from hostctl.facts.acs import probe_acs
 
-        lspci = opts.get("lspci") or acs.read_lspci()
-        snap.lspci = lspci
-        snap.acs = acs_rung(serving, lspci_text=lspci[0], lspci_why=lspci[1],
-                            **{k: v for k, v in opts.items() if k == "pci_root"})
+        snap.acs_facts = probe_acs([g.pci_bus_id for g in serving], lspci=opts.get("lspci"),
+                                   **{k: v for k, v in opts.items() if k == "pci_root"})
+        snap.acs = acs_rung(snap.acs_facts, serving)
     driver = driver_rung(facts, serving)
     stored = facts.state.p2p
     fresh = verdict_applies(stored, facts, [g.uuid for g in serving]) and stored.verdict != "not_applicable"
@@ -208,7 +185,7 @@ def decide(config: Config, snap: GpuSnapshot, *, hostctl_bin: str | None = None,
     if wanted and facts.gpus.available:
         validate_power(plan.power.gpus)  # bad input changes nothing, the unit included
     if wanted:
-        _unit(d, config, plan, snap, hostctl_bin or default_hostctl_bin())
+        _unit(d, config, plan, snap, paths.hostctl_for_units(hostctl_bin))
     else:
         d.add(Skipped("gpu/power-unit", "the profile sets no power limits: no boot unit needed"))
 
@@ -246,6 +223,10 @@ def _unit(d: Decision, config: Config, plan: Plan, snap: GpuSnapshot, hostctl_bi
                      diff=file_edit.diff(UNIT_PATH, current, text), changes=UNIT_PATH, why=why))
     else:
         d.add(Settled("gpu/power-unit", f"{UNIT_PATH} is current"))
+    if snap.files.present.get(hostctl_bin) is False:
+        d.add(Note("gpu/power-unit", f"the unit calls {hostctl_bin}, which does not exist, so it would fail at boot: "
+                   f"link the installed hostctl there, e.g. `ln -s \"$(command -v hostctl)\" {hostctl_bin}` "
+                   "(`provision --only system` refuses until it exists)", severity="warn"))
     installed = snap.files.files.get(INSTALLED_PROFILE)
     if installed is None or (snap.source_profile is not None and installed != snap.source_profile):
         what = "does not exist" if installed is None else f"differs from {config.source}"
@@ -404,13 +385,14 @@ def _p2p(d: Decision, facts: HostFacts, plan: Plan, snap: GpuSnapshot, opts: dic
 
     env = configured_env(facts, serving)
     timeout = opts.get("timeout_s", DEFAULT_TIMEOUT_S)
-    run_opts = {k: v for k, v in opts.items() if k != "lspci"}
+    run_opts = {k: v for k, v in opts.items() if k not in ("lspci", "pci_root")}
     if snap.torch is not None:
         run_opts["torch_python"] = snap.torch
 
     def _measure() -> None:
-        ladder = run_ladder(facts, serving, measure=True, recheck=True, lspci=snap.lspci or (None, "read before"),
-                            **run_opts)
+        read = facts.model_copy(update={"acs": snap.acs_facts}) if snap.acs_facts is not None else facts
+        ladder = run_ladder(read, serving, measure=True, recheck=True,
+                            **({} if snap.acs_facts is not None else {"lspci": (None, "not read this round")}), **run_opts)
         if ladder.verdict is None:
             rung = ladder.rung("functional")
             raise FailedError(f"gpu/p2p/functional: {rung.summary if rung else 'no verdict'}",

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
+from hostctl import paths
 from hostctl.config import Config
 from hostctl.errors import FailedError, HostctlError
 from hostctl.facts.model import GpuFacts, HostFacts
@@ -98,10 +99,8 @@ class SystemPart:
     record = True
 
     def __init__(self, config: Config, *, facts: Callable[[], HostFacts], hostctl_bin: str | None = None):
-        from hostctl.service.render import INSTALLED_HOSTCTL
-
         self.config, self.facts = config, facts
-        self.hostctl_bin = hostctl_bin or INSTALLED_HOSTCTL
+        self.hostctl_bin = paths.hostctl_for_units(hostctl_bin)
         self.plan = None
         self.plan_facts: HostFacts | None = None
         self.projected: str | None = None
@@ -155,10 +154,7 @@ class GpuPart:
         self.adapter = adapter or NvmlAdapter()
         self.gpus = gpus
         self.boot, self.record = boot, not boot  # a boot run applies only the limits: not the whole part
-        from hostctl.provision.gpu import default_hostctl_bin
-
-        # the unit calls the hostctl running now (the console script), as it was installed
-        self.hostctl_bin, self.p2p_options = hostctl_bin or default_hostctl_bin(), p2p_options or {}
+        self.hostctl_bin, self.p2p_options = paths.hostctl_for_units(hostctl_bin), p2p_options or {}
         self.driver_wait_s, self.version_file = driver_wait_s, version_file
         self.base: HostFacts | None = None
         self.driver: str | None = None

@@ -1,4 +1,5 @@
-"""The lifecycle lock: one `up` or `down` at a time on a host (state_dir()/lock, flock).
+"""hostctl's one lock helper: one `up` or `down` at a time on a host (state_dir()/lock, flock), and
+the same for provision (state_dir()/provision.lock), tune and a model pull (their own files).
 
 A second command does not wait: it fails at once and names the holder, because an `up` can
 legitimately run for the whole load timeout and a queued `down` that fires afterwards would
@@ -22,9 +23,10 @@ LOCK_FILE = "lock"
 
 
 class LifecycleLock:
-    def __init__(self, operation: str, path: Path | None = None):
+    def __init__(self, operation: str, path: Path | None = None, *, fix: str | None = None):
         self.operation = operation
         self.path = path or paths.state_dir() / LOCK_FILE
+        self.fix = fix or "wait for it to finish (an `up` ends by its load timeout at the latest), then run this again"
         self._fd: int | None = None
 
     def __enter__(self) -> "LifecycleLock":
@@ -39,7 +41,7 @@ class LifecycleLock:
                 f"another hostctl {holder.get('operation', 'up/down')} is running on this host "
                 f"(pid {holder.get('pid', '?')}, since {holder.get('since', '?')}); not starting `{self.operation}`",
                 details=[f"lock: {self.path}"],
-                fix="wait for it to finish (an `up` ends by its load timeout at the latest), then run this again",
+                fix=self.fix,
             ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps({"operation": self.operation, "pid": os.getpid(),

@@ -9,14 +9,13 @@ manifest's size, the pinned revision.
 
 from __future__ import annotations
 
-import errno
 import os
-import socket
 from dataclasses import dataclass, field
 
 from hostctl.config import Config
-from hostctl.facts.model import HostFacts
+from hostctl.facts.model import HostFacts, PortFacts
 from hostctl.facts.mounts import probe_path, read_mountinfo
+from hostctl.facts.ports import probe_port
 from hostctl.plan.model import Plan
 from hostctl.plan.storage import NOT_A_REAL_FS
 from hostctl.units import GIB, fmt_gib
@@ -42,33 +41,14 @@ def endpoint(plan: Plan) -> str:
     return f"http://{'[' + host + ']' if ':' in host else host}:{port}"
 
 
-def port_owner(host: str, port: int) -> str | None:
-    """None when the port can be bound; otherwise who holds it, as well as can be told."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    bind_host = "0.0.0.0" if host in ("0.0.0.0",) else host
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        # SO_REUSEADDR: a port in TIME_WAIT after the last run is free; a listener is not.
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((bind_host, port))
-            return None
-        except OSError as exc:
-            if exc.errno != errno.EADDRINUSE:
-                return f"cannot bind {host}:{port}: {exc.strerror}"
-    try:
-        import psutil
-
-        for conn in psutil.net_connections(kind="tcp"):
-            if conn.laddr and conn.laddr.port == port and conn.status == psutil.CONN_LISTEN:
-                if conn.pid:
-                    try:
-                        p = psutil.Process(conn.pid)
-                        return f"pid {conn.pid} ({p.name()}: {' '.join(p.cmdline())[:100]})"
-                    except psutil.Error:
-                        return f"pid {conn.pid}"
-    except Exception:
-        pass
-    return "another process"
+def port_owner(pf: PortFacts) -> str | None:
+    """None when nothing listens on the port; otherwise who does, as well as the facts tell."""
+    if not pf.listening:
+        return None
+    if pf.pid is None:
+        return f"a process not visible here ({pf.reason or 'run as root to see whose'})"
+    who = f"pid {pf.pid}" + (f" ({pf.process})" if pf.process else "")
+    return who + (f" in container {pf.container_id[:12]}" if pf.container_id else "")
 
 
 def check_engine(facts: HostFacts) -> list[Failure]:
@@ -182,8 +162,10 @@ def check_model(config: Config, say=None) -> list[Failure]:
 
 
 def check_port(plan: Plan) -> list[Failure]:
+    """Re-read, at start time, with the same probe as the facts (hostctl/facts/ports.py): a
+    listener on the runtime's bind address (or on the wildcard) takes the port."""
     host, port = api_address(plan)
-    owner = port_owner(host, port)
+    owner = port_owner(probe_port(plan.runtime.api_host, port))
     if owner is None:
         return []
     return [Failure("port-taken", f"the API port {host}:{port} is already taken by {owner}",

@@ -28,7 +28,7 @@ from hostctl import __version__, paths, safetext
 from hostctl.errors import FailedError, InputError
 from hostctl.plan.model import Plan
 
-INSTALLED_HOSTCTL = "/usr/local/bin/hostctl"
+INSTALLED_HOSTCTL = paths.INSTALLED_HOSTCTL
 INSTALLED_PROFILE = "/etc/hostctl/hostctl.toml"
 FILES = {
     "compose.yaml": "compose.yaml.j2",

@@ -316,9 +316,9 @@ def _power_unit(ctx: Ctx) -> Result:
     if ctx.target.stat_real(binary) is None:
         return bad(f"the unit calls {binary}, which does not exist", "an installed hostctl",
                    "re-run `hostctl provision --only gpu` with the installed hostctl")
-    from hostctl.facts.sysfiles import systemctl_argv
+    from hostctl.facts.sysfiles import systemctl_argv, systemd_running
 
-    if ctx.target.sysroot in ("", "/") and ctx.target.real_is_dir("/run/systemd/system"):
+    if systemd_running(ctx.target):
         rc, out = ctx.target.run(systemctl_argv("/", "is-enabled", UNIT_NAME))
         enabled = out.strip() == "enabled"
     else:

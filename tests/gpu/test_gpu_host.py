@@ -14,7 +14,7 @@ from hostctl import examples, runner
 from hostctl.config import Config
 from hostctl.errors import InputError
 from hostctl.facts.gpu import NvmlAdapter, probe_gpus
-from hostctl.gpu.health import copy_bandwidth_check, driver_checks, measure_copy_bandwidth, pcie_link_check
+from hostctl.gpu.health import measure_copy_bandwidth
 from hostctl.gpu.p2p import run_ladder
 from hostctl.plan import build_plan
 from hostctl.provision import parts
@@ -94,14 +94,22 @@ def test_p2p_ladder_with_the_gpus_here(host, tmp_path):
         assert ladder.verdict is not None and ladder.verdict.verdict in ("ok", "hang", "wrong_data", "failed")
 
 
+def _doctor(facts, check_id: str, level: str = "quick"):
+    from hostctl.doctor.checks import all_checks
+    from hostctl.doctor.registry import Context, run_checks
+
+    ctx = Context(facts=facts, level=level, facts_source="live")
+    return run_checks(ctx, [c for c in all_checks() if c.id == check_id])[0].result
+
+
 def test_link_and_driver_health(host):
     _, facts = host
-    checks = {c.id: c for c in driver_checks(facts.gpus)}
-    assert checks["driver.version"].status == "ok"
-    assert checks["driver.kernel_module"].status in ("ok", "fail")
-    assert checks["driver.persistence"].status in ("ok", "warn")
-    for gpu in facts.gpus.devices:
-        assert pcie_link_check(gpu).status in ("ok", "warn", "unknown")
+    assert _doctor(facts, "gpu.driver").status == "pass"
+    module = _doctor(facts, "gpu.kernel_module")
+    assert module.status in ("pass", "warn"), module.summary  # an H200 (Hopper) runs either module
+    assert _doctor(facts, "gpu.persistence").status in ("pass", "warn")
+    link = _doctor(facts, "gpu.pcie.link")
+    assert link.status == "pass", link.summary  # the test machine's links run at full width
 
 
 def test_pinned_copy_bandwidth_against_the_link(host, capsys):
@@ -109,14 +117,13 @@ def test_pinned_copy_bandwidth_against_the_link(host, capsys):
     gpu = facts.gpus.devices[0]
     bw = measure_copy_bandwidth(gpu, mib=256, iters=10)
     assert bw.error is None, bw.error
-    check = copy_bandwidth_check(gpu, bw)
-    link = pcie_link_check(gpu, under_load=bw.link_under_load)
-    with capsys.disabled():
-        print(f"\n  {check.summary}\n  {link.summary}")
     assert bw.h2d_gbps > 0 and bw.d2h_gbps > 0
-    # a working link moves pinned data at a good share of its rate; far below means a real fault
-    assert check.values["h2d_fraction"] > 0.25 and check.values["d2h_fraction"] > 0.25, check.summary
-    assert link.status in ("ok", "warn")  # judged under load, never "unknown"
+    r = _doctor(facts.model_copy(update={"gpus": facts.gpus.model_copy(update={"devices": [gpu]})}),
+                "gpu.pcie.bandwidth", level="full")
+    with capsys.disabled():
+        print(f"\n  {r.status}: {r.summary}\n  {r.evidence.observed if r.evidence else ''}")
+    # the H200 measured 88% of its link (benchmarks/results/gpu_link-h200.txt): a healthy link passes
+    assert r.status == "pass", r.summary
 
 
 def test_the_nccl_child_runs_on_one_gpu(host):

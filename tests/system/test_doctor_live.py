@@ -22,7 +22,8 @@ import pytest
 
 from conftest import IN_CI
 from hostctl import paths, runner
-from hostctl.doctor.registry import Context, all_checks, run_checks
+from hostctl.doctor.checks import all_checks
+from hostctl.doctor.registry import Context, run_checks
 from hostctl.facts import collect
 
 pytestmark = pytest.mark.system

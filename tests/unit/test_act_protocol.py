@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from dataclasses import dataclass, field
 
 import pytest
@@ -158,7 +159,8 @@ def test_a_refusal_stops_before_anything_runs():
 def test_one_lock_for_the_whole_run():
     with provision_lock():
         report, _, _, _ = run([Counter("a", 1, {})])
-    assert isinstance(report.error, FailedError) and "another `hostctl provision` is running" in report.error.message
+    assert isinstance(report.error, FailedError) and "another hostctl provision is running" in report.error.message
+    assert f"pid {os.getpid()}" in report.error.message  # the holder is named
 
 
 def test_later_parts_see_what_earlier_ones_decided_in_a_dry_run():

@@ -12,7 +12,8 @@ import snapshots
 from hostctl import examples
 from hostctl.config import Config
 from hostctl.doctor import functional
-from hostctl.doctor.registry import Check, Context, Result, all_checks, run_checks
+from hostctl.doctor.checks import all_checks
+from hostctl.doctor.registry import Check, Context, Result, run_checks
 from hostctl.facts import load_snapshot
 from hostctl.facts.model import (
     ContainerFacts,
@@ -55,7 +56,7 @@ def result(check_id: str, facts: HostFacts, config: Config | None = None, level:
 def statuses(facts: HostFacts, config: Config | None = None, level: str = "quick") -> dict[str, str]:
     plan = build_plan(config, facts) if config is not None else None
     ctx = Context(facts=facts, config=config, plan=plan, level=level, facts_source="snapshot")
-    return {o.check.id: o.result.status for o in run_checks(ctx)}
+    return {o.check.id: o.result.status for o in run_checks(ctx, all_checks())}
 
 
 def with_profile(config: Config, **changes) -> Config:
@@ -104,7 +105,7 @@ def test_every_check_answers_on_every_snapshot(name, with_config):
     config = config if with_config else None
     plan = build_plan(config, facts) if config else None
     ctx = Context(facts=facts, config=config, plan=plan, facts_source="snapshot")
-    for o in run_checks(ctx):
+    for o in run_checks(ctx, all_checks()):
         r = o.result
         assert "the check itself broke" not in r.summary, (o.check.id, r.summary)
         assert r.summary, o.check.id
@@ -116,7 +117,7 @@ def test_every_check_answers_on_every_snapshot(name, with_config):
 
 
 def test_a_broken_check_is_reported_not_raised():
-    boom = Check("test.boom", "raises", "system", "quick", lambda ctx: 1 / 0)
+    boom = Check("test.boom", "raises", "quick", lambda ctx: 1 / 0, area="system")
     _, facts = desktop()
     (outcome,) = run_checks(Context(facts=facts), [boom])
     assert outcome.result.status == "fail" and "ZeroDivisionError" in outcome.result.summary
@@ -284,8 +285,8 @@ def test_full_level_p2p_and_bandwidth_judge_what_was_measured_now(monkeypatch):
     hang = P2PVerdict(verdict="hang", measured_at="now", driver_version=facts.gpus.driver_version,
                       kernel_cmdline=facts.kernel.cmdline)
     monkeypatch.setattr(functional, "measure_p2p", lambda f, p: (hang, ""))
-    monkeypatch.setattr(functional, "measure_bandwidth", lambda f: ([functional.Bandwidth(0, 50.0, 49.0, 63.0),
-                                                                     functional.Bandwidth(1, 12.0, 11.0, 31.5)], []))
+    monkeypatch.setattr(functional, "measure_bandwidth", lambda f: ([functional.Bandwidth(0, 50.0, 49.0, 63.0, (5, 16)),
+                                                                     functional.Bandwidth(1, 12.0, 11.0, 31.5, (5, 8))], []))
     r = result("nccl.p2p.functional", facts, config, level="full")
     assert r.status == "warn" and "hang" in r.summary and "(full level)" in r.evidence.source
     r = result("gpu.pcie.bandwidth", facts, config, level="full")
@@ -298,8 +299,12 @@ def test_serving_gpus_follow_the_plan():
     from hostctl.plan import build_plan
 
     config, facts = desktop()
-    assert [g.index for g in functional.serving_gpus(facts, build_plan(config, facts))] == [0, 1]
-    assert [g.index for g in functional.serving_gpus(facts, None)] == [0, 1]
+    from hostctl.plan.placement import serving_gpus
+
+    assert [g.index for g in serving_gpus(facts, build_plan(config, facts))] == [0, 1]
+    assert [g.index for g in serving_gpus(facts, None)] == [0, 1]
+    one = with_profile(config, gpu=config.profile.gpu.model_copy(update={"devices": ["1"]}))
+    assert [g.index for g in serving_gpus(facts, build_plan(one, facts))] == [1]
 
 
 def test_numa_placement():

@@ -209,10 +209,15 @@ def test_unit_is_installed_and_enabled_idempotently(tmp_path, sysroot):
     text = unit.read_text()
     assert "ExecStart=/usr/bin/true --config " in text and "provision --only gpu --boot" in text
     assert statuses(first, "gpu/power-unit") == [("gpu/power-unit", "changed"), ("gpu/power-unit/enable", "changed")]
-    before = {p: p.stat().st_mtime_ns for p in sysroot.rglob("*") if p.is_file()}
+    # every file but the lock, which names its holder while a run (a no-op one too) holds it
+    def written():
+        return {p: p.stat().st_mtime_ns for p in sysroot.rglob("*") if p.is_file() and p.name != "provision.lock"}
+
+    before = written()
+    assert {unit, sysroot / "var/lib/hostctl/provisioned.json"} <= set(before)
     again = provision(config, facts, FakeNvml(pro6000x2_phb()), tmp_path=tmp_path)
     assert statuses(again, "gpu/power-unit") == [("gpu/power-unit", "ok"), ("gpu/power-unit/enable", "ok")]
-    assert {p: p.stat().st_mtime_ns for p in sysroot.rglob("*") if p.is_file()} == before  # the record too
+    assert written() == before  # the record too
     assert json.loads((sysroot / "var/lib/hostctl/provisioned.json").read_text())["parts"]["gpu"]["profile"] == \
         config.profile.name
 

@@ -15,7 +15,8 @@ from hostctl.facts.gpu_fake import FakeNvml, pro6000x2_phb, two_socket, write_sy
 from hostctl.facts.model import P2PVerdict
 from hostctl.facts.state import probe_state
 from hostctl.gpu import p2p as p2p_mod
-from hostctl.gpu.acs import bridges_between, judge_acs, parse_lspci, pci_chain
+from hostctl.facts.acs import parse_lspci, pci_chain, probe_acs
+from hostctl.gpu.acs import bridges_between, judge_acs, judge_paths
 from hostctl.gpu.harness import AllReduceRun, FunctionalCheck, GroupRun, TorchPython, decide_verdict, judge_group
 from hostctl.gpu.p2p import configured_env, run_ladder, verdict_applies
 from hostctl.plan import build_plan

@@ -313,3 +313,23 @@ def test_every_part_decides_on_every_awkward_host(snapshot):
         assert all(a.part == "system" and a.why for a in s.actions)
     g = gpu.decide(config, _gpu_snap(config, facts), hostctl_bin="/x")
     assert all(a.part == "gpu" and a.why and a.changes for a in g.actions)
+
+
+def test_power_unit_warns_when_the_hostctl_it_calls_is_missing():
+    """One path for the hostctl in units (paths.hostctl_for_units): the power unit calls it too, and
+    says so when nothing is installed there, as the system part refuses to."""
+    from hostctl.paths import INSTALLED_HOSTCTL, hostctl_for_units
+    from hostctl.provision.actions import Note
+
+    config, facts = examples.load("pro6000x2-desktop")
+    assert hostctl_for_units() == INSTALLED_HOSTCTL and hostctl_for_units("/opt/h") == "/opt/h"
+    snap = _gpu_snap(config, facts)
+
+    def unit_notes(present: bool) -> list[str]:
+        snap.files.present = {INSTALLED_HOSTCTL: present}
+        d = gpu.decide(config, snap, hostctl_bin=hostctl_for_units())
+        return [i.message for i in d.items if isinstance(i, Note) and i.id == "gpu/power-unit"]
+
+    missing = unit_notes(False)
+    assert any(f"calls {INSTALLED_HOSTCTL}, which does not exist" in m for m in missing), missing
+    assert not any("which does not exist, so it would fail" in m for m in unit_notes(True))

@@ -14,7 +14,7 @@ def _needs_engine(ctx: Context):
     return failed if ctx.config is not None else warned
 
 
-@check("docker.engine", "Docker engine reachable", area="docker")
+@check("docker.engine", "Docker engine reachable")
 def engine(ctx: Context) -> Result:
     e = ctx.facts.engine
     if e.available:
@@ -36,7 +36,7 @@ def _no_gpu_container(ctx: Context, why_not: str) -> Result | None:
     return None
 
 
-@check("docker.runtime.nvidia", "the engine has the nvidia runtime", area="docker")
+@check("docker.runtime.nvidia", "the engine has the nvidia runtime")
 def nvidia_runtime(ctx: Context) -> Result:
     e = ctx.facts.engine
     if (skip := _no_gpu_container(ctx, "so containers need no nvidia runtime")) is not None:
@@ -50,7 +50,7 @@ def nvidia_runtime(ctx: Context) -> Result:
                 "`systemctl restart docker`", observed=observed, expected="nvidia among the runtimes", source=ENGINE)
 
 
-@check("docker.cgroup_driver", "the engine's cgroup driver and the daemon-reload risk", area="docker")
+@check("docker.cgroup_driver", "the engine's cgroup driver and the daemon-reload risk")
 def cgroup_driver(ctx: Context) -> Result:
     """Under the systemd cgroup driver a `systemctl daemon-reload` can take a running GPU
     container's devices away ("Failed to initialize NVML: Unknown Error" inside it;
@@ -74,7 +74,7 @@ def cgroup_driver(ctx: Context) -> Result:
     return skipped(f"the engine reports no cgroup driver ({observed})", source=ENGINE)
 
 
-@check("docker.compose", "Compose v2 installed", area="docker")
+@check("docker.compose", "Compose v2 installed")
 def compose(ctx: Context) -> Result:
     e = ctx.facts.engine
     source = "docker compose version --short (the CLI plugin)"
@@ -89,7 +89,7 @@ def compose(ctx: Context) -> Result:
                               expected="Compose v2", source=source)
 
 
-@check("docker.api_port", "API port free or held by our runtime", area="docker")
+@check("docker.api_port", "API port free or held by our runtime")
 def api_port(ctx: Context) -> Result:
     if ctx.plan is None:
         return ctx.no_profile("the API address is unknown")
@@ -119,3 +119,6 @@ def api_port(ctx: Context) -> Result:
     return failed(f"{address} is taken by {holder}" + (f" in container {pf.container_id[:12]}" if pf.container_id else ""),
                   fix="stop that process, or move the API: runtime.api_port in the profile", observed=observed,
                   expected="free, or held by hostctl's runtime", source=source)
+
+
+CHECKS = (engine, nvidia_runtime, cgroup_driver, compose, api_port)

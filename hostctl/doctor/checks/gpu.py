@@ -10,14 +10,22 @@ import re
 from hostctl.doctor import functional
 from hostctl.doctor.registry import Context, Result, check, failed, passed, skipped, warned
 from hostctl.facts.model import Gpu, P2PVerdict
+from hostctl.gpu.acs import AcsReading, judge_paths
+from hostctl.gpu.health import COPY_FRACTION_WARN
+from hostctl.plan import codes
 from hostctl.plan.nccl import IOMMU_COST, verdict_stale
+from hostctl.plan.placement import VRAM_SLACK, serving_gpus
 from hostctl.units import fmt_gib, format_cpulist
 
 NVML = "NVML"
+COUNT_CODES = (codes.PLACEMENT_NO_GPU, codes.PLACEMENT_UNKNOWN_DEVICE, codes.PLACEMENT_TOO_FEW_GPUS,
+               codes.PLACEMENT_MAPPED_MULTI_GPU)
+NUMA_CODES = (codes.NUMA_UNKNOWN, codes.NUMA_SPLIT_MAPPED, codes.NUMA_NOT_LISTED)
+POWER_CODES = (codes.POWER_NO_GPU, codes.POWER_OUT_OF_RANGE)
+LADDER_CODES = (codes.NCCL_P2P_REFUSED_IOMMU, codes.NCCL_IN_VM)
+FUNCTIONAL_CODES = (codes.NCCL_P2P_UNVERIFIED, codes.NCCL_P2P_FAILED)
 # GPUs the proprietary kernel module does not drive: Blackwell needs the open module.
 NEEDS_OPEN_MODULE = re.compile(r"Blackwell|\bG?B[123]00\b|RTX PRO [2-6]\d{3}\b|RTX 50[5-9]0")
-# A recipe's "GB" is the vendor's decimal figure; NVML's total sits a little below it.
-VRAM_SLACK = 0.93
 
 
 def _no_gpu(ctx: Context) -> Result | None:
@@ -34,14 +42,10 @@ def _no_gpu(ctx: Context) -> Result | None:
 
 def _gpus(ctx: Context) -> list[Gpu]:
     """The GPUs that matter: the serving ones with a plan, else every GPU on the host."""
-    devices = ctx.facts.gpus.devices
-    if ctx.plan is not None and ctx.plan.placement.gpus:
-        chosen = {g.index for g in ctx.plan.placement.gpus}
-        return [g for g in devices if g.index in chosen]
-    return list(devices)
+    return serving_gpus(ctx.facts, ctx.plan if ctx.plan is not None and ctx.plan.placement.gpus else None)
 
 
-@check("gpu.driver", "NVIDIA driver loaded", area="gpu")
+@check("gpu.driver", "NVIDIA driver loaded")
 def driver(ctx: Context) -> Result:
     g = ctx.facts.gpus
     if g.driver_version:
@@ -50,7 +54,7 @@ def driver(ctx: Context) -> Result:
     return _no_gpu(ctx) or skipped("NVML did not report a driver version", source=NVML)
 
 
-@check("gpu.kernel_module", "open NVIDIA kernel module", area="gpu")
+@check("gpu.kernel_module", "open NVIDIA kernel module")
 def kernel_module(ctx: Context) -> Result:
     g = ctx.facts.gpus
     if not g.driver_version:
@@ -69,7 +73,7 @@ def kernel_module(ctx: Context) -> Result:
                   observed="proprietary", expected="open", source=source)
 
 
-@check("gpu.count", "GPUs visible vs the recipe", area="gpu")
+@check("gpu.count", "GPUs visible vs the recipe", codes=COUNT_CODES)
 def count(ctx: Context) -> Result:
     g = ctx.facts.gpus
     visible = len(g.devices)
@@ -84,7 +88,7 @@ def count(ctx: Context) -> Result:
         return skipped(f"the recipe {recipe.id} runs on the CPU" + (f" ({visible} GPU(s) visible)" if visible else ""))
     placement = ctx.plan.placement
     expected = f"{want} GPU(s)" + (f" with {recipe.requires.vram_gb:g} GB each" if recipe.requires.vram_gb else "")
-    mine = [p for p in placement.problems if "NUMA" not in p.message]  # NUMA problems belong to numa.placement
+    mine = ctx.problems(COUNT_CODES)
     if mine:
         return failed("; ".join(p.message for p in mine), fix=mine[0].fix or "choose a recipe for this host",
                       observed=f"{visible} visible: {names or 'none'}", expected=expected, source=NVML)
@@ -98,7 +102,7 @@ def count(ctx: Context) -> Result:
                   observed=names, expected=expected, source=NVML)
 
 
-@check("gpu.persistence", "persistence mode on", area="gpu")
+@check("gpu.persistence", "persistence mode on")
 def persistence(ctx: Context) -> Result:
     if (r := _no_gpu(ctx)) is not None:
         return r
@@ -116,9 +120,12 @@ def persistence(ctx: Context) -> Result:
     return passed(f"on for GPU {', '.join(str(g.index) for g in gpus if g.persistence_mode)}", expected="on", source=source)
 
 
-@check("gpu.power.limit", "power limit matches the profile", area="gpu")
+@check("gpu.power.limit", "power limit matches the profile", codes=POWER_CODES)
 def power_limit(ctx: Context) -> Result:
     if (r := _no_gpu(ctx)) is not None:
+        unread = [p for p in ctx.problems(POWER_CODES) if p.code == codes.POWER_NO_GPU]
+        if unread and r.status == "skip":
+            return warned(unread[0].message, fix=unread[0].fix or "load the NVIDIA driver", source=NVML)
         return r
     source = "NVML nvmlDeviceGetPowerManagementLimit / GetEnforcedPowerLimit / GetPowerManagementLimitConstraints"
     current = "; ".join(
@@ -128,7 +135,7 @@ def power_limit(ctx: Context) -> Result:
     if ctx.plan is None:
         return skipped(f"{ctx.no_config_reason}: no power limit to compare ({current})", source=source)
     settings = [s for s in ctx.plan.power.gpus if s.index in {g.index for g in _gpus(ctx)}]
-    invalid = [p for p in ctx.plan.power.problems if p.severity == "error"]
+    invalid = [p for p in ctx.problems(POWER_CODES) if p.code == codes.POWER_OUT_OF_RANGE]
     if invalid:
         return failed(invalid[0].message, fix=invalid[0].fix or "set a limit inside the GPU's range",
                       observed=current, source=source)
@@ -151,7 +158,7 @@ def power_limit(ctx: Context) -> Result:
     return passed(f"as the profile asks: {expected}", observed=current, expected=expected, source=source)
 
 
-@check("gpu.pcie.link", "PCIe link at full width", area="gpu")
+@check("gpu.pcie.link", "PCIe link at full width")
 def pcie_link(ctx: Context) -> Result:
     if (r := _no_gpu(ctx)) is not None:
         return r
@@ -180,7 +187,7 @@ def pcie_link(ctx: Context) -> Result:
     return passed("full width" + note, observed=observed, expected="current width = max width", source=source)
 
 
-@check("gpu.pcie.bandwidth", "pinned host<->device copy bandwidth", area="gpu", level="full")
+@check("gpu.pcie.bandwidth", "pinned host<->device copy bandwidth", level="full")
 def pcie_bandwidth(ctx: Context) -> Result:
     if (r := _no_gpu(ctx)) is not None:
         return r
@@ -188,14 +195,27 @@ def pcie_bandwidth(ctx: Context) -> Result:
     if not results:
         return skipped("copy bandwidth could not be measured: " + "; ".join(errors),
                        source="pinned-memory copies (full level)")
-    low = [b for b in results if min(b.h2d_gbps, b.d2h_gbps) < 0.6 * b.link_gbps]
-    observed = "; ".join(f"GPU {b.index}: H2D {b.h2d_gbps:.1f} GB/s, D2H {b.d2h_gbps:.1f} GB/s of {b.link_gbps:.0f}"
-                         for b in results)
+    source = "pinned-memory copies (full level); NVML link generation/width read while copying"
+    low = [b for b in results if min(b.h2d_gbps, b.d2h_gbps) < COPY_FRACTION_WARN * b.link_gbps]
+    # An idle GPU lowers its link generation (gpu.pcie.link cannot judge it); under load it must run at its maximum.
+    trained_down = [b for b in results if b.link_under_load is not None and b.link_under_load < b.link_max]
+    observed = "; ".join(
+        f"GPU {b.index}: H2D {b.h2d_gbps:.1f} GB/s ({b.h2d_gbps / b.link_gbps:.0%}), D2H {b.d2h_gbps:.1f} GB/s "
+        f"({b.d2h_gbps / b.link_gbps:.0%}) of {b.link_gbps:g}"
+        + (f", link under load gen {b.link_under_load[0]} x{b.link_under_load[1]}" if b.link_under_load else "")
+        for b in results)
+    expected = f">= {COPY_FRACTION_WARN:.0%} of the link's raw rate, at its maximum generation and width under load"
+    if trained_down:
+        return warned("; ".join(f"GPU {b.index} ran gen {b.link_under_load[0]} x{b.link_under_load[1]} under load, of "
+                                f"gen {b.link_max[0]} x{b.link_max[1]}" for b in trained_down),
+                      fix="check the slot's PCIe generation setting in the firmware, risers and retimers; reseat the card",
+                      observed=observed, expected=expected, source=source)
     if low:
-        return warned(f"GPU {', '.join(str(b.index) for b in low)} copies below 60% of its link", observed=observed,
+        return warned(f"GPU {', '.join(str(b.index) for b in low)} copies below {COPY_FRACTION_WARN:.0%} of its link",
+                      observed=observed, expected=expected,
                       fix="check the link (gpu.pcie.link), the slot and whether the GPU hangs off the chipset",
-                      source="pinned-memory copies (full level)")
-    return passed(observed, source="pinned-memory copies (full level)")
+                      source=source)
+    return passed(observed, observed=observed, expected=expected, source=source)
 
 
 # ---------------------------------------------------------------- P2P and NUMA
@@ -232,11 +252,21 @@ def _iommu_translates(ctx: Context) -> bool:
     return i.enabled and (i.default_domain_type or "").lower() != "identity"
 
 
+def _acs(ctx: Context) -> tuple[AcsReading | None, str]:
+    """(the ACS reading over the serving GPUs, or None when the facts carry none; its text)."""
+    acs = ctx.facts.acs
+    if acs is None:
+        return None, "ACS not read (facts from before hostctl read ACS)"
+    reading = judge_paths(acs, _gpus(ctx))
+    return reading, f"ACS {reading.status}: {reading.summary}" + (
+        f" ({'; '.join(e.strip() for e in reading.evidence[:4])})" if reading.evidence else "")
+
+
 def _serving_indices(ctx: Context) -> list[int]:
     return [g.index for g in _gpus(ctx)]
 
 
-@check("nccl.p2p.ladder", "P2P ladder: topology, driver P2P, IOMMU/ACS", area="gpu")
+@check("nccl.p2p.ladder", "P2P ladder: topology, driver P2P, IOMMU/ACS", codes=LADDER_CODES)
 def p2p_ladder(ctx: Context) -> Result:
     if (r := _no_gpu(ctx)) is not None:
         return r
@@ -246,11 +276,13 @@ def p2p_ladder(ctx: Context) -> Result:
                        "no P2P between GPUs, no collectives", source=NVML)
     pairs, refused = _pairs_text(ctx, indices)
     vm = ctx.facts.kernel.virtualization
-    observed = "; ".join(pairs) + f"; {_iommu_text(ctx)}; ACS not read (the facts carry no bridge ACS state)"
+    acs, acs_text = _acs(ctx)
+    observed = "; ".join(pairs) + f"; {_iommu_text(ctx)}; {acs_text}"
     if ctx.plan is not None and ctx.plan.nccl.applies:
         n = ctx.plan.nccl
         observed += f"; plan: NCCL P2P {'on' if n.p2p else 'off'}" + (f" at level {n.p2p_level}" if n.p2p_level else "")
-    source = "NVML nvmlDeviceGetTopologyCommonAncestor / GetP2PStatus; /sys/class/iommu, /sys/kernel/iommu_groups"
+    source = ("NVML nvmlDeviceGetTopologyCommonAncestor / GetP2PStatus; /sys/class/iommu, /sys/kernel/iommu_groups; "
+              "lspci -vvv -D (ACSCtl) and /sys/bus/pci/devices for the bridges between the GPUs")
     vm_note = f" (read inside a VM, {vm}: the hardware may differ)" if vm else ""
     if refused:
         fix = ("the plan keeps NCCL P2P off (NCCL_P2P_DISABLE=1), so collectives go through host memory, slower. "
@@ -265,7 +297,17 @@ def p2p_ladder(ctx: Context) -> Result:
                       "001's GPUs reported P2P like this and deadlocked in NCCL's first collective",
                       fix="validate with `hostctl provision --only gpu` (a functional all-reduce) before enabling P2P; "
                       "if it hangs: " + IOMMU_COST, observed=observed, source=source)
-    return passed(f"driver P2P ok for {len(pairs)} pair(s); {_iommu_text(ctx)}{vm_note}", observed=observed, source=source)
+    if acs is not None and acs.status == "warn" and (verdict is None or verdict.verdict != "ok"):
+        return warned(f"ACS redirects peer requests upstream on {', '.join(acs.redirecting)}{vm_note}: P2P between the "
+                      "GPUs goes through the root complex, untested here by a functional all-reduce",
+                      fix="validate with `hostctl provision --only gpu` (a functional all-reduce) before enabling P2P; "
+                      "the firmware's ACS option changes this", observed=observed, source=source)
+    acs_note = "" if acs is None else {
+        "ok": "; ACS ok: no bridge between them redirects peer requests",
+        "warn": f"; ACS redirects on {', '.join(acs.redirecting)}, and the functional all-reduce passed",
+    }.get(acs.status, "; ACS unknown: " + acs.summary)
+    return passed(f"driver P2P ok for {len(pairs)} pair(s); {_iommu_text(ctx)}{acs_note}{vm_note}", observed=observed,
+                  source=source)
 
 
 def _judge_verdict(ctx: Context, v: P2PVerdict, source: str, fresh: bool) -> Result:
@@ -290,7 +332,7 @@ def _judge_verdict(ctx: Context, v: P2PVerdict, source: str, fresh: bool) -> Res
                   expected="ok", source=source)
 
 
-@check("nccl.p2p.functional", "P2P works in a real all-reduce", area="gpu")
+@check("nccl.p2p.functional", "P2P works in a real all-reduce", codes=FUNCTIONAL_CODES)
 def p2p_functional(ctx: Context) -> Result:
     stored = ctx.facts.state.p2p
     source = "/var/lib/hostctl/p2p.json (stored by `hostctl provision --only gpu`)"
@@ -311,7 +353,7 @@ def p2p_functional(ctx: Context) -> Result:
     return _judge_verdict(ctx, stored, source, fresh=False)
 
 
-@check("numa.placement", "NUMA node known, placement consistent", area="gpu")
+@check("numa.placement", "NUMA node known, placement consistent", codes=NUMA_CODES)
 def numa_placement(ctx: Context) -> Result:
     nodes = {n.id: n for n in ctx.facts.numa.nodes}
     source = "/sys/bus/pci/devices/<bus id>/numa_node, local_cpulist; /sys/devices/system/node"
@@ -332,7 +374,7 @@ def numa_placement(ctx: Context) -> Result:
         return warned("; ".join(inconsistent), fix="the firmware's NUMA tables (SRAT) disagree with the PCI topology: "
                       "update the BIOS; meanwhile pin by hand", observed=observed, source=source)
     if ctx.plan is not None:
-        problems = [p for p in ctx.plan.placement.problems if "NUMA" in p.message or "node" in p.message]
+        problems = ctx.problems(NUMA_CODES)
         if problems:
             p = problems[0]
             make = failed if p.severity == "error" else warned
@@ -358,3 +400,5 @@ def numa_placement(ctx: Context) -> Result:
             return passed(f"NUMA node {decision.value}: {decision.reason}", observed=observed, source=source)
     return passed("every GPU's NUMA node is known", observed=observed, source=source)
 
+
+CHECKS = (driver, kernel_module, count, persistence, power_limit, pcie_link, pcie_bandwidth, p2p_ladder, p2p_functional, numa_placement)

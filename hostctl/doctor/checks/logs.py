@@ -30,7 +30,7 @@ def _when(t: float | None) -> str:
     return f" at {t:.0f} s after boot" if t is not None else ""
 
 
-@check("logs.kernel.oom", "no OOM kills since boot", area="logs")
+@check("logs.kernel.oom", "no OOM kills since boot")
 def kernel_oom(ctx: Context) -> Result:
     k, skip = _kernel_log(ctx)
     if skip is not None:
@@ -54,7 +54,7 @@ def kernel_oom(ctx: Context) -> Result:
                   observed=observed, source=source)
 
 
-@check("logs.kernel.xid", "no GPU Xid errors since boot", area="logs")
+@check("logs.kernel.xid", "no GPU Xid errors since boot")
 def kernel_xid(ctx: Context) -> Result:
     k, skip = _kernel_log(ctx)
     if skip is not None:
@@ -76,7 +76,7 @@ def kernel_xid(ctx: Context) -> Result:
                   observed=observed, source=source)
 
 
-@check("logs.runtime", "the runtime container did not die", area="logs")
+@check("logs.runtime", "the runtime container did not die")
 def runtime(ctx: Context) -> Result:
     e = ctx.facts.engine
     if not e.available:
@@ -117,3 +117,6 @@ def runtime(ctx: Context) -> Result:
                       fix="save its log (`docker logs " + c.name + " > runtime.log`) and run "
                       "`hostctl doctor --log runtime.log`", observed=observed, source=source)
     return passed(f"{c.name} {c.state} (exit code {c.exit_code})", observed=observed, source=source)
+
+
+CHECKS = (kernel_oom, kernel_xid, runtime)

@@ -6,6 +6,7 @@ EngineFacts.daemon and the plan's memory section."""
 from __future__ import annotations
 
 from hostctl.doctor.registry import Context, Result, check, failed, passed, skipped, warned
+from hostctl.plan import codes
 from hostctl.plan.model import Problem
 from hostctl.units import GIB, MIB, fmt_bytes, fmt_gib
 
@@ -20,10 +21,11 @@ def _size(n: int) -> str:
     return "0 GiB" if n == 0 else fmt_gib(n) if n >= GIB else fmt_bytes(n)
 
 
-def _about_container(p: Problem) -> bool:
-    # The memory planner's problems are of two kinds: the container's own caps (they name the
-    # container) and the host's RAM/RAM+swap against the recipe.
-    return "container" in p.message
+# The memory planner's problems are of two kinds: the host's RAM/RAM+swap against the recipe,
+# and the container's own caps.
+HOST_CODES = (codes.MEMORY_HOST_RAM_SHORT, codes.MEMORY_HOST_CONVERSION_SHORT)
+CONTAINER_CODES = (codes.MEMORY_CONTAINER_RAM_LOW, codes.MEMORY_CONTAINER_RAM_OVER_RESERVE, codes.MEMORY_CONTAINER_NO_ROOM,
+                   codes.MEMORY_CONTAINER_SWAP_BELOW_RAM, codes.MEMORY_CONTAINER_SWAP_OVER_HOST)
 
 
 def _from_problems(problems: list[Problem], observed: str, expected: str | None, source: str) -> Result | None:
@@ -34,7 +36,7 @@ def _from_problems(problems: list[Problem], observed: str, expected: str | None,
     return make(worst.message, fix=worst.fix or "see `hostctl plan`", observed=observed, expected=expected, source=source)
 
 
-@check("memory.ram_swap", "host RAM+swap covers the recipe", area="memory")
+@check("memory.ram_swap", "host RAM+swap covers the recipe", codes=HOST_CODES)
 def ram_swap(ctx: Context) -> Result:
     m = ctx.facts.memory
     observed = f"RAM {fmt_gib(m.mem_total_bytes)} + swap {_size(m.swap_total_bytes)} = {fmt_gib(m.ram_plus_swap)}"
@@ -43,7 +45,7 @@ def ram_swap(ctx: Context) -> Result:
     mp = ctx.plan.memory
     need = mp.conversion_need_bytes
     expected = f">= {fmt_gib(need)} for the first conversion" if need else None
-    r = _from_problems([p for p in mp.problems if not _about_container(p)], observed, expected, MEMINFO)
+    r = _from_problems(ctx.problems(HOST_CODES), observed, expected, MEMINFO)
     if r is not None:
         return r
     if mp.conversion_verdict == "ok":
@@ -51,7 +53,7 @@ def ram_swap(ctx: Context) -> Result:
     return passed(f"{observed}; the recipe declares no conversion need", observed, expected, MEMINFO)
 
 
-@check("memory.swap", "swap active, equal priorities", area="memory")
+@check("memory.swap", "swap active, equal priorities")
 def swap(ctx: Context) -> Result:
     m = ctx.facts.memory
     source = "/proc/swaps"
@@ -87,7 +89,7 @@ def swap(ctx: Context) -> Result:
     return passed(f"{total} of swap: {what}", observed, expected, source)
 
 
-@check("memory.swappiness", "swap sysctls for the phase", area="memory")
+@check("memory.swappiness", "swap sysctls for the phase")
 def swappiness(ctx: Context) -> Result:
     m = ctx.facts.memory
     source = "/proc/sys/vm/swappiness, /proc/sys/vm/page-cluster"
@@ -114,7 +116,7 @@ def swappiness(ctx: Context) -> Result:
     return passed(f"{observed}, as the {profile.phase} phase wants", observed, expected, source)
 
 
-@check("memory.memlock", "memlock for GPU containers", area="memory")
+@check("memory.memlock", "memlock for GPU containers")
 def memlock(ctx: Context) -> Result:
     e, m = ctx.facts.engine, ctx.facts.memory
     own = "unlimited" if m.memlock_limit_bytes is None else fmt_bytes(m.memlock_limit_bytes)
@@ -146,7 +148,7 @@ def memlock(ctx: Context) -> Result:
                 "also needs CAP_SYS_RESOURCE)", observed=observed, expected=expected, source=source)
 
 
-@check("memory.container_caps", "container caps leave the host reserve", area="memory")
+@check("memory.container_caps", "container caps leave the host reserve", codes=CONTAINER_CODES)
 def container_caps(ctx: Context) -> Result:
     if ctx.plan is None:
         return ctx.no_profile("no container caps to check")
@@ -159,7 +161,7 @@ def container_caps(ctx: Context) -> Result:
         observed = (f"RAM cap {fmt_gib(mp.limit_bytes)}, reservation {fmt_gib(mp.reservation_bytes or mp.limit_bytes)}, "
                     f"RAM+swap cap {fmt_gib(mp.ram_swap_bytes or mp.limit_bytes)}; host RAM {fmt_gib(m.mem_total_bytes)}, "
                     f"swap {fmt_gib(m.swap_total_bytes)}")
-    r = _from_problems([p for p in mp.problems if _about_container(p)], observed, expected, source)
+    r = _from_problems(ctx.problems(CONTAINER_CODES), observed, expected, source)
     if r is not None:
         return r
     if mp.limit_bytes is None:
@@ -170,7 +172,7 @@ def container_caps(ctx: Context) -> Result:
                   observed, expected, source)
 
 
-@check("memory.shm.size", "/dev/shm size for host IPC", area="memory")
+@check("memory.shm.size", "/dev/shm size for host IPC")
 def shm_size(ctx: Context) -> Result:
     shm = ctx.facts.shm
     total = shm.total_bytes if shm is not None and shm.available else ctx.facts.memory.shm_total_bytes
@@ -193,7 +195,7 @@ def shm_size(ctx: Context) -> Result:
     return passed(observed, observed, expected, source)
 
 
-@check("memory.shm.stale", "no stale runtime segments in /dev/shm", area="memory")
+@check("memory.shm.stale", "no stale runtime segments in /dev/shm")
 def shm_stale(ctx: Context) -> Result:
     shm = ctx.facts.shm
     if shm is None:
@@ -220,3 +222,6 @@ def shm_stale(ctx: Context) -> Result:
                       observed=", ".join(s.name for s in unknown), source=source)
     return passed(f"no stale runtime segments ({len(in_use)} in use)" if in_use else "no runtime segments",
                   source=source)
+
+
+CHECKS = (ram_swap, swap, swappiness, memlock, container_caps, shm_size, shm_stale)

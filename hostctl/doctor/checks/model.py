@@ -9,7 +9,7 @@ from hostctl.doctor.registry import Context, Result, check, failed, passed, skip
 from hostctl.errors import InputError
 
 
-@check("model.checkpoint", "the checkpoint is present, pinned and verified", area="model")
+@check("model.checkpoint", "the checkpoint is present, pinned and verified")
 def checkpoint(ctx: Context) -> Result:
     from hostctl.model.manifest import MANIFEST_NAME
     from hostctl.model.resolve import load_ref
@@ -50,3 +50,6 @@ def checkpoint(ctx: Context) -> Result:
                       fix="hostctl model verify", observed=observed, expected=expected, source=source)
     return passed(f"{m.repo}@{m.revision[:12]}, {len(v.files)} files; last full verify {m.verified_full_at}",
                   observed, expected, source)
+
+
+CHECKS = (checkpoint,)

@@ -13,7 +13,7 @@ SOURCE = "/var/lib/hostctl/qualify.json (stored by `hostctl bench --suite qualif
 RUN_QUALIFY = "with the service up (`hostctl up`), run `hostctl bench --suite qualify`"
 
 
-@check("service.qualified", "the served context is proven (qualify verdict)", area="service")
+@check("service.qualified", "the served context is proven (qualify verdict)")
 def qualified(ctx: Context) -> Result:
     if ctx.config is None or ctx.plan is None:
         return ctx.no_profile("the qualify verdict is judged against this profile's plan")
@@ -55,3 +55,6 @@ def qualified(ctx: Context) -> Result:
                       observed=observed + (f"; result {verdict.result}" if verdict.result else ""), source=SOURCE)
     return passed(f"qualified at {verdict.context or context:,} tokens on this service: {rungs}", observed=observed,
                   source=SOURCE)
+
+
+CHECKS = (qualified,)

@@ -5,8 +5,10 @@ section, whose problems already judge the directories, and the facts' mounts and
 
 from __future__ import annotations
 
-from hostctl.doctor.registry import Context, Result, check, failed, passed, skipped, warned
+from hostctl.doctor.registry import Check, Context, Result, check, failed, passed, skipped, warned
+from hostctl.plan import codes
 from hostctl.plan.model import Problem
+from hostctl.storage_roles import CONVERSION_ROLES, ROLES
 from hostctl.units import GIB, fmt_gib
 
 PROVISION = "hostctl provision --only storage"
@@ -21,7 +23,7 @@ def _result(problems: list[Problem], observed: str, expected: str | None, source
                 expected=expected, source=source)
 
 
-@check("storage.mounts", "the mounts the plan needs are present", area="storage")
+@check("storage.mounts", "the mounts the plan needs are present")
 def mounts(ctx: Context) -> Result:
     if ctx.plan is None:
         return ctx.no_profile("no mounts to check")
@@ -42,16 +44,22 @@ def mounts(ctx: Context) -> Result:
     return passed(observed, observed, "mounted: " + ", ".join(required), source)
 
 
-def _role_check(role: str):
+def _role_codes(role: str) -> tuple[str, ...]:
+    return tuple(codes.role_code(role, kind) for kind in codes.ROLE_PROBLEMS)
+
+
+def _role_check(role: str) -> Check:
     label = role.replace("_", " ")
+    mine_codes = _role_codes(role)
+    unnamed_code = codes.role_code(role, "unnamed")
 
     def run(ctx: Context) -> Result:
         if ctx.plan is None:
             return ctx.no_profile(f"no {label} to check")
         target = ctx.plan.storage.role(role)
+        mine = ctx.problems(mine_codes)
         if target is None:
-            # The storage plan's problem for a needed role with no target names the field to set.
-            unnamed = [p for p in ctx.plan.storage.problems if p.fix and f"set storage.{role} " in p.fix]
+            unnamed = [p for p in mine if p.code == unnamed_code]
             if unnamed:
                 return failed(unnamed[0].message, fix=unnamed[0].fix or PROVISION, observed="no directory planned",
                               source=ctx.config.source)
@@ -60,7 +68,7 @@ def _role_check(role: str):
         source = f"stat/statvfs {target.host_path}; /proc/self/mountinfo"
         if pf is None:
             return skipped(f"{target.host_path} was not probed (the facts describe no such directory)")
-        need = ctx.config.recipe.conversion.cache_free_gib * GIB if role in ("planes_cache", "expert_store") else 0
+        need = ctx.config.recipe.conversion.cache_free_gib * GIB if role in CONVERSION_ROLES else 0
         expected = (f"a directory on {'drive ' + target.drive + ' at ' + target.mount if target.drive else 'a real filesystem'}"
                     + (f", >= {fmt_gib(need)} free while converting" if need else ""))
         if not pf.exists:
@@ -69,8 +77,6 @@ def _role_check(role: str):
             free = f", {fmt_gib(pf.free_bytes)} free of {fmt_gib(pf.total_bytes)}" if pf.free_bytes is not None else ""
             observed = (f"{target.host_path} on {pf.fs_type or 'unknown fs'} ({pf.mount_source or '?'} at "
                         f"{pf.mount_target or '?'}){free}")
-        # the storage planner's problems about a role start with the role's name (plan/storage.py _check_path)
-        mine = [p for p in ctx.plan.storage.problems if p.message.startswith(label + " ") or target.host_path in p.message]
         r = _result(mine, observed, expected, source)
         if r is not None:
             return r
@@ -80,15 +86,14 @@ def _role_check(role: str):
         return passed(observed + note, observed, expected, source)
 
     run.__name__ = f"dir_{role}"
-    return run
+    return check(f"storage.dir.{role}", f"{label} directory on a real filesystem with room", codes=mine_codes)(run)
 
 
-for _role in ("planes_cache", "expert_store", "compile_cache"):
-    check(f"storage.dir.{_role}", f"{_role.replace('_', ' ')} directory on a real filesystem with room",
-          area="storage")(_role_check(_role))
+ROLE_CHECKS = tuple(_role_check(role) for role in ROLES)
+RANK_CODES = (codes.RANK_STALE_COPY, codes.RANK_NOT_SPLIT)
 
 
-@check("storage.rank_stores", "rank stores on distinct filesystems, copies matching", area="storage")
+@check("storage.rank_stores", "rank stores on distinct filesystems, copies matching", codes=RANK_CODES)
 def rank_stores(ctx: Context) -> Result:
     if ctx.plan is None:
         return ctx.no_profile("no rank stores to check")
@@ -105,7 +110,7 @@ def rank_stores(ctx: Context) -> Result:
     observed = "; ".join(f"rank {rs.rank}: {rs.status} -> reads {reads[rs.rank][0]} ({reads[rs.rank][1] or '?'})"
                          for rs in stores)
     expected = "each rank reads its own filesystem; copies the same size as the shared store's files"
-    problems = [p for p in ctx.plan.storage.problems if "rank" in p.message]
+    problems = ctx.problems(RANK_CODES)
     r = _result(problems, observed, expected, source)
     if r is not None:
         return r
@@ -120,3 +125,6 @@ def rank_stores(ctx: Context) -> Result:
     if any(fs is None for _, fs in reads.values()):
         return skipped("where some rank store lives is unknown (not probed)", source=source)
     return passed(f"{len(stores)} rank(s) on {len(by_fs)} filesystem(s)", observed, expected, source)
+
+
+CHECKS = (mounts, *ROLE_CHECKS, rank_stores)

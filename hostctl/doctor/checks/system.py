@@ -5,15 +5,18 @@ a virtual machine, where GPU topology, P2P and NUMA may not describe the hardwar
 from __future__ import annotations
 
 from hostctl.doctor.registry import Context, Result, check, failed, passed, skipped, warned
+from hostctl.plan import codes
+
+RUNTIME_CODES = (codes.RUNTIME_NO_IMAGE, codes.RUNTIME_NO_MODEL_DIR)
 
 
-@check("system.config", "profile, recipe and plan", area="system")
+@check("system.config", "profile, recipe and plan", codes=RUNTIME_CODES)
 def config(ctx: Context) -> Result:
     if ctx.config is None or ctx.plan is None:
         return skipped(f"{ctx.no_config_reason}: profile-dependent checks skip (pass --config PATH)")
     cfg, plan = ctx.config, ctx.plan
     observed = f"profile {cfg.profile.name} from {cfg.source}: recipe {cfg.recipe.id}, {cfg.profile.phase} phase"
-    problems = plan.runtime.problems
+    problems = ctx.problems(RUNTIME_CODES)
     errors = [p for p in problems if p.severity == "error"]
     if errors:
         return failed("; ".join(p.message for p in errors), fix=errors[0].fix or "see `hostctl plan`",
@@ -29,7 +32,7 @@ def config(ctx: Context) -> Result:
                   observed=observed, source=cfg.source)
 
 
-@check("system.virtualization", "readings come from the host itself", area="system")
+@check("system.virtualization", "readings come from the host itself")
 def virtualization(ctx: Context) -> Result:
     k = ctx.facts.kernel
     source = k.virtualization_evidence or "systemd-detect-virt, DMI, /proc/cpuinfo"
@@ -42,3 +45,6 @@ def virtualization(ctx: Context) -> Result:
                       source=source)
     return passed(f"virtualised ({k.virtualization}); no GPU readings to distrust", observed=k.virtualization_evidence or "",
                   source=source)
+
+
+CHECKS = (config, virtualization)
