@@ -148,7 +148,7 @@ def main() -> int:
     print("summary (hash / plain read, medians):")
     for label, r in (("one file", one), (f"{args.shards} shards x{args.jobs}", many)):
         print(f"  {label:14s} cold {r['cold']['hash'] / r['cold']['plain']:4.0%}  "
-              f"warm {r['warm']['hash'] / r['warm']['plain']:4.0%}  (hash warm {r["warm"]["hash"]:.2f} GB/s: the CPU's sha256 rate)")
+              f"warm {r['warm']['hash'] / r['warm']['plain']:4.0%}  (hash warm {r['warm']['hash']:.2f} GB/s: the CPU's sha256 rate)")
     ok = [r["cold"]["hash"] / r["cold"]["plain"] >= TARGET for r in (one, many)]
     print(f"target hash >= {TARGET:.0%} of the plain read, cold: one file {'met' if ok[0] else 'NOT met'}, "
           f"{args.shards} shards {'met' if ok[1] else 'NOT met'}; load average at the end {load1[0]:.2f} "
