@@ -21,7 +21,8 @@ one per core), against the same files read --jobs at a time: a checkpoint's shap
 (DeepSeek-V4-Flash-0731 has 48 shards).
 
 The target (issue 14) is hash >= 90% of the plain read, cold (a drive-sized checkpoint is never in
-the page cache), judged on the median of per-run ratios (hash and plain read of one run ran back
+the page cache), judged against both the plain read and hostctl's own reader (like with like),
+each on the median of per-run ratios (hash and plain read of one run ran back
 to back, so the machine's drift between runs cancels); the ratios against hostctl's own reader
 and the warm ones are printed too.
 
@@ -158,8 +159,11 @@ def main() -> int:
         print(f"  {label:14s} cold {r['cold']['paired']:4.0%} ({r['cold']['paired_own']:.0%})  "
               f"warm {r['warm']['paired']:4.0%} ({r['warm']['paired_own']:.0%})  "
               f"(hash warm {r['warm']['hash']:.2f} GB/s: the CPU's sha256 rate)")
-    ok = [r["cold"]["paired"] >= TARGET for r in (one, many)]
-    print(f"target hash >= {TARGET:.0%} of the plain read, cold: one file {'met' if ok[0] else 'NOT met'}, "
+    # Met only against both baselines: the plain loop (the issue's words) and hostctl's own reader
+    # (like with like: the same reads, with and without the hash), which reads faster cold here.
+    ok = [min(r["cold"]["paired"], r["cold"]["paired_own"]) >= TARGET for r in (one, many)]
+    print(f"target hash >= {TARGET:.0%} of the plain read and of hostctl's own read, cold: one file "
+          f"{'met' if ok[0] else 'NOT met'}, "
           f"{args.shards} shards {'met' if ok[1] else 'NOT met'}; load average at the end {load1[0]:.2f} "
           f"{load1[1]:.2f} {load1[2]:.2f}")
     return 0 if all(ok) else 1
