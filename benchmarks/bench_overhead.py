@@ -144,6 +144,10 @@ def main() -> int:
                     got[side] = {"client_s": sum(walls), "tokens": tokens, "server_s": (lat1 - lat0) * share,
                                  "server_tokens": (tok1 - tok0) * share}
                 a, b = got["A"], got["B"]
+                if min(a["server_s"], b["server_s"], a["server_tokens"], b["server_tokens"]) <= 0:
+                    print("the server's /metrics has no vllm:e2e_request_latency_seconds_sum or "
+                          "vllm:generation_tokens_total that moved: cannot measure the server's side", file=sys.stderr)
+                    return 1
                 client = (a["tokens"] / a["client_s"]) / (b["tokens"] / b["client_s"])
                 server = (a["server_tokens"] / a["server_s"]) / (b["server_tokens"] / b["server_s"])
                 over = (a["client_s"] / a["server_s"]) / (b["client_s"] / b["server_s"])
