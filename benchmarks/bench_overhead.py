@@ -12,7 +12,8 @@ and short, and the headline is the median of per-round ratios with its interquar
 The same thing is measured both ways for both sides: the client's tok/s (completion tokens the
 server reported / client wall time), and the server's own time for the very same requests
 (vLLM's /metrics: the change in vllm:e2e_request_latency_seconds_sum and in
-vllm:generation_tokens_total across each side of a round, scraped outside the timed requests).
+vllm:generation_tokens_total across each side of a round, scraped outside the timed requests,
+once the server has counted that side's requests: it records them a moment after answering).
 The server's time moves with the machine's load but not with the client, so
   overhead = (A's client time / A's server time) / (B's client time / B's server time) - 1
 is what hostctl's client path adds per request with the drift of the server divided out.
@@ -54,7 +55,8 @@ PORT = 18596
 PROJECT = "hc5-benchov"
 MODEL = "tiny-moe"
 RECIPE = ROOT / "runtime" / "recipes" / "demo-cpu-tiny-moe.yaml"
-_METRIC = re.compile(r"^(vllm:e2e_request_latency_seconds_sum|vllm:generation_tokens_total)(\{[^}]*\})?\s+(\S+)$")
+_METRIC = re.compile(r"^(vllm:e2e_request_latency_seconds_(?:sum|count)|vllm:generation_tokens_total)(\{[^}]*\})?"
+                     r"\s+(\S+)$")
 
 
 def hostctl(d: Path, env: dict, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -62,17 +64,27 @@ def hostctl(d: Path, env: dict, *args: str, timeout: float = 600) -> subprocess.
                           capture_output=True, text=True, env=env, timeout=timeout, cwd=ROOT)
 
 
-def server_counters(base: str) -> tuple[float, float]:
-    """(seconds of end-to-end request latency, generation tokens) the server has counted so far."""
-    lat = tok = 0.0
-    for line in httpx.get(f"{base}/metrics", timeout=30, trust_env=False).text.splitlines():
-        m = _METRIC.match(line)
-        if m:
-            if m.group(1).startswith("vllm:e2e"):
-                lat += float(m.group(3))
-            else:
-                tok += float(m.group(3))
-    return lat, tok
+def server_counters(base: str, at_least: float = 0, wait_s: float = 10) -> tuple[float, float, float]:
+    """(seconds of end-to-end request latency, requests finished, generation tokens) the server
+    has counted so far. The server records a request's stats a moment after its response goes
+    out, so this waits (up to wait_s) until `at_least` requests are counted: each side of a round
+    is charged with exactly its own requests."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        lat = count = tok = 0.0
+        for line in httpx.get(f"{base}/metrics", timeout=30, trust_env=False).text.splitlines():
+            m = _METRIC.match(line)
+            if m:
+                name, value = m.group(1), float(m.group(3))
+                if name.endswith("_sum"):
+                    lat += value
+                elif name.endswith("_count"):
+                    count += value
+                else:
+                    tok += value
+        if count >= at_least or time.monotonic() > deadline:
+            return lat, count, tok
+        time.sleep(0.05)
 
 
 def side_a(api: Api, runs: int, max_tokens: int) -> tuple[list[float], int]:
@@ -134,10 +146,13 @@ def main() -> int:
             for r in range(1, args.rounds + 1):
                 got = {}
                 for side in (("A", "B") if r % 2 else ("B", "A")):
-                    lat0, tok0 = server_counters(base)
+                    lat0, n0, tok0 = server_counters(base)
                     walls, tokens = (side_a(api, args.runs, args.max_tokens) if side == "A"
                                      else side_b(plain, base, args.runs, args.max_tokens))
-                    lat1, tok1 = server_counters(base)
+                    lat1, n1, tok1 = server_counters(base, at_least=n0 + args.runs + 1)
+                    if n1 - n0 != args.runs + 1:
+                        print(f"round {r} {side}: the server counted {n1 - n0:g} requests, not {args.runs + 1}",
+                              file=sys.stderr)
                     # the server's counters include the warm-up request: subtract it by its share
                     # of the tokens (every request has the same max_tokens and ignore_eos)
                     share = args.runs / (args.runs + 1)
