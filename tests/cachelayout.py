@@ -35,16 +35,38 @@ def checkpoint(root: Path) -> Path:
     return root
 
 
-def ckpt_id(host_dir: Path, served_path: str = "/model") -> str:
-    """The runtime's checkpoint identity of a local checkpoint (revision: none)."""
+def hf_snapshot(cache: Path, repo: str = "org/model", revision: str = "9e165c30e2704aec5d9d593cce3eebd58bbef1cb") -> Path:
+    """A checkpoint as huggingface_hub's cache holds it: `models--org--model/blobs/<sha256>` and
+    `snapshots/<revision>/<file>` as relative symlinks to the blobs (huggingface_hub's "Manage
+    cache" documentation); returns the snapshot directory."""
+    top = cache / ("models--" + repo.replace("/", "--"))
+    blobs, snap = top / "blobs", top / "snapshots" / revision
+    blobs.mkdir(parents=True)
+    snap.mkdir(parents=True)
+    index = {"weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}
+    files = {"config.json": json.dumps({"model_type": "deepseek_v4"}).encode(),
+             "model.safetensors.index.json": json.dumps(index).encode(),
+             **{name: os.urandom(4096) for name in set(index["weight_map"].values())}}
+    for name, data in files.items():
+        blob = hashlib.sha256(data).hexdigest()
+        (blobs / blob).write_bytes(data)
+        (snap / name).symlink_to(Path("..") / ".." / "blobs" / blob)
+    return snap
+
+
+def ckpt_id(host_dir: Path, served_path: str = "/model", revision: str = "") -> str:
+    """The runtime's checkpoint identity of a local checkpoint: revision as the server is given
+    it (`--revision`, none by default); each shard's resolved_blob is the name its path resolves
+    to (the blob's name in an HF cache snapshot)."""
     h = hashlib.sha256(b"moe-w2-checkpoint-stat-v2\0")
-    h.update(served_path.encode() + b"\0")
+    h.update(served_path.encode() + b"\0" + revision.encode())
     h.update(b"config.json\0" + hashlib.sha256((host_dir / "config.json").read_bytes()).digest())
     raw = (host_dir / "model.safetensors.index.json").read_bytes()
     h.update(b"model.safetensors.index.json" + hashlib.sha256(raw).digest())
     for rel in sorted(set(json.loads(raw)["weight_map"].values())):
         st = os.stat(host_dir / rel)
-        h.update(json.dumps({"name": rel, "resolved_blob": rel, "size": st.st_size, "mtime_ns": st.st_mtime_ns,
+        blob = os.path.basename(os.path.realpath(host_dir / rel))
+        h.update(json.dumps({"name": rel, "resolved_blob": blob, "size": st.st_size, "mtime_ns": st.st_mtime_ns,
                              "ctime_ns": st.st_ctime_ns}, sort_keys=True, separators=(",", ":")).encode())
     return h.hexdigest()
 

@@ -75,7 +75,7 @@ def plan_key_for(config: Config, usage_doc: dict | None = None) -> tuple[PlanKey
     """The current plan's cache key (reads the storage facts, the checkpoint's stats and the usage
     record) and the directories to scan."""
     from hostctl.cache import usage
-    from hostctl.cache.identity import runtime_ckpt_id
+    from hostctl.cache.identity import runtime_ckpt_id, runtime_inputs
     from hostctl.facts import collect_storage
     from hostctl.plan import path_requests
     from hostctl.plan.storage import plan_storage
@@ -88,11 +88,14 @@ def plan_key_for(config: Config, usage_doc: dict | None = None) -> tuple[PlanKey
     if rt.model_dir:
         from hostctl.model.facts import probe_checkpoint
 
-        ckpt_id, why = runtime_ckpt_id(rt.model_dir)
+        override, revision = runtime_inputs(config.recipe.env, config.recipe.serve_args)
+        ckpt_id, why = runtime_ckpt_id(rt.model_dir, revision=revision, override=override)
         m = probe_checkpoint(rt.model_dir).manifest
         label = f"{rt.model_dir} ({m.repo}@{m.revision})" if m else f"{rt.model_dir} (no hostctl manifest)"
     else:
-        ckpt_id, why = None, f"the checkpoint ({config.recipe.model}) is inside the runtime image"
+        override, _ = runtime_inputs(config.recipe.env, config.recipe.serve_args)
+        ckpt_id, why = (runtime_ckpt_id("", override=override) if override else
+                        (None, f"the checkpoint ({config.recipe.model}) is inside the runtime image"))
     key = PlanKey(world=world, roots={t.role: os.path.normpath(t.host_path) for t in storage.roles},
                   ckpt_id=ckpt_id, ckpt_reason=why, conversion_layers=config.recipe.conversion.layers,
                   checkpoint=label)

@@ -8,6 +8,13 @@ resolves to, its size and its modification and change times in nanoseconds
 The runtime sees the checkpoint at the path the plan mounts it at (/model), through a bind mount
 that keeps inodes and so sizes and times; a change to any shard (replaced, touched, re-downloaded)
 gives a new identity and the old caches stop matching, which is what the runtime intends.
+
+What the runtime feeds in besides the files (its `_ckpt_id`, read in vLLM-MoET's patch,
+docs/model-and-cache-formats.md): the environment variable VLLM_MOE_W2_CKPT_ID, when set and not
+blank, *is* the identity (hashed over nothing); the revision is vLLM's model revision, i.e. the
+serve command's `--revision` (the config's `_commit_hash` is None for a checkpoint served from
+/model: transformers takes it only from an HF cache path `.../snapshots/<hash>/`), not the
+revision hostctl pinned the download to. `runtime_inputs` reads both from the recipe.
 """
 
 from __future__ import annotations
@@ -15,16 +22,39 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 
 from hostctl.plan.runtime import MODEL_IN_CONTAINER
 
 DOMAIN = b"moe-w2-checkpoint-stat-v2\0"
 INDEX_NAMES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+OVERRIDE_ENV = "VLLM_MOE_W2_CKPT_ID"
 
 
-def runtime_ckpt_id(host_dir: str, served_path: str = MODEL_IN_CONTAINER, revision: str | None = None) -> tuple[str | None, str]:
+def runtime_inputs(env: dict, serve_args: list[str]) -> tuple[str | None, str | None]:
+    """(the VLLM_MOE_W2_CKPT_ID override, or None; the `--revision` the server is given, or None)
+    from a recipe's env and serve_args (each serve_args entry may hold a flag and its value)."""
+    override = str(env.get(OVERRIDE_ENV) or "").strip() or None
+    try:
+        tokens = shlex.split(" ".join(str(a) for a in serve_args))
+    except ValueError:
+        tokens = " ".join(str(a) for a in serve_args).split()
+    revision = None
+    for i, tok in enumerate(tokens):
+        if tok == "--revision" and i + 1 < len(tokens):
+            revision = tokens[i + 1]
+        elif tok.startswith("--revision="):
+            revision = tok.split("=", 1)[1]
+    return override, revision
+
+
+def runtime_ckpt_id(host_dir: str, served_path: str = MODEL_IN_CONTAINER, revision: str | None = None,
+                    override: str | None = None) -> tuple[str | None, str]:
     """(the identity, or None, and why not). `served_path` is the model path the server is
-    started with; the runtime hashes that string, not the host path."""
+    started with; the runtime hashes that string, not the host path. `override`: the value of
+    VLLM_MOE_W2_CKPT_ID in the runtime's environment (the runtime then uses it as it is)."""
+    if override and override.strip():
+        return override.strip(), f"{OVERRIDE_ENV} is set in the runtime's environment: the runtime uses it as given"
     if not os.path.isdir(host_dir):
         return None, f"{host_dir} does not exist"
     h = hashlib.sha256()

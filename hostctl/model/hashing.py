@@ -20,10 +20,20 @@ from dataclasses import dataclass
 CHUNK = 16 * 1024 * 1024
 
 
+MAX_JOBS = 8  # 8 cores of sha256 (~1.5 GB/s each, benchmarks/results/model_hash-*.txt) outrun any one NVMe drive
+
+
 def hash_jobs() -> int:
     """Files hashed at once: one file's sha256 is a single stream, bounded by one core, while a
-    checkpoint has dozens of shards and an NVMe drive outruns a core several times over."""
-    return max(1, min(4, os.cpu_count() or 1))
+    checkpoint has dozens of shards and an NVMe drive outruns a core several times over -- so as
+    many files as this process has cores (its CPU affinity, which a container or taskset limits)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(1, min(MAX_JOBS, cores))
+
+
 BUFFERS = 3  # one being read, one being hashed, one spare so neither waits on a hand-over
 
 

@@ -9,6 +9,11 @@ checked file, so a kill or Ctrl-C loses at most the file in flight; a re-run kee
 checked and adopts files already on disk whose hashes match. When every file is in, the manifest
 is marked complete and vLLM-MoET's snapshot marker is written.
 
+The recipe's requires.extra_models (resolve.resolve_extras: registry names, into
+runtime.models_dir/NAME) are pulled the same way after the model, each with its own manifest;
+every model is planned and the space they need together is checked per filesystem before the
+first byte of any of them.
+
 plan_pull() is the pure decision; run_pull() does the work.
 """
 
@@ -103,8 +108,17 @@ class PullReport:
     marker: str | None = None
     warnings: list[str] = field(default_factory=list)
     token: str | None = None  # where the token came from, in words
+    extras: list["PullReport"] = field(default_factory=list)  # requires.extra_models, in order
+    skipped: str | None = None  # why the recipe's own model is not pulled (extra models still are)
 
     def to_dict(self) -> dict:
+        doc = self._one()
+        if self.extras or self.skipped:
+            doc["skipped"] = self.skipped
+            doc["extra_models"] = [x._one() for x in self.extras]
+        return doc
+
+    def _one(self) -> dict:
         p = self.plan
         return {
             "schema": MODEL_SCHEMA, "action": "pull", "ok": True, "dry_run": self.dry_run,
@@ -118,6 +132,10 @@ class PullReport:
         }
 
     def text(self) -> str:
+        own = (self.skipped + "\n") if self.skipped else self._text()
+        return own + "".join(f"extra model {x.ref.model}: " + x._text() for x in self.extras)
+
+    def _text(self) -> str:
         if self.plan is None:
             return self.ref.describe() + "\n"
         p = self.plan
@@ -156,10 +174,50 @@ def _check(f, path: str) -> ManifestFile | None:
 
 
 def run_pull(config: Config, *, revision: str | None, dry_run: bool, err: TextIO) -> PullReport:
+    from hostctl.model.resolve import load_extras
+
     ref = load_ref(config, revision)
+    extras = load_extras(config)
     report = PullReport(ref=ref, dry_run=dry_run)
+    jobs: list[PullReport] = []
     if ref.kind == "image":
+        if not extras:
+            return report
+        report.skipped = ref.describe()
+    elif ref.kind == "local" and extras:
+        report.skipped = f"{ref.describe()}: nothing to pull (check it with `hostctl model verify`)"
+    else:
+        _pullable(ref)
+        jobs.append(report)
+    for x in extras:
+        if x.pin_problem:
+            raise InputError(f"extra model {x.model}: {x.pin_problem}", fix=x.pin_fix)
+        rep = PullReport(ref=x, dry_run=dry_run)
+        report.extras.append(rep)
+        jobs.append(rep)
+    from hostctl.model import hub
+
+    report.token = hub.token_source()
+    planned = [(rep, *_plan(rep)) for rep in jobs]
+    _check_space([rep.plan for rep in jobs])
+    if dry_run:
+        for rep in jobs:
+            rep.statuses = {n: "would download" for n in rep.plan.todo}
         return report
+
+    from hostctl.service.lock import LifecycleLock
+
+    for rep, snapshot, cp in planned:
+        model_dir = rep.plan.model_dir
+        Path(model_dir).mkdir(parents=True, exist_ok=True)
+        # One pull per checkpoint directory: two would race on the same files and manifest.
+        with LifecycleLock("model pull", Path(model_dir) / PULL_LOCK):
+            _fetch(rep.plan, cp, snapshot, rep, err)
+    return report
+
+
+def _pullable(ref: ModelRef) -> None:
+    """InputError when the recipe's own model is not something to pull."""
     if ref.kind == "local":
         raise InputError(f"nothing to pull: the recipe's model {ref.model} is a path, and the profile mounts "
                          f"runtime.model_dir {ref.model_dir} over it",
@@ -171,12 +229,16 @@ def run_pull(config: Config, *, revision: str | None, dry_run: bool, err: TextIO
         raise InputError("runtime.model_dir is not set: there is nowhere to put the checkpoint",
                          fix="set runtime.model_dir in the profile to a directory on a drive with room "
                              f"(~{ref.approx_gb or '?'} GB)")
+
+
+def _plan(rep: PullReport):
+    """(snapshot, checkpoint facts) of one model, its plan set on the report; nothing written."""
     from hostctl.model import hub
 
-    report.token = hub.token_source()
+    ref = rep.ref
     snapshot = hub.remote_snapshot(ref.repo, ref.revision)
     if snapshot.commit != ref.revision:
-        raise FailedError(f"the hub resolved {ref.revision} to commit {snapshot.commit or '(none)'}",
+        raise FailedError(f"the hub resolved {ref.repo}@{ref.revision} to commit {snapshot.commit or '(none)'}",
                           fix="pin the full 40-hex commit the recipe was proven on")
     if not snapshot.files:
         raise FailedError(f"the hub lists no files for {ref.repo}@{ref.revision}")
@@ -184,26 +246,39 @@ def run_pull(config: Config, *, revision: str | None, dry_run: bool, err: TextIO
     cp = probe_checkpoint(model_dir)
     partial = {f.name: hub.partial_bytes(model_dir, f) for f in snapshot.files} if cp.exists else {}
     plan = plan_pull(snapshot, cp, partial, free_space(model_dir))
-    report.plan = plan
+    rep.plan = plan
     if plan.extra_files:
-        report.warnings.append(f"{len(plan.extra_files)} file(s) in {model_dir} are not part of this revision and "
-                               f"were left alone: {', '.join(plan.extra_files[:5])}")
-    if plan.short:
-        raise FailedError(
-            f"not enough space: {plan.free_at} has {_bytes(plan.free_bytes)} free; the download needs "
-            f"{_bytes(plan.need_bytes)} more (the revision is {_bytes(plan.total_bytes)}); nothing was downloaded",
-            fix="free space there or point runtime.model_dir at a larger drive")
-    if dry_run:
-        report.statuses = {n: "would download" for n in plan.todo}
-        return report
+        rep.warnings.append(f"{len(plan.extra_files)} file(s) in {model_dir} are not part of this revision and "
+                            f"were left alone: {', '.join(plan.extra_files[:5])}")
+    return snapshot, cp
 
-    from hostctl.service.lock import LifecycleLock
 
-    Path(model_dir).mkdir(parents=True, exist_ok=True)
-    # One pull per checkpoint directory: two would race on the same files and manifest.
-    with LifecycleLock("model pull", Path(model_dir) / PULL_LOCK):
-        _fetch(plan, cp, snapshot, report, err)
-    return report
+def _device(path: str) -> int | str:
+    try:
+        return os.stat(path).st_dev
+    except OSError:
+        return path
+
+
+def _check_space(plans: list[PullPlan]) -> None:
+    """Every model's remaining bytes against its filesystem's free space, models on one filesystem
+    added up (FailedError with the numbers, before the first byte of any of them)."""
+    groups: dict[int | str, list[PullPlan]] = {}
+    for p in plans:
+        groups.setdefault(_device(p.free_at), []).append(p)
+    for group in groups.values():
+        first = group[0]
+        need = sum(p.need_bytes for p in group)
+        if first.free_bytes is None or need <= first.free_bytes:
+            continue
+        if len(group) == 1:
+            what = f"the download needs {_bytes(need)} more (the revision is {_bytes(first.total_bytes)})"
+        else:
+            what = (f"the downloads need {_bytes(need)} more together ("
+                    + ", ".join(f"{p.repo}: {fmt_bytes(p.need_bytes)}" for p in group) + ")")
+        raise FailedError(f"not enough space: {first.free_at} has {_bytes(first.free_bytes)} free; {what}; nothing "
+                          "was downloaded", fix="free space there or point runtime.model_dir / runtime.models_dir "
+                                                "at a larger drive")
 
 
 def _fetch(plan: PullPlan, cp: CheckpointFacts, snapshot, report: PullReport, err: TextIO) -> None:

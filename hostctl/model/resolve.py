@@ -12,6 +12,11 @@ The revision that counts is the first of: `--revision`, the profile's runtime.mo
 the recipe's `revision:`, the models file's entry. Only a commit (40 hex) pins anything: a branch
 or tag name moves, so a pull of it is refused unless `--revision` pins it (pin_problem says why).
 resolve() is pure; load_ref() reads the models file it needs.
+
+A recipe's `requires.extra_models` (vLLM-MoET's format: registry names, e.g. a drafter such as
+`Kimi-K2.7-Code-eagle3`, which its serve_args reach as `{model:NAME}`) are registry names only,
+each pulled at its models-file pin into `runtime.models_dir/NAME` -- where `{model:NAME}` points
+(resolve_extras()).
 """
 
 from __future__ import annotations
@@ -134,3 +139,36 @@ def load_ref(config: Config, cli_revision: str | None = None) -> ModelRef:
         return resolve(config, None, None, cli_revision)
     path = models_file_path(config.profile.runtime.models_file, Path(config.source).parent)
     return resolve(config, load_models(path), str(path), cli_revision)
+
+
+def resolve_extras(config: Config, registry: dict[str, ModelEntry] | None, models_file: str | None) -> list[ModelRef]:
+    """The recipe's requires.extra_models as pull targets under runtime.models_dir. InputError
+    (field named) for a name the models file does not have or when models_dir is not set."""
+    names = list(config.recipe.requires.extra_models)
+    if not names:
+        return []
+    models_dir = config.profile.runtime.models_dir
+    if not models_dir:
+        raise InputError(f"the recipe's requires.extra_models ({', '.join(names)}) need runtime.models_dir: extra "
+                         "models live there, one directory per name ({model:NAME} in serve_args points at it)",
+                         fix="set runtime.models_dir in the profile to a directory on a drive with room")
+    out = []
+    for i, name in enumerate(names):
+        entry = (registry or {}).get(name)
+        if entry is None:
+            raise InputError(f"requires.extra_models[{i}]: {name!r} is not a name in {models_file}",
+                             details=[f"names in {models_file}: {', '.join(sorted(registry or {})) or 'none'}"],
+                             fix="add it to the models file (hf_repo, revision, approx_gb) or set runtime.models_file")
+        ref = ModelRef(kind="registry", model=name, model_dir=str(Path(models_dir) / name), repo=entry.hf_repo,
+                       approx_gb=entry.approx_gb, models_file=models_file,
+                       notes=[f"extra model (requires.extra_models[{i}]), served as {{model:{name}}}"])
+        _pin(ref, [(f"{models_file} revision", entry.revision)])
+        out.append(ref)
+    return out
+
+
+def load_extras(config: Config) -> list[ModelRef]:
+    if not config.recipe.requires.extra_models:
+        return []
+    path = models_file_path(config.profile.runtime.models_file, Path(config.source).parent)
+    return resolve_extras(config, load_models(path), str(path))

@@ -16,7 +16,7 @@ from hostctl.config import Config, find_profile, load_config, parse_recipe, reci
 from hostctl.errors import EXIT_FAILED, FailedError, InputError
 from hostctl.interrupt import Interrupted, signals_raise
 from hostctl.service.lock import LifecycleLock
-from hostctl.tune import runner
+from hostctl.tune import restore, runner
 
 TUNE_LOCK = "tune.lock"
 
@@ -37,18 +37,6 @@ def load(config_path: Path | None, recipe_ref: str | None) -> tuple[Config, dict
         raise InputError(f"{path} is not valid YAML", details=[str(exc)]) from None
     recipe = parse_recipe(data, str(path))
     return Config(profile=cfg.profile, recipe=recipe, source=cfg.source, warnings=cfg.warnings), data, str(path)
-
-
-def _service_before(cfg: Config, plan) -> dict:
-    from hostctl.service import state
-    from hostctl.service.engine import container_state
-    from hostctl.service.lifecycle import container_name
-
-    name = container_name(plan)
-    st = container_state(name)
-    doc = state.load_service() or {}
-    up = st.running and doc.get("container") == name and doc.get("state") == "ready"
-    return {"running": bool(st.running), "ready": up, "container": name, "recipe": doc.get("recipe")}
 
 
 def tune(config_path: Path | None, recipe_ref: str | None, *, dry_run: bool, json_: bool, out_dir: Path | None,
@@ -78,23 +66,33 @@ def tune(config_path: Path | None, recipe_ref: str | None, *, dry_run: bool, jso
         # The service as the profile serves it (its own recipe), to bring back afterwards.
         home = load_config(config_path)
         home_plan = build_plan(home, facts)
-        before = _service_before(home, home_plan)
+        before = restore.observe(home, home_plan, hostctl_bin=hostctl_bin)
+        refusal = restore.decide(before)
+        if refusal is not None:
+            raise refusal
         sweep = runner.Sweep(cfg, data, source, tp, facts=facts, out_dir=target, say=say, hostctl_bin=hostctl_bin)
+        sweep.doc["service_before"] = before.to_dict()
         interrupted: Interrupted | None = None
+        why = "failed"  # until the sweep returns: an exception on the way still brings the service back
         try:
             with signals_raise():
-                if before["running"]:
-                    say(f"stopping {before['container']} for the sweep (it is brought back afterwards)")
+                if before.running:
+                    say(f"stopping {before.container} for the sweep (it is brought back afterwards)")
                     lifecycle.down(home, home_plan, say=say)
                 sweep.run()
+                why = "ended"
         except Interrupted as exc:
-            interrupted = exc
+            interrupted, why = exc, "interrupted"
         finally:
-            sweep.doc["restore"] = _restore(before, home, home_plan, facts, interrupted, say, hostctl_bin)
-            path = sweep.write(write_recipe=write)
+            try:
+                sweep.doc["restore"] = restore.bring_back(before, home, home_plan, facts, why=why, say=say,
+                                                          hostctl_bin=hostctl_bin)
+            finally:
+                path = sweep.write(write_recipe=write)
     if interrupted is not None:
         err.print(f"tune interrupted by {interrupted.signal_name}: the boot in progress was taken down; results so "
                   f"far in {path}", markup=False)
+        err.print(f"service before tune: {sweep.doc['restore']['summary']}", markup=False)
         return interrupted.exit_code
     doc = sweep.doc
     if json_:
@@ -105,24 +103,3 @@ def tune(config_path: Path | None, recipe_ref: str | None, *, dry_run: bool, jso
         raise FailedError(f"the service that was up before tune did not come back: {doc['restore']['summary']}",
                           fix="run `hostctl up` and read its diagnosis")
     return 0 if doc.get("winner") else EXIT_FAILED
-
-
-def _restore(before: dict, cfg: Config, plan, facts, interrupted, say, hostctl_bin: str) -> dict:
-    from hostctl.errors import HostctlError
-    from hostctl.service import lifecycle
-
-    if not before["running"]:
-        return {"needed": False, "summary": "none was running; none is running now"}
-    if interrupted is not None:
-        return {"needed": True, "done": False, "summary": f"{before['container']} (recipe {before['recipe']}) was "
-                f"stopped for the sweep and NOT brought back: tune was interrupted; run `hostctl up`"}
-    say(f"bringing {before['container']} back (recipe {cfg.recipe.id})")
-    try:
-        outcome = lifecycle.up(cfg, plan, facts, timeout=None, keep_on_failure=False, say=say,
-                               hostctl_bin=hostctl_bin)
-    except HostctlError as exc:
-        return {"needed": True, "done": False, "failed": True, "summary": f"up failed: {exc.message}"}
-    if not outcome.ready:
-        return {"needed": True, "done": False, "failed": True,
-                "summary": f"up failed [{outcome.cause.id if outcome.cause else '?'}]"}
-    return {"needed": True, "done": True, "summary": f"{before['container']} is up again (recipe {cfg.recipe.id})"}

@@ -8,7 +8,7 @@ does) and the qualify ladder when a constraint names qualify.pass.
 A boot that fails is recorded with its diagnosis and the sweep goes on. Every boot is taken
 down after its trials. The winner is never applied; the tuned recipe is written next to the
 results only when asked. The service that was up before is stopped for the sweep and brought
-back afterwards (also after a failed sweep; not after Ctrl-C / SIGTERM, which stop at once).
+back afterwards, as it was (hostctl/tune/restore.py; after a failed or interrupted sweep too).
 """
 
 from __future__ import annotations
@@ -228,14 +228,20 @@ class Sweep:
             qdoc, qpath = bench_runner.run(cfg, plan, "qualify", out_dir=trial_dir, say=lambda m: self.say("    " + m),
                                            service=service, store_verdict=False)
             files.append(str(qpath))
-            results["qualify"] = {"pass": bool((qdoc.get("qualify") or {}).get("passed"))}
+            verdict = qdoc.get("qualify") or {}
+            results["qualify"] = {"pass": bool(verdict.get("passed")) if verdict else None,
+                                  "rungs": verdict.get("rungs") or [], "result": str(qpath),
+                                  "status": qdoc.get("status")}
         checks = {c.text: c.check(results) for c in self.tp.tuning.constraints}
         objective = tplan.dig(results, self.tp.tuning.objective)
         tdoc.update({"status": "ok", "objective": objective if isinstance(objective, (int, float)) else None,
-                     "constraints": checks, "valid": all(v is True for v in checks.values())
-                     and isinstance(objective, (int, float)), "results": files})
+                     "constraints": checks, "constraint_reasons": {c.text: constraint_reason(c, results, checks[c.text])
+                                                                   for c in self.tp.tuning.constraints},
+                     "valid": all(v is True for v in checks.values()) and isinstance(objective, (int, float)),
+                     "results": files})
         self.say(f"  {trial.id}: {self.tp.tuning.objective} = {objective}; "
-                 + ", ".join(f"{k}: {'pass' if v else ('n/a' if v is None else 'FAIL')}" for k, v in checks.items()))
+                 + ", ".join(f"{k}: {'pass' if v else ('n/a' if v is None else 'FAIL')}"
+                             + ("" if v else f" ({tdoc['constraint_reasons'][k]})") for k, v in checks.items()))
 
     def _finish(self) -> None:
         ranked = tplan.rank(self.doc["trials"])
@@ -289,6 +295,24 @@ class Sweep:
         return path
 
 
+def constraint_reason(c: tplan.Constraint, results: dict, ok: bool | None) -> str:
+    """What a constraint was judged on, in words: the value found, or for qualify.pass the rungs
+    that failed (each with its detail) and the result file they come from."""
+    if c.root == "qualify":
+        q = results.get("qualify") or {}
+        if q.get("pass") is None:
+            return f"the qualify run gave no verdict (status {q.get('status')}); {q.get('result')}"
+        if q["pass"]:
+            return f"every rung passed ({len(q['rungs'])}); {q.get('result')}"
+        bad = [r for r in q["rungs"] if not r.get("pass")]
+        return (f"{len(bad)} of {len(q['rungs'])} rung(s) failed: "
+                + "; ".join(f"{r.get('name')}: {r.get('detail')}" for r in bad) + f"; {q.get('result')}")
+    value = tplan.dig(results, c.path)
+    if ok is None:
+        return f"{c.path} was not measured"
+    return f"{c.path} = {value}"
+
+
 def _knobs_text(knobs: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in knobs.items())
 
@@ -320,6 +344,10 @@ def text_report(doc: dict) -> str:
     widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
     for r in [head] + rows:
         lines.append("  " + "  ".join(str(x).ljust(w) for x, w in zip(r, widths)))
+    for tr in t["trials"]:
+        for c, ok in tr["constraints"].items():
+            if ok is not True and (tr.get("constraint_reasons") or {}).get(c):
+                lines.append(f"  {tr['id']} {c}: {'FAIL' if ok is False else 'n/a'}: {tr['constraint_reasons'][c]}")
     for b in t["boots"]:
         if b.get("status") == "failed":
             c = b["cause"]

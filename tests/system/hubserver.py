@@ -73,8 +73,9 @@ class Logged:
 
 
 class Hub:
-    def __init__(self, repo: Repo, token: str | None = None):
+    def __init__(self, repo: Repo, token: str | None = None, also: tuple[Repo, ...] = ()):
         self.repo = repo
+        self.repos = {r.repo_id: r for r in (repo, *also)}  # `also`: more repositories on the same hub
         self.token = token
         self.log: list[Logged] = []
         self.throttle_bps: int | None = None  # bytes per second for file bodies
@@ -144,7 +145,8 @@ class Hub:
             def _serve(self, body: bool) -> None:
                 entry = self._entry()
                 path = unquote(urlsplit(self.path).path)
-                repo = hub.repo
+                repo = next((r for r in hub.repos.values() if path.startswith((f"/api/models/{r.repo_id}/revision/",
+                                                                              f"/{r.repo_id}/resolve/"))), hub.repo)
                 api = f"/api/models/{repo.repo_id}/revision/"
                 resolve = f"/{repo.repo_id}/resolve/"
                 if path.startswith(api):
@@ -174,11 +176,11 @@ class Hub:
                         return self._error(entry, 404, "RevisionNotFound", "Invalid rev id")
                     if name not in repo.files:
                         return self._error(entry, 404, "EntryNotFound", "Entry not found")
-                    return self._file(entry, commit, name, body)
+                    return self._file(entry, repo, commit, name, body)
                 return self._error(entry, 404, "RepoNotFound", "Repository not found")
 
-            def _file(self, entry: Logged, commit: str, name: str, body: bool) -> None:
-                data = hub.repo.files[name]
+            def _file(self, entry: Logged, repo: Repo, commit: str, name: str, body: bool) -> None:
+                data = repo.files[name]
                 start = 0
                 rng = self.headers.get("Range")
                 if rng and rng.startswith("bytes=") and rng.endswith("-"):
@@ -187,9 +189,9 @@ class Hub:
                 entry.status = status
                 self.send_response(status)
                 self.send_header("X-Repo-Commit", commit)
-                etag = hub.repo.etag(name)
+                etag = repo.etag(name)
                 self.send_header("ETag", f'"{etag}"')
-                if name in hub.repo.lfs:
+                if name in repo.lfs:
                     self.send_header("X-Linked-Etag", f'"{etag}"')
                     self.send_header("X-Linked-Size", str(len(data)))
                 self.send_header("Accept-Ranges", "bytes")

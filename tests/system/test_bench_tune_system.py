@@ -1,7 +1,10 @@
 """`hostctl bench` and `hostctl tune` for real, on the CPU demo (vLLM's CPU build, the tiny MoE).
 
-bench, qualify, status and doctor read the session's shared runtime; the tune tests boot their
-own (4 boots for the 2 x 2 sweep, 1 failing boot with a memory cap that dies in seconds).
+bench, qualify, status and doctor read the session's shared runtime. The two tune sweeps run on the
+shared runtime's own profile, so each also proves that the service up before tune comes back as it
+was (one boot each to bring it back; the 2 x 2 sweep boots 4 times; the qualify sweep boots twice,
+its first boot failing at engine config, and is interrupted as its third boot starts); the
+memory-cap trial boots its own host and dies in seconds.
 """
 
 import json
@@ -11,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from conftest import needs_compose, needs_root
 from runtime_fixtures import SHARED_PORT, demo_recipe
@@ -140,8 +144,36 @@ def test_bench_refuses_when_no_service_is_ready(demo_image, host_factory):
     assert "hostctl up" in err and took < 30
 
 
-def test_tune_two_by_two_boots_four_times_and_reports_a_winner(demo_image, host_factory, tmp_path):
-    h = host_factory("tune", 18580)
+def _running(h) -> tuple[str, str]:
+    """(container id, service fingerprint) of the shared runtime as it runs now, computed here from
+    the project `up` rendered and the image id the engine reports (not read from tune's output)."""
+    from hostctl.service.fingerprint import of_project
+
+    cid, image_id = subprocess.run(["docker", "inspect", "-f", "{{.Id}} {{.Image}}", h.container], capture_output=True,
+                                   text=True, check=True).stdout.split()
+    project = Path(json.loads((h.state / "service.json").read_text())["project_dir"])
+    return cid, of_project(project, image_id).digest
+
+
+def _assert_brought_back(h, doc: dict, before: tuple[str, str], after: str) -> None:
+    r = doc["restore"]
+    assert r["needed"] is True and r["done"] is True and r["after"] == after, r
+    assert r["same_fingerprint"] is True and r["fingerprint_before"]["digest"] == before[1], r
+    assert doc["service_before"]["fingerprint"]["digest"] == before[1] and doc["service_before"]["state"] == "ready"
+    cid, digest = _running(h)
+    assert cid != before[0] and digest == before[1]  # a new container of the same configuration
+    rc, out, err, _ = h.run("status", "--json", timeout=60)
+    st = json.loads(out)
+    assert rc == 0 and st["state"] == "running" and st["healthy"] is True, out + err
+    assert json.loads((h.state / "service.json").read_text())["state"] == "ready"  # ready again through the gate
+
+
+def test_tune_two_by_two_boots_four_times_reports_a_winner_and_brings_the_service_back(shared_runtime, tmp_path):
+    # Tune on the shared runtime's own profile: the service up before is stopped for the sweep and
+    # brought back as it was, so the tests after this one read it again (one boot more, no other).
+    h = shared_runtime
+    h.require_ready()
+    before = _running(h)
     recipe_before = (h.tmp / "recipe.yaml").read_text()
     out_dir = tmp_path / "tune"
     rc, out, err, took = h.run("tune", "--json", "--write", "--out", str(out_dir), timeout=1500)
@@ -152,6 +184,7 @@ def test_tune_two_by_two_boots_four_times_and_reports_a_winner(demo_image, host_
     assert all(b["status"] == "ready" for b in doc["boots"]), doc["boots"]
     for t in doc["trials"]:
         assert t["status"] == "ok" and t["objective"] > 0 and t["constraints"] == {"kv.full_context_requests>=2": True}
+        assert t["constraint_reasons"]["kv.full_context_requests>=2"].startswith("kv.full_context_requests = ")
         assert Path(t["results"][0]).is_file()
     w = doc["winner"]
     assert w["objective"] == max(t["objective"] for t in doc["trials"])
@@ -160,8 +193,64 @@ def test_tune_two_by_two_boots_four_times_and_reports_a_winner(demo_image, host_
     assert tuned.parent == out_dir and "never applies" in tuned.read_text()
     assert f"--max-num-seqs {w['knobs']['--max-num-seqs']}" in tuned.read_text()
     assert (h.tmp / "recipe.yaml").read_text() == recipe_before  # the winner is never applied
-    assert not h.container_exists()  # every boot taken down, none was up before: none is up after
-    assert doc["restore"]["needed"] is False
+    assert "stopping hc5-shared-runtime for the sweep" in err
+    _assert_brought_back(h, doc, before, "ended")
+
+
+def test_a_failing_trial_qualify_pass_and_an_interrupt_in_a_real_sweep_then_the_service_comes_back(
+        shared_runtime, tmp_path):
+    # Boot 1 cannot start (vLLM refuses max_num_batched_tokens below max_num_seqs at engine config,
+    # before loading anything); the sweep goes on to boot 2, whose trial runs the qualify ladder for
+    # real: qualify.pass is judged from that run (the tiny model fails the needle rungs, README
+    # "bench, qualify and tune") and the winner respects it. Boot 3 is interrupted (SIGTERM) once
+    # its container is started: it is taken down and the service up before comes back as it was.
+    h = shared_runtime
+    h.require_ready()
+    before = _running(h)
+    recipe = tmp_path / "qualify-tune.yaml"
+    recipe.write_text(yaml.safe_dump(demo_recipe(tuning={
+        "objective": "decode.median_tok_s", "constraints": ["qualify.pass"],
+        "axes": [{"kind": "serve_arg", "arg": "--max-num-batched-tokens", "values": [1, 2048, 4096]}]}),
+        sort_keys=False))
+    out_dir = tmp_path / "t"
+    p = h.popen("tune", "--recipe", str(recipe), "--json", "--out", str(out_dir))
+    seen: list[str] = []
+    try:
+        for line in p.stderr:  # progress, line by line, until boot 3's container is started
+            seen.append(line)
+            if any("boot 3/3" in ln for ln in seen) and f"started {h.container}" in line:
+                break
+        assert p.poll() is None, "".join(seen)[-3000:]
+        p.send_signal(signal.SIGTERM)
+        out, rest = p.communicate(timeout=600)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    err = "".join(seen) + rest
+    assert p.returncode == 143 and out == "", err[-3000:]  # interrupted: no document on stdout, tune.json kept
+    assert "tune interrupted by SIGTERM" in err and "service before tune: " in err
+    doc = json.loads((out_dir / "tune.json").read_text())
+    assert doc["status"] == "interrupted" and doc["interrupted"] == {"signal": "SIGTERM"}
+    assert doc["probes"] == ["decode", "qualify"] and doc["boot_count"] == 3, err[-3000:]
+    failed, ok, cut = doc["trials"]
+    assert doc["boots"][0]["status"] == "failed" and failed["status"] == "failed", doc["boots"][0]
+    assert failed["cause"]["id"] and failed["cause"]["title"] and failed["objective"] is None
+    assert ok["status"] == "ok" and ok["objective"] > 0, ok
+    assert doc["boots"][2]["status"] == "starting" and cut["status"] in ("not_run", "interrupted"), doc["boots"][2]
+    (qpath,) = [Path(q) for q in ok["results"] if q.endswith("-qualify.json")]
+    verdict = json.loads(qpath.read_text())["qualify"]
+    assert [r["name"] for r in verdict["rungs"]] == ["needle 25%", "needle 50%", "needle 95%",
+                                                   "boundary 2x(1,920+128)"]
+    assert ok["constraints"] == {"qualify.pass": verdict["passed"]}  # judged from this trial's own run
+    reason = ok["constraint_reasons"]["qualify.pass"]
+    bad = [r["name"] for r in verdict["rungs"] if not r["pass"]]
+    if verdict["passed"]:
+        assert doc["winner"]["trial"] == ok["id"]
+    else:
+        assert all(name in reason for name in bad) and str(qpath) in reason, reason
+        assert doc["winner"] is None, doc["winner"]
+        assert f"qualify.pass: FAIL ({len(bad)} of 4 rung(s) failed: " in err  # the reason in the progress too
+    _assert_brought_back(h, doc, before, "interrupted")
 
 
 def test_a_trial_that_cannot_start_is_recorded_with_its_diagnosis(demo_image, host_factory, tmp_path):

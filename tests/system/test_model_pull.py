@@ -304,3 +304,47 @@ def test_the_token_never_appears_in_output_files_state_or_bundle(tmp_path, repo,
                 assert token.encode() not in tar.extractfile(member).read(), member.name
                 scanned += 1
     assert scanned > len(repo.files)
+
+
+def test_the_recipes_extra_models_are_pulled_into_models_dir_with_the_model(tmp_path, repo):
+    # vLLM-MoET's recipes name a drafter in requires.extra_models (a models-file name, served as
+    # {model:NAME}); pull fetches it at its pin into runtime.models_dir/NAME with the model, one hub.
+    draft = Repo("test-org/tiny-moe-draft", {"config.json": b'{"model_type": "eagle"}',
+                                            "model.safetensors": os.urandom(2 * MIB + 5)}, lfs={"model.safetensors"})
+    model_dir, models_dir = tmp_path / "models" / "TinyMoE", tmp_path / "extra"
+    cfg = write_config(tmp_path, model_dir, repo=repo)
+    recipe = json.loads((tmp_path / "recipe.yaml").read_text())
+    recipe["requires"]["extra_models"] = ["TinyMoE-draft"]
+    (tmp_path / "recipe.yaml").write_text(json.dumps(recipe))
+    models = json.loads((tmp_path / "models.yaml").read_text())
+    models["models"]["TinyMoE-draft"] = {"hf_repo": draft.repo_id, "revision": draft.commit, "approx_gb": 0.01}
+    (tmp_path / "models.yaml").write_text(json.dumps(models))
+    cfg.write_text(cfg.read_text() + f'models_dir = "{models_dir}"\n')
+    with Hub(repo, also=(draft,)) as hub:
+        env = env_for(hub, tmp_path)
+        dry = hostctl(["model", "pull", "--dry-run", "--config", str(cfg), "--json"], env)
+        assert dry.returncode == 0, dry.stderr
+        assert [x["commit"] for x in json.loads(dry.stdout)["extra_models"]] == [draft.commit]
+        assert not (models_dir / "TinyMoE-draft").exists()  # a dry run writes nothing
+        res = hostctl(["model", "pull", "--config", str(cfg), "--json"], env)
+        assert res.returncode == 0, res.stderr
+        doc = json.loads(res.stdout)
+        assert doc["commit"] == repo.commit and doc["skipped"] is None
+        (x,) = doc["extra_models"]
+        assert x["model"]["model"] == "TinyMoE-draft" and x["commit"] == draft.commit
+        assert x["dir"] == str(models_dir / "TinyMoE-draft")
+        assert {f["name"]: f["status"] for f in x["files"]} == {n: "downloaded" for n in draft.files}
+        for name, data in draft.files.items():
+            assert (models_dir / "TinyMoE-draft" / name).read_bytes() == data
+        manifest = json.loads((models_dir / "TinyMoE-draft" / ".hostctl-model.json").read_text())
+        assert manifest["complete"] and manifest["repo"] == draft.repo_id and manifest["revision"] == draft.commit
+        assert hub.requests("GET", f"/{draft.repo_id}/resolve/{draft.commit}/")
+        again = hostctl(["model", "pull", "--config", str(cfg), "--json"], env)
+        assert {f["status"] for f in json.loads(again.stdout)["extra_models"][0]["files"]} == {"kept"}
+        # A name the models file does not have is bad input naming the field; nothing is fetched.
+        recipe["requires"]["extra_models"] = ["TinyMoE-draft", "Nope"]
+        (tmp_path / "recipe.yaml").write_text(json.dumps(recipe))
+        before = len(hub.log)
+        bad = hostctl(["model", "pull", "--config", str(cfg)], env)
+        assert bad.returncode == 2 and "requires.extra_models[1]: 'Nope'" in bad.stderr, bad.stderr
+        assert len(hub.log) == before

@@ -15,7 +15,7 @@ import cachelayout as cl
 from hostctl.cache import usage
 from hostctl.cache.decide import PlanKey, generations, plan_prune
 from hostctl.cache.facts import Root, scan
-from hostctl.cache.identity import runtime_ckpt_id
+from hostctl.cache.identity import runtime_ckpt_id, runtime_inputs
 
 
 @pytest.fixture
@@ -170,3 +170,29 @@ def test_a_pack_the_runtime_said_it_opened_is_used_whatever_the_identity_says(di
     k.packs_opened = usage.packs_opened(lines)
     (g,) = by_kind(generations(scan(roots(dirs)), k), "pack")
     assert g.use == "used" and "opened it" in g.use_reason and plan_prune([g], []).remove == []
+
+
+def test_the_identity_of_an_hf_cache_snapshot_with_the_servers_revision_and_override(tmp_path, dirs):
+    # An HF cache snapshot (shards are symlinks into blobs/): the runtime hashes each shard's blob
+    # name, the revision the server is given (`--revision`, not the snapshot's directory name) and,
+    # when VLLM_MOE_W2_CKPT_ID is set, uses that value alone (vLLM-MoET's `_ckpt_id`).
+    snap = cl.hf_snapshot(tmp_path / "hub")
+    plain, _ = runtime_ckpt_id(str(snap))
+    assert plain == cl.ckpt_id(snap)
+    blob = os.path.basename(os.path.realpath(snap / "model-00001-of-00002.safetensors"))
+    assert len(blob) == 64 and plain != cl.ckpt_id(snap, revision="x")
+    rev = "9e165c30e2704aec5d9d593cce3eebd58bbef1cb"
+    override, revision = runtime_inputs({"VLLM_MOE_W2_CKPT_ID": "  "}, ["--enforce-eager", f"--revision {rev}"])
+    assert (override, revision) == (None, rev)  # a blank override is no override, as in the runtime
+    pinned, _ = runtime_ckpt_id(str(snap), revision=revision, override=override)
+    assert pinned == cl.ckpt_id(snap, revision=rev) != plain
+    assert runtime_inputs({}, ["--revision=abc"]) == (None, "abc")
+    override, _ = runtime_inputs({"VLLM_MOE_W2_CKPT_ID": " snapshot-2026-07 "}, [])
+    given, why = runtime_ckpt_id(str(tmp_path / "nowhere"), override=override)
+    assert given == "snapshot-2026-07" and "VLLM_MOE_W2_CKPT_ID" in why
+    # planes built under the served revision's identity are the plan's; those of the plain one are not
+    cl.planes(dirs["planes"], pinned, world=1, layers=2)
+    cl.planes(dirs["planes"], plain, world=1, layers=2)
+    gens = by_kind(generations(scan(roots(dirs)), key(dirs, ckpt=pinned, world=1, layers=2)), "planes")
+    assert sorted(g.use for g in gens) == ["unused", "used"]
+    assert next(g for g in gens if g.use == "used").key["ckpt_id"] == pinned
