@@ -283,6 +283,7 @@ class ContainerFacts(Part):
     exit_code: int | None = None
     oom_killed: bool | None = None
     pid: int | None = None  # the main process on the host, while running
+    image_id: str | None = None  # the image it runs, as the engine resolved its reference (sha256:...)
     started_at: str | None = None
     finished_at: str | None = None
     labels: dict[str, str] = Field(default_factory=dict)
