@@ -641,17 +641,45 @@ BUG_HINT = ("this is a bug in hostctl, not a problem with your input: please rep
             "command you ran (HOSTCTL_DEBUG=1 prints the traceback)")
 
 
-_COMMAND = None
+_COMMANDS: dict[str | None, object] = {}
+# The root's options that take a value (root() above): what follows them is not a command name.
+_ROOT_VALUE_OPTIONS = ("--config", "-c", "--facts")
 
 
-def _click_command():
-    """The click command typer builds from `app`, built once per process (typer rebuilds it on every
-    `app()` call: ~50 ms of introspection, which in-process callers such as the hostile-input
-    generator would pay per case)."""
-    global _COMMAND
-    if _COMMAND is None:
-        _COMMAND = typer.main.get_command(app)
-    return _COMMAND
+def _command_name(argv: list[str]) -> str | None:
+    """The command argv names after the root's own options; None when it names none."""
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            return argv[i + 1] if i + 1 < len(argv) else None
+        if not arg.startswith("-"):
+            return arg
+        i += 2 if arg in _ROOT_VALUE_OPTIONS else 1
+    return None
+
+
+def _click_command(argv: list[str] | None = None):
+    """The click command typer builds from `app` for this argv: only the command it names (typer
+    reads every command's signature to build the whole app, ~20-50 ms that each command would pay
+    before starting); the whole app for --help, no command or a name that is none of them (so click
+    lists the commands or suggests one). Built once per process and name: in-process callers such
+    as the hostile-input generator would pay it per case."""
+    args = sys.argv[1:] if argv is None else argv
+    name = _command_name(args)
+    commands = [c for c in app.registered_commands
+                if (c.name or typer.main.get_command_name(c.callback.__name__)) == name]
+    groups = [g for g in app.registered_groups if g.name == name]
+    key = name if commands or groups else None
+    if key not in _COMMANDS:
+        target = app
+        if key is not None:
+            import copy
+
+            target = copy.copy(app)  # the root callback and settings, with this one command
+            target.registered_commands, target.registered_groups = commands, groups
+        _COMMANDS[key] = typer.main.get_command(target)
+    return _COMMANDS[key]
 
 
 def _sigint(signum, frame) -> None:
@@ -670,7 +698,7 @@ def _run(argv: list[str] | None) -> int:
     # `up` installs its own handler for SIGINT and SIGTERM, to take down what it started.
     previous = signal.signal(signal.SIGINT, _sigint) if threading.current_thread() is threading.main_thread() else None
     try:
-        _click_command()(args=argv, prog_name="hostctl")
+        _click_command(argv)(args=argv, prog_name="hostctl")
         return 0
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_FAILED)
