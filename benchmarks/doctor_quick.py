@@ -5,7 +5,9 @@ shell script of nvidia-smi, lsblk, findmnt and swapon calls (benchmarks/doctor_q
 Run from the repository root:  python3 benchmarks/doctor_quick.py [--runs N] [--config PROFILE]
 
 Only the standard library is imported here, and hostctl runs from this checkout (PYTHONPATH), so
-it runs on a machine that has just Python and hostctl's own dependencies. Before timing, each
+it runs on a machine that has just Python and hostctl's own dependencies, e.g. the GPU machine:
+  pip install --no-index --no-deps --target /tmp/site WHEELS...; PYTHONPATH=/tmp/site python3 benchmarks/doctor_quick.py
+(no Docker there: status then says the engine cannot be asked, which is still a whole run). Before timing, each
 command runs once untimed, with bytecode writing allowed (PYTHONDONTWRITEBYTECODE is dropped for
 the children): an installed hostctl has its .pyc files, and compiling ~100 modules from source
 on every run is not what a user waits for.
