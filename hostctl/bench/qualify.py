@@ -77,6 +77,27 @@ def status_part(current: fingerprint.ServiceFingerprint | None) -> dict | None:
             "rungs": [{"name": r.get("name"), "pass": r.get("pass")} for r in doc.get("rungs") or []]}
 
 
+def running_fingerprint(project_dir, container: str) -> fingerprint.ServiceFingerprint | None:
+    """The fingerprint of the service running now: the project `up` rendered, and the image id
+    of its container (None when it is not running)."""
+    import docker.errors
+
+    from hostctl.service.engine import client
+
+    dc = client()
+    try:
+        try:
+            c = dc.containers.get(container)
+        except docker.errors.NotFound:
+            return None
+        if c.status != "running":
+            return None
+        image_id = c.attrs.get("Image")
+    finally:
+        dc.close()
+    return fingerprint.of_project(project_dir, image_id)
+
+
 def status_line(part: dict | None) -> str:
     if not part:
         return "  qualify: no verdict stored (hostctl bench --suite qualify)"
