@@ -12,14 +12,13 @@ import json
 import os
 import sys
 import traceback
+from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
-from rich.console import Console
 
 from hostctl import __version__
-from hostctl.config import Config, load_config
 from hostctl.errors import (
     EXIT_FAILED,
     EXIT_SIGINT,
@@ -29,10 +28,51 @@ from hostctl.errors import (
     InputError,
     NoProfileError,
 )
-from hostctl.facts.model import HostFacts
 
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+if TYPE_CHECKING:
+    from hostctl.config import Config
+    from hostctl.facts.model import HostFacts
+
+# Start-up cost (benchmarks/doctor_quick.py): a command imports what it uses, inside its function.
+# The profile's schema (pydantic), the facts, rich, the docker SDK, httpx, jinja2 and YAML are
+# not imported to parse the arguments or print --help; tests/unit/test_cli_imports.py keeps the
+# heavy optional modules out of --help, plan and status.
+
+
+class _Console:
+    """stdout or stderr for the commands: plain text (markup=False, the CLI's every own line) is
+    written straight to the stream; anything else goes to a rich Console, made on first use
+    (importing rich costs ~25 ms, a tenth of a read-only command's budget). The stream is looked
+    up at each call, as rich does, so hostctl.secrets' redacting wrapper sees every line."""
+
+    # Rich drops these control characters from printed text (rich.control.strip_control_codes).
+    _STRIP = dict.fromkeys((7, 8, 11, 12, 13))
+
+    def __init__(self, stderr: bool):
+        self._stderr = stderr
+        self._console = None
+
+    def _rich(self):
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(stderr=self._stderr, highlight=False, soft_wrap=True)
+        return self._console
+
+    def print(self, *objects, sep: str = " ", end: str = "\n", markup: bool | None = None, **kwargs) -> None:
+        plain = markup is False and not kwargs.keys() - {"highlight"} and not kwargs.get("highlight")
+        if plain and all(isinstance(o, str) for o in objects):
+            stream = sys.stderr if self._stderr else sys.stdout
+            stream.write(sep.join(objects).translate(self._STRIP).expandtabs(8) + end)
+            return
+        self._rich().print(*objects, sep=sep, end=end, markup=markup, **kwargs)
+
+    def __getattr__(self, name: str):
+        return getattr(self._rich(), name)
+
+
+out = _Console(stderr=False)
+err = _Console(stderr=True)
 
 app = typer.Typer(
     name="hostctl",
@@ -64,6 +104,20 @@ FactsOpt = Annotated[
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one versioned JSON document instead of text.")]
 
 
+# Choices typer checks before a command runs: a wrong value exits 2 and lists the valid ones.
+# Each mirrors its owner's tuple (hostctl.provision.parts.ORDER, hostctl.doctor.LEVELS), which
+# the CLI does not import to parse arguments; tests/unit/test_cli_thin.py keeps them equal.
+class ProvisionPart(str, Enum):
+    storage = "storage"
+    system = "system"
+    gpu = "gpu"
+
+
+class DoctorLevel(str, Enum):
+    quick = "quick"
+    full = "full"
+
+
 class Context:
     """Global options, which may be given before or after the command name."""
 
@@ -75,9 +129,11 @@ class Context:
         return Context(config or self.config_path, facts or self.facts_path)
 
     def config(self) -> Config:
+        from hostctl.config import load_config
+
         cfg = load_config(self.config_path)
         for w in cfg.warnings:
-            err.print(f"warning: {w}")
+            err.print(f"warning: {w}", markup=False)
         return cfg
 
     def facts(self, config: Config | None = None) -> HostFacts:
@@ -113,7 +169,7 @@ def _print_json(doc: dict) -> None:
 
 def _version(value: bool) -> None:
     if value:
-        out.print(f"hostctl {__version__}")
+        out.print(f"hostctl {__version__}", markup=False)
         raise typer.Exit()
 
 
@@ -263,7 +319,7 @@ def render(
     for path in written:
         out.print(str(path), markup=False)
     err.print("checked with docker compose config" if probe.ok
-              else f"not checked with docker compose config: it is not available ({probe.why()})")
+              else f"not checked with docker compose config: it is not available ({probe.why()})", markup=False)
     for p in result.problems:
         err.print(f"warning: [{p.area}] {p.message}", markup=False)
 
@@ -275,7 +331,7 @@ def provision(
     yes: Annotated[bool, typer.Option("--yes", help="Consent to destructive steps on blank or hostctl-laid-out drives.")] = False,
     erase: Annotated[Optional[list[str]], typer.Option("--erase", metavar="IDENTITY",
                                                        help="Also allow erasing this drive's foreign contents.")] = None,
-    only: Annotated[Optional[str], typer.Option("--only", help="storage | gpu | system")] = None,
+    only: Annotated[Optional[ProvisionPart], typer.Option("--only", help="Run only this part.")] = None,
     boot: Annotated[bool, typer.Option("--boot", help="With --only gpu, as hostctl-power.service runs it at boot: "
                                        "wait up to 60 s for the driver, then apply only the power limits.")] = False,
     json_: Annotated[bool, typer.Option("--json", help="Print one hostctl.provision/v1 document (every action with "
@@ -292,16 +348,15 @@ def provision(
     """
     import io
 
-    from hostctl.provision.parts import ORDER, provision as run_parts
+    from hostctl.provision.parts import provision as run_parts
 
     c = _ctx(ctx, config, facts)
     c.refuse_snapshot("provision")
-    if only is not None and only not in ORDER:
-        raise InputError(f"--only: expected storage, gpu or system, got {only!r}")
-    if boot and only != "gpu":
+    part = only.value if only is not None else None
+    if boot and part != "gpu":
         raise InputError("--boot goes with --only gpu (it is what hostctl-power.service runs)")
     cfg = c.config()
-    report = run_parts(cfg, only=only, dry_run=dry_run, yes=yes, erase=tuple(erase or ()), boot=boot,
+    report = run_parts(cfg, only=part, dry_run=dry_run, yes=yes, erase=tuple(erase or ()), boot=boot,
                        out=io.StringIO() if json_ else sys.stdout)
     if json_:
         _print_json(report.document())
@@ -380,8 +435,7 @@ def down(ctx: typer.Context, config: ConfigOpt = None, facts: FactsOpt = None) -
 
     c = _ctx(ctx, config, facts)
     c.refuse_snapshot("down")
-    cfg, plan_ = _lifecycle_plan(c)
-    what = lifecycle.down(cfg, plan_, say=lambda m: err.print(m, markup=False))
+    what = lifecycle.down(c.config(), say=lambda m: err.print(m, markup=False))
     out.print(f"down: {what}", markup=False)
 
 
@@ -389,18 +443,18 @@ def down(ctx: typer.Context, config: ConfigOpt = None, facts: FactsOpt = None) -
 def status(ctx: typer.Context, json_: JsonOpt = False, config: ConfigOpt = None, facts: FactsOpt = None) -> None:
     """State, health, endpoint, uptime and the last smoke result of the runtime.
 
-    Exits 0 when the runtime is running and /health answers, 1 otherwise.
+    Exits 0 when the runtime is running and /health answers, 1 otherwise. Reads the profile and
+    the engine's view of its container, nothing else of the host.
     """
-    from hostctl.service import lifecycle
+    from hostctl.service.status import status as read_status, status_text
 
     c = _ctx(ctx, config, facts)
     c.refuse_snapshot("status")
-    cfg, plan_ = _lifecycle_plan(c)
-    doc = lifecycle.status(cfg, plan_)
+    doc = read_status(c.config())
     if json_:
         _print_json(doc)
     else:
-        out.print(lifecycle.status_text(doc), end="", markup=False)
+        out.print(status_text(doc), end="", markup=False)
     if not (doc["state"] == "running" and doc["healthy"]):
         raise typer.Exit(EXIT_FAILED)
 
@@ -413,11 +467,11 @@ def logs(
     facts: FactsOpt = None,
 ) -> None:
     """The runtime's logs."""
-    from hostctl.service import lifecycle
+    from hostctl.service import identity, lifecycle
 
     c = _ctx(ctx, config, facts)
     c.refuse_snapshot("logs")
-    _cfg, plan_ = _lifecycle_plan(c)
+    name = identity.of_config(c.config()).container
 
     def write(chunk: bytes) -> None:
         sys.stdout.buffer.write(chunk)
@@ -426,7 +480,7 @@ def logs(
     from hostctl.interrupt import Interrupted
 
     try:
-        lifecycle.stream_logs(plan_, follow, write)
+        lifecycle.stream_logs(name, follow, write)
     except (KeyboardInterrupt, Interrupted):
         pass  # Ctrl-C is how `logs -f` is meant to end
 
@@ -444,13 +498,14 @@ def smoke(
     Exits 0 when every test returns the expected answer, 1 otherwise; the result is kept for
     `hostctl status`.
     """
-    from hostctl.service import preflight, state
+    from hostctl.service import identity, state
     from hostctl.service.smoke import check_loopback, run_suite
 
     c = _ctx(ctx, config, facts)
-    cfg, plan_ = _lifecycle_plan(c)
-    target = check_loopback(url) if url else preflight.endpoint(plan_)
-    report = run_suite(target, cfg.recipe, api_key_env=plan_.runtime.api_key_env)
+    cfg = c.config()
+    rt = identity.of_config(cfg)
+    target = check_loopback(url) if url else rt.endpoint
+    report = run_suite(target, cfg.recipe, api_key_env=rt.api_key_env)
     try:
         state.save_smoke(report.to_dict())
     except OSError as exc:
@@ -558,7 +613,8 @@ def verify(
 @app.command()
 def doctor(
     ctx: typer.Context,
-    level: Annotated[str, typer.Option("--level", help="quick (read-only) or full (adds functional tests).")] = "quick",
+    level: Annotated[DoctorLevel, typer.Option("--level", help="quick (read-only) or full (adds functional tests).")]
+    = DoctorLevel.quick,
     json_: JsonOpt = False,
     strict: Annotated[bool, typer.Option("--strict", help="Warnings fail too.")] = False,
     log: Annotated[Optional[Path], typer.Option("--log", help="Classify a runtime log against known failures.")] = None,
@@ -574,10 +630,8 @@ def doctor(
     """
     from hostctl.doctor import Options, run
 
-    if level not in ("quick", "full"):
-        raise InputError(f"--level: expected quick or full, got {level!r}")
     c = _ctx(ctx, config, facts)
-    code = run(Options(config_path=c.config_path, facts_path=c.facts_path, level=level, json=json_, strict=strict,
+    code = run(Options(config_path=c.config_path, facts_path=c.facts_path, level=level.value, json=json_, strict=strict,
                        log=log, bundle=bundle))
     if code:
         raise typer.Exit(code)
@@ -587,17 +641,45 @@ BUG_HINT = ("this is a bug in hostctl, not a problem with your input: please rep
             "command you ran (HOSTCTL_DEBUG=1 prints the traceback)")
 
 
-_COMMAND = None
+_COMMANDS: dict[str | None, object] = {}
+# The root's options that take a value (root() above): what follows them is not a command name.
+_ROOT_VALUE_OPTIONS = ("--config", "-c", "--facts")
 
 
-def _click_command():
-    """The click command typer builds from `app`, built once per process (typer rebuilds it on every
-    `app()` call: ~50 ms of introspection, which in-process callers such as the hostile-input
-    generator would pay per case)."""
-    global _COMMAND
-    if _COMMAND is None:
-        _COMMAND = typer.main.get_command(app)
-    return _COMMAND
+def _command_name(argv: list[str]) -> str | None:
+    """The command argv names after the root's own options; None when it names none."""
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            return argv[i + 1] if i + 1 < len(argv) else None
+        if not arg.startswith("-"):
+            return arg
+        i += 2 if arg in _ROOT_VALUE_OPTIONS else 1
+    return None
+
+
+def _click_command(argv: list[str] | None = None):
+    """The click command typer builds from `app` for this argv: only the command it names (typer
+    reads every command's signature to build the whole app, ~20-50 ms that each command would pay
+    before starting); the whole app for --help, no command or a name that is none of them (so click
+    lists the commands or suggests one). Built once per process and name: in-process callers such
+    as the hostile-input generator would pay it per case."""
+    args = sys.argv[1:] if argv is None else argv
+    name = _command_name(args)
+    commands = [c for c in app.registered_commands
+                if (c.name or typer.main.get_command_name(c.callback.__name__)) == name]
+    groups = [g for g in app.registered_groups if g.name == name]
+    key = name if commands or groups else None
+    if key not in _COMMANDS:
+        target = app
+        if key is not None:
+            import copy
+
+            target = copy.copy(app)  # the root callback and settings, with this one command
+            target.registered_commands, target.registered_groups = commands, groups
+        _COMMANDS[key] = typer.main.get_command(target)
+    return _COMMANDS[key]
 
 
 def _sigint(signum, frame) -> None:
@@ -616,7 +698,7 @@ def _run(argv: list[str] | None) -> int:
     # `up` installs its own handler for SIGINT and SIGTERM, to take down what it started.
     previous = signal.signal(signal.SIGINT, _sigint) if threading.current_thread() is threading.main_thread() else None
     try:
-        _click_command()(args=argv, prog_name="hostctl")
+        _click_command(argv)(args=argv, prog_name="hostctl")
         return 0
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_FAILED)
@@ -651,6 +733,10 @@ def main(argv: list[str] | None = None) -> int:
     """
     from hostctl import secrets
 
+    # No third-party pydantic plugin observes or alters hostctl's validation (typer disables them
+    # for its own parsing too), and pydantic need not scan every installed package's entry points
+    # for one: ~15 ms of every command that reads a profile or facts on this 2-CPU machine.
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     secrets.remember(secrets.from_environment())
     real_out, real_err = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = secrets.RedactingStream(real_out), secrets.RedactingStream(real_err)

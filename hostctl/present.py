@@ -3,9 +3,13 @@ CLI only prints, and tests can read exactly what a user sees."""
 
 from __future__ import annotations
 
-from hostctl.facts.model import HostFacts
-from hostctl.plan.model import Plan
+from typing import TYPE_CHECKING
+
 from hostctl.units import fmt_bytes, fmt_gib, format_cpulist
+
+if TYPE_CHECKING:  # annotations only: `facts` prints without importing the plan's schema
+    from hostctl.facts.model import HostFacts
+    from hostctl.plan.model import Plan
 
 
 def _yn(value: bool | None) -> str:

@@ -35,7 +35,9 @@ CAP_SYS_RESOURCE = 24
 
 
 class EngineApiError(Exception):
-    pass
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status  # the HTTP status the engine answered with (404: no such object)
 
 
 def _connection(socket_path: str, timeout: float):
@@ -72,7 +74,7 @@ class EngineApi:
                 message = json.loads(body).get("message", "")
             except (ValueError, AttributeError):
                 message = body[:200].decode("utf-8", "replace")
-            raise EngineApiError(f"GET {url}: HTTP {resp.status}: {message}")
+            raise EngineApiError(f"GET {url}: HTTP {resp.status}: {message}", resp.status)
         return body
 
     def json(self, url: str):
@@ -229,6 +231,7 @@ def _container(summary: dict, inspect: dict | None) -> ContainerFacts:
         exit_code=state.get("ExitCode"),
         oom_killed=state.get("OOMKilled"),
         pid=state.get("Pid") or None,
+        image_id=(inspect or {}).get("Image"),
         started_at=state.get("StartedAt"),
         finished_at=state.get("FinishedAt"),
         labels={k: v for k, v in labels.items() if k in KEPT_LABELS},
@@ -319,3 +322,51 @@ def probe_docker(image_refs: tuple[str, ...] = ()) -> EngineFacts:
         cgroup_driver=info.get("CgroupDriver"),
         images=images,
     )
+
+
+def _inspect_local(path: str, name: str) -> tuple[dict | None, str | None]:
+    import http.client
+    from urllib.parse import quote
+
+    try:
+        with EngineApi(path) as api:
+            return api.json(f"/containers/{quote(name, safe='')}/json"), None
+    except EngineApiError as exc:
+        return None, (None if exc.status == 404 else f"the Docker engine refused: {_one_line(str(exc))}")
+    except (OSError, http.client.HTTPException, ValueError) as exc:
+        return None, f"Docker engine unreachable at {path}: {_one_line(str(exc) or type(exc).__name__)}"
+
+
+def _inspect_remote(name: str) -> tuple[dict | None, str | None]:
+    try:
+        import docker  # a remote engine: the SDK knows how to reach it
+        import docker.errors
+    except ImportError as exc:
+        return None, f"the docker SDK is not installed: {exc}"
+    try:
+        client = docker.from_env(version="auto", timeout=API_TIMEOUT_S)
+        try:
+            return client.containers.get(name).attrs, None
+        finally:
+            client.close()
+    except docker.errors.NotFound:
+        return None, None
+    except Exception as exc:  # the SDK wraps socket, HTTP and API errors in several types
+        return None, f"Docker engine unreachable: {_one_line(str(exc))}"
+
+
+def probe_container(name: str) -> tuple[ContainerFacts | None, str | None]:
+    """One container, by name, as the engine sees it: (facts, None); (None, None) when the engine
+    has no container of that name; (None, why) when the engine cannot be asked. For `status`,
+    which needs this container and nothing else of the host."""
+    problem = _socket_problem()
+    if problem:
+        return None, problem
+    path = local_socket()
+    inspect, why = _inspect_local(path, name) if path is not None else _inspect_remote(name)
+    if inspect is None:
+        return None, why
+    config = inspect.get("Config") or {}
+    summary = {"Id": inspect.get("Id", ""), "Names": [inspect.get("Name") or name], "Image": config.get("Image"),
+               "Labels": config.get("Labels") or {}}
+    return _container(summary, inspect), None

@@ -17,7 +17,9 @@ PLAN_SCHEMA = "hostctl.plan/v1"
 
 
 class Part(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # defer_build: validators are built on first use, not at import (doctor without a profile
+    # imports these models and never builds a plan).
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
 
 class Decision(Part):

@@ -33,13 +33,15 @@ class ContainerState:
     started_at: datetime | None = None
     finished_at: datetime | None = None
     error: str | None = None
+    rw_binds: tuple[str, ...] = ()  # host directories bound read-write: the caches `down` keeps
 
     @property
     def running(self) -> bool:
         return self.status == "running"
 
 
-def _ts(text: str | None) -> datetime | None:
+def parse_timestamp(text: str | None) -> datetime | None:
+    """The engine's RFC 3339 time (nanoseconds, Z) as an aware datetime; None for its "never" (0001-...)."""
     if not text or text.startswith("0001-"):
         return None
     m = re.match(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?", text)
@@ -58,8 +60,10 @@ def container_state(name: str, dc=None) -> ContainerState:
         c = dc.containers.get(name)
         s = c.attrs.get("State", {})
         return ContainerState(exists=True, id=c.id, status=s.get("Status"), exit_code=s.get("ExitCode"),
-                              oom_killed=s.get("OOMKilled"), started_at=_ts(s.get("StartedAt")),
-                              finished_at=_ts(s.get("FinishedAt")), error=s.get("Error") or None)
+                              oom_killed=s.get("OOMKilled"), started_at=parse_timestamp(s.get("StartedAt")),
+                              finished_at=parse_timestamp(s.get("FinishedAt")), error=s.get("Error") or None,
+                              rw_binds=tuple(m["Source"] for m in c.attrs.get("Mounts") or ()
+                                             if m.get("Type") == "bind" and m.get("RW") and m.get("Source")))
     except docker.errors.NotFound:
         return ContainerState(exists=False)
     finally:

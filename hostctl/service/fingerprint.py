@@ -20,8 +20,10 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from hostctl.plan.model import Plan
+if TYPE_CHECKING:  # `status` fingerprints the running project without the plan's schema
+    from hostctl.plan.model import Plan
 
 FINGERPRINT_VERSION = 1
 _ENV_LINE = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=")

@@ -1,5 +1,5 @@
 """The runtime's lifecycle: `up` (preflight -> render -> compose up -> watch -> smoke gate),
-`down`, `status`, `logs` and `smoke`.
+`down`, `logs` and `smoke` (`status` reads: hostctl.service.status).
 
 `up` declares the service ready only when /health answers, /v1/models lists the served name
 with max_model_len equal to the recipe's context, and every smoke test returns the right
@@ -27,7 +27,7 @@ from hostctl.config import Config
 from hostctl.diagnosis import Evidence, Finding, classify
 from hostctl.errors import FailedError
 from hostctl.plan.model import Plan
-from hostctl.service import preflight, state
+from hostctl.service import identity, preflight, state
 from hostctl.service.compose import compose_down, compose_up
 from hostctl.service.engine import Feed, container_state
 from hostctl.service.lock import LifecycleLock
@@ -71,7 +71,7 @@ def project_dir(config: Config) -> Path:
 
 
 def container_name(plan: Plan) -> str:
-    return f"{plan.runtime.project}-{plan.runtime.service}"
+    return identity.container_name(plan.runtime.project, plan.runtime.service)
 
 
 def watchdog_s(config: Config) -> int:
@@ -423,15 +423,16 @@ def failure_error(outcome: Outcome) -> FailedError:
     return FailedError(f"hostctl up failed [{c.id}]: {c.title}", details=details, fix=c.fix)
 
 
-# ---------------------------------------------------------------- down, status, logs
+# ---------------------------------------------------------------- down, logs (status: hostctl.service.status)
 
 
-def down(config: Config, plan: Plan, say: Say) -> str:
+def down(config: Config, say: Say) -> str:
+    """Take the profile's project down; the profile alone names it (no facts, no plan)."""
+    rt = identity.of_config(config)
     with LifecycleLock("down"):
-        target = project_dir(config)
-        name = container_name(plan)
+        target, name = rt.project_dir, rt.container
         before = container_state(name)
-        res = compose_down(target if target.is_dir() else None, plan.runtime.project)
+        res = compose_down(target if target.is_dir() else None, rt.project)
         if not res.ok:
             raise FailedError("docker compose down failed", details=(res.stderr or res.stdout).strip().splitlines()[-10:])
         after = container_state(name)
@@ -441,83 +442,18 @@ def down(config: Config, plan: Plan, say: Say) -> str:
         doc = state.load_service() or {}
         if doc.get("container") == name:
             state.save_service({**doc, "state": "down", "down_at": _now_iso()})
-        caches = ", ".join(v.source for v in plan.runtime.volumes if not v.read_only) or "none"
-        what = f"stopped and removed {name}" if before.exists else f"{name} was not running"
-        say(f"caches kept: {caches}")
-        return what
+        if before.exists:
+            say(f"caches kept: {', '.join(before.rw_binds) or 'none bound'}")
+            return f"stopped and removed {name}"
+        return f"{name} was not running"
 
 
-def status(config: Config, plan: Plan) -> dict:
-    name = container_name(plan)
-    ep = preflight.endpoint(plan)
-    st = container_state(name)
-    doc: dict = {"schema": "hostctl.status/v1", "container": name, "endpoint": ep, "image": plan.runtime.image}
-    if not st.exists:
-        doc["state"] = "down"
-    else:
-        doc["state"] = st.status
-        if st.started_at and st.running:
-            doc["uptime_s"] = int((datetime.now(timezone.utc) - st.started_at).total_seconds())
-        if not st.running:
-            doc["exit_code"], doc["oom_killed"] = st.exit_code, st.oom_killed
-    health = None
-    if st.running:
-        try:
-            with httpx.Client(timeout=3.0, trust_env=False) as c:
-                health = c.get(f"{ep}/health").status_code == 200
-        except httpx.HTTPError:
-            health = False
-    doc["healthy"] = health
-    service = state.load_service()
-    if service and service.get("container") == name:
-        doc["last_up"] = {k: service.get(k) for k in ("state", "ready_at", "failed_at", "interrupted_at", "signal",
-                                                      "down_at", "cause", "kv") if service.get(k) is not None}
-    from hostctl.bench import qualify
-
-    doc["qualify"] = qualify.status_part(qualify.running_fingerprint(project_dir(config), name) if st.running else None)
-    smoke = state.load_smoke()
-    if smoke:
-        doc["last_smoke"] = {"at": smoke.get("started_at"), "ok": smoke.get("ok"), "url": smoke.get("url"),
-                             "results": [{"name": r["name"], "ok": r["ok"], "latency_s": round(r["latency_s"], 3)}
-                                         for r in smoke.get("results", [])]}
-    return doc
-
-
-def status_text(doc: dict) -> str:
-    lines = [f"{doc['container']}: {doc['state']}"
-             + (f", up {doc['uptime_s'] // 60} min {doc['uptime_s'] % 60} s" if "uptime_s" in doc else "")
-             + (f", exit code {doc.get('exit_code')}" + (", OOM-killed" if doc.get("oom_killed") else "")
-                if doc["state"] not in ("running", "down") else "")]
-    lines.append(f"  endpoint: {doc['endpoint']}  health: "
-                 + {True: "ok", False: "not answering", None: "-"}[doc["healthy"]])
-    lines.append(f"  image: {doc['image']}")
-    last = doc.get("last_up")
-    if last:
-        when = last.get("ready_at") or last.get("failed_at") or last.get("interrupted_at") or last.get("down_at")
-        why = last.get("cause") or (f"by {last['signal']}" if last.get("signal") else None)
-        lines.append(f"  last up: {last.get('state')} at {when}" + (f" ({why})" if why else ""))
-        kv = last.get("kv") or {}
-        if kv.get("tokens") is not None or kv.get("full_context_requests") is not None:
-            lines.append(f"  KV cache: {kv.get('tokens') or '?'} tokens, {kv.get('full_context_requests')} "
-                         f"full-context ({kv.get('context')}-token) requests at once")
-    smoke = doc.get("last_smoke")
-    if smoke:
-        parts = ", ".join(f"{r['name']} {'ok' if r['ok'] else 'FAIL'} {r['latency_s'] * 1000:.0f} ms" for r in smoke["results"])
-        lines.append(f"  last smoke: {'passed' if smoke['ok'] else 'FAILED'} at {smoke['at']}: {parts}")
-    else:
-        lines.append("  last smoke: none recorded")
-    from hostctl.bench.qualify import status_line
-
-    lines.append(status_line(doc.get("qualify")))
-    return "\n".join(lines) + "\n"
-
-
-def stream_logs(plan: Plan, follow: bool, write: Callable[[bytes], None]) -> None:
+def stream_logs(name: str, follow: bool, write: Callable[[bytes], None]) -> None:
+    """The container's logs (`hostctl logs`: the name comes from the profile, hostctl.service.identity)."""
     import docker.errors
 
     from hostctl.service.engine import client
 
-    name = container_name(plan)
     dc = client()
     try:
         try:

@@ -18,6 +18,7 @@ from hostctl.facts.mounts import probe_path, read_mountinfo
 from hostctl.facts.ports import probe_port
 from hostctl.plan.model import Plan
 from hostctl.plan.storage import NOT_A_REAL_FS
+from hostctl.service import identity
 from hostctl.units import GIB, fmt_gib
 
 MIN_FREE_WRITABLE = 1 * GIB  # compile caches and logs need some room even when serving
@@ -32,13 +33,11 @@ class Failure:
 
 
 def api_address(plan: Plan) -> tuple[str, int]:
-    host = plan.runtime.api_host
-    return ("127.0.0.1" if host in ("0.0.0.0", "::") else host), plan.runtime.api_port
+    return identity.api_address(plan.runtime.api_host, plan.runtime.api_port)
 
 
 def endpoint(plan: Plan) -> str:
-    host, port = api_address(plan)
-    return f"http://{'[' + host + ']' if ':' in host else host}:{port}"
+    return identity.endpoint_url(plan.runtime.api_host, plan.runtime.api_port)
 
 
 def port_owner(pf: PortFacts) -> str | None:

@@ -78,7 +78,7 @@ def tune(config_path: Path | None, recipe_ref: str | None, *, dry_run: bool, jso
             with signals_raise():
                 if before.running:
                     say(f"stopping {before.container} for the sweep (it is brought back afterwards)")
-                    lifecycle.down(home, home_plan, say=say)
+                    lifecycle.down(home, say=say)
                 sweep.run()
                 why = "ended"
         except Interrupted as exc:

@@ -194,7 +194,7 @@ class Sweep:
             if started:
                 self.say(f"  taking {boot.id} down")
                 try:
-                    self.down(cfg, plan, say=lambda m: self.say("  " + m))
+                    self.down(cfg, say=lambda m: self.say("  " + m))
                 except HostctlError as exc:
                     bdoc["down_error"] = exc.message
                     self.say(f"  warning: could not take {boot.id} down: {exc.message}")

@@ -323,7 +323,7 @@ def test_a_failed_boot_is_recorded_and_the_sweep_goes_on(tmp_path):
         return Outcome(ready=False, endpoint="http://127.0.0.1:8000",
                        cause=Finding("container-oom", "OOM", "the cap", "raise it in 2 GiB steps", []))
 
-    sweep = _sweep(tmp_path, up, lambda cfg, plan, say: downs.append(1))
+    sweep = _sweep(tmp_path, up, lambda cfg, say: downs.append(1))
     doc = sweep.run()
     assert seen == ["2", "4", "2", "4"] and doc["boot_count"] == 4
     assert [b["cause"]["id"] for b in doc["boots"]] == ["container-oom", "preflight", "container-oom", "container-oom"]
@@ -339,7 +339,7 @@ def test_an_interrupted_boot_is_taken_down_and_recorded(tmp_path):
     def up(cfg, plan, facts, **kw):
         raise Interrupted(signal.SIGTERM)
 
-    sweep = _sweep(tmp_path, up, lambda cfg, plan, say: downs.append(plan.runtime.project))
+    sweep = _sweep(tmp_path, up, lambda cfg, say: downs.append(cfg.profile.runtime.project))
     with pytest.raises(Interrupted):
         sweep.run()
     assert downs == ["hostctl"] and sweep.doc["status"] == "interrupted"

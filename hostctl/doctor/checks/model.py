@@ -11,12 +11,14 @@ from hostctl.errors import InputError
 
 @check("model.checkpoint", "the checkpoint is present, pinned and verified")
 def checkpoint(ctx: Context) -> Result:
+    if ctx.config is None:
+        return ctx.no_profile("no checkpoint to check")
+    # Imported only with a profile: the models file's YAML reader and the manifest's schema
+    # are doctor's start-up cost otherwise (benchmarks/doctor_quick.py).
     from hostctl.model.manifest import MANIFEST_NAME
     from hostctl.model.resolve import load_ref
     from hostctl.model.verify import judge
 
-    if ctx.config is None:
-        return ctx.no_profile("no checkpoint to check")
     try:
         ref = load_ref(ctx.config)
     except InputError as exc:

@@ -1,0 +1,105 @@
+"""`hostctl status`: the runtime's state, health, endpoint, uptime, and the last `up`, smoke and
+qualify results.
+
+It reads the profile (hostctl.service.identity names the container), the engine's view of that
+one container (hostctl.facts.engine.probe_container, over the engine's socket) and hostctl's
+state files; it collects no other facts and builds no plan, so it answers at once
+(benchmarks/doctor_quick.py) and works on a host whose GPUs or drives cannot be read.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING
+
+from hostctl.service import identity, state
+
+if TYPE_CHECKING:
+    from hostctl.config import Config
+
+SCHEMA = "hostctl.status/v1"
+HEALTH_TIMEOUT_S = 3.0
+
+
+def _healthy(endpoint: str) -> bool:
+    """GET {endpoint}/health answers 200. http.client, not httpx: status imports only what it uses,
+    and the endpoint is always a plain-HTTP address on this machine (identity.endpoint_url)."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    url = urlsplit(endpoint)
+    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=HEALTH_TIMEOUT_S)
+    try:
+        conn.request("GET", "/health")
+        return conn.getresponse().status == 200
+    except (OSError, http.client.HTTPException):
+        return False
+    finally:
+        conn.close()
+
+
+def status(config: Config) -> dict:
+    from hostctl.facts.engine import probe_container
+    from hostctl.service.engine import parse_timestamp
+
+    rt = identity.of_config(config)
+    found, engine_problem = probe_container(rt.container)
+    running = found is not None and found.state == "running"
+    doc: dict = {"schema": SCHEMA, "container": rt.container, "endpoint": rt.endpoint, "image": rt.image}
+    if engine_problem is not None:
+        doc["state"], doc["reason"] = "unknown", engine_problem
+    elif found is None:
+        doc["state"] = "down"
+    else:
+        doc["state"] = found.state
+        started = parse_timestamp(found.started_at)
+        if started and running:
+            doc["uptime_s"] = int((datetime.now(timezone.utc) - started).total_seconds())
+        if not running:
+            doc["exit_code"], doc["oom_killed"] = found.exit_code, found.oom_killed
+    doc["healthy"] = _healthy(rt.endpoint) if running else None
+    service = state.load_service()
+    if service and service.get("container") == rt.container:
+        doc["last_up"] = {k: service.get(k) for k in ("state", "ready_at", "failed_at", "interrupted_at", "signal",
+                                                      "down_at", "cause", "kv") if service.get(k) is not None}
+    from hostctl.bench import qualify
+    from hostctl.service import fingerprint
+
+    current = fingerprint.of_project(rt.project_dir, found.image_id) if running else None
+    doc["qualify"] = qualify.status_part(current)
+    smoke = state.load_smoke()
+    if smoke:
+        doc["last_smoke"] = {"at": smoke.get("started_at"), "ok": smoke.get("ok"), "url": smoke.get("url"),
+                             "results": [{"name": r["name"], "ok": r["ok"], "latency_s": round(r["latency_s"], 3)}
+                                         for r in smoke.get("results", [])]}
+    return doc
+
+
+def status_text(doc: dict) -> str:
+    lines = [f"{doc['container']}: {doc['state']}"
+             + (f", up {doc['uptime_s'] // 60} min {doc['uptime_s'] % 60} s" if "uptime_s" in doc else "")
+             + (f" ({doc['reason']})" if doc.get("reason") else "")
+             + (f", exit code {doc.get('exit_code')}" + (", OOM-killed" if doc.get("oom_killed") else "")
+                if doc["state"] not in ("running", "down", "unknown") else "")]
+    lines.append(f"  endpoint: {doc['endpoint']}  health: "
+                 + {True: "ok", False: "not answering", None: "-"}[doc["healthy"]])
+    lines.append(f"  image: {doc['image']}")
+    last = doc.get("last_up")
+    if last:
+        when = last.get("ready_at") or last.get("failed_at") or last.get("interrupted_at") or last.get("down_at")
+        why = last.get("cause") or (f"by {last['signal']}" if last.get("signal") else None)
+        lines.append(f"  last up: {last.get('state')} at {when}" + (f" ({why})" if why else ""))
+        kv = last.get("kv") or {}
+        if kv.get("tokens") is not None or kv.get("full_context_requests") is not None:
+            lines.append(f"  KV cache: {kv.get('tokens') or '?'} tokens, {kv.get('full_context_requests')} "
+                         f"full-context ({kv.get('context')}-token) requests at once")
+    smoke = doc.get("last_smoke")
+    if smoke:
+        parts = ", ".join(f"{r['name']} {'ok' if r['ok'] else 'FAIL'} {r['latency_s'] * 1000:.0f} ms" for r in smoke["results"])
+        lines.append(f"  last smoke: {'passed' if smoke['ok'] else 'FAILED'} at {smoke['at']}: {parts}")
+    else:
+        lines.append("  last smoke: none recorded")
+    from hostctl.bench.qualify import status_line
+
+    lines.append(status_line(doc.get("qualify")))
+    return "\n".join(lines) + "\n"

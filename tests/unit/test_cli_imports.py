@@ -1,0 +1,83 @@
+"""What the read-only commands import, so later features cannot quietly undo their start-up time
+(benchmarks/doctor_quick.py measures it; this test is not timed).
+
+Each command runs in a fresh interpreter through a small wrapper that calls hostctl's main() and
+then writes the names in sys.modules to a file: the modules it imported, whatever it printed.
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hostctl import paths
+
+HOSTS = paths.hosts_dir()
+DEMO = str(HOSTS / "demo-cpu.toml")
+
+# Heavy optional modules: each is used by one command (model pull, tune's chart, verify, logs) or
+# by the tests, and costs 0.1-0.5 s to import.
+HEAVY = frozenset({"huggingface_hub", "matplotlib", "testinfra", "docker", "pytest", "_pytest"})
+# Nothing but typer is needed to parse the arguments and print --help. (A command's own options
+# go through typer's coercion, which is pydantic's: `plan --help` imports pydantic, not the rest.)
+NOT_TO_PARSE = HEAVY | {"rich", "jinja2", "yaml", "httpx"}
+NOT_TO_LIST = NOT_TO_PARSE | {"pydantic"}
+# plan and status read a profile (pydantic, YAML) and render nothing, fetch nothing over httpx.
+NOT_TO_READ = HEAVY | {"jinja2", "httpx"}
+
+WRAPPER = """
+import json, sys
+out = sys.argv[1]
+try:
+    from hostctl.cli import main
+    if sys.argv[2:] != ["--import-only"]:
+        code = main(sys.argv[2:])
+finally:
+    with open(out, "w") as f:
+        json.dump(sorted(sys.modules), f)
+"""
+
+
+def imported(argv: list[str], tmp_path: Path) -> tuple[set[str], subprocess.CompletedProcess]:
+    """The top-level packages a fresh `hostctl ARGV` imported (hostctl's own left out)."""
+    out = tmp_path / "modules.json"
+    done = subprocess.run([sys.executable, "-c", WRAPPER, str(out), *argv], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=120)  # cwd: no ./hostctl.toml is picked up
+    assert out.is_file(), done.stderr
+    names = {name.split(".")[0] for name in json.loads(out.read_text())}
+    return names - {"hostctl"}, done
+
+
+@pytest.mark.parametrize("argv, unwanted", [(["--import-only"], NOT_TO_LIST), (["--help"], NOT_TO_LIST),
+                                             (["plan", "--help"], NOT_TO_PARSE), (["status", "--help"], NOT_TO_PARSE)],
+                         ids=["import", "help", "plan-help", "status-help"])
+def test_parsing_and_help_import_only_typer(argv, unwanted, tmp_path):
+    names, done = imported(argv, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "typer" in names
+    assert not names & unwanted, f"`hostctl {' '.join(argv)}` imported {sorted(names & unwanted)}"
+
+
+@pytest.mark.parametrize("argv", [["plan", "--config", DEMO], ["plan", "--json", "--config", DEMO],
+                                  ["status", "--config", DEMO], ["status", "--json", "--config", DEMO]],
+                         ids=["plan", "plan-json", "status", "status-json"])
+def test_plan_and_status_import_no_heavy_module(argv, tmp_path):
+    names, done = imported(argv, tmp_path)
+    # plan: 0, or 1 when this machine cannot serve the demo (too little memory); status: 1 unless
+    # the demo runtime happens to run. Either way a whole run, not a usage error or a crash.
+    assert done.returncode in (0, 1) and "internal error" not in done.stderr, done.stderr
+    if "--json" in argv:
+        assert json.loads(done.stdout)["schema"] in ("hostctl.plan/v1", "hostctl.status/v1")
+    else:
+        assert done.stdout.strip()
+    assert "pydantic" in names  # the profile was read
+    assert not names & NOT_TO_READ, f"`hostctl {' '.join(argv)}` imported {sorted(names & NOT_TO_READ)}"
+
+
+def test_the_wrapper_sees_a_heavy_import(tmp_path):
+    # `logs` reads the container's log through the docker SDK: the wrapper must report it, or the
+    # tests above would pass whatever the commands imported.
+    names, done = imported(["logs", "--config", DEMO], tmp_path)
+    assert "docker" in names, done.stderr
