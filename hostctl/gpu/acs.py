@@ -3,7 +3,7 @@ crosses (from sysfs) and whether ACS redirects peer requests upstream (from `lsp
 
 With ACS request/completion redirect on, a peer write from one GPU to the other does not turn
 around at the bridge: it goes up to the root complex, through the IOMMU when one translates
-DMA. That is the path on which field report 001's first all-reduce deadlocked. lspci shows the
+DMA. That is the path on which report 001's first all-reduce deadlocked (docs/field-reports.md). lspci shows the
 ACS capability only to root (the extended config space); otherwise the answer is "unknown".
 """
 

@@ -15,7 +15,7 @@ import pytest
 
 from hostctl import examples
 from hostctl.facts.gpu import probe_gpus
-from hostctl.facts.gpu_fake import FakeNvml, pro6000x2_phb, write_sysfs
+from fake_nvml import FakeNvml, pro6000x2_phb, write_sysfs
 from hostctl.facts.state import probe_state
 from hostctl.gpu.harness import Fault, TorchPython, free_port, functional_check, processes_in_group
 from hostctl.plan import build_plan
