@@ -1,5 +1,5 @@
 """Measure `hostctl provision --only storage` on two sparse "4 TB" loop drives laid out like field
-report 001's desktop (129 GiB swap + ext4 for the rest, equal swap priority), end to end, and
+report 001's desktop (docs/field-reports.md) (129 GiB swap + ext4 for the rest, equal swap priority), end to end, and
 the idempotent re-run. Run as root from the checkout:
 
     python3 benchmarks/provision_storage.py [--size 4T] [--swap 129GiB] [--repeat 3]

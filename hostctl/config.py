@@ -607,7 +607,7 @@ def _secret_flag(flag: str) -> bool:
 
 
 def recipe_problems(recipe: Recipe) -> list[str]:
-    """Rules that follow from the field reports; each message names the field and the fix."""
+    """Rules that follow from the field reports (docs/field-reports.md); each message names the field and the fix."""
     problems: list[str] = []
     args = recipe.args()
     for i, (flag, value) in enumerate(args.pairs):

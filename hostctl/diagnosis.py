@@ -1,7 +1,7 @@
 """The catalogue of known failure signatures and the classifier that matches runtime logs,
 kernel logs and container state against it.
 
-Each signature says what the symptom really means and what to do: the field reports lost
+Each signature says what the symptom really means and what to do: the field reports (docs/field-reports.md) lost
 days to symptoms that pointed the wrong way (a TCPStore broken pipe that was a host OOM,
 100% GPU utilisation that was an NCCL deadlock, "No free indices" that was one request
 slot). `up` calls classify() on failure; `doctor --log FILE` calls it on a saved log.

@@ -1,5 +1,5 @@
-"""Where hostctl finds its bundled resources (templates, runtime recipes and hosts, systemd units)
-and where it keeps state that outlives a command."""
+"""Where hostctl finds its bundled resources (the compose templates, the systemd unit templates,
+runtime recipes and hosts, the rendered examples) and where it keeps state that outlives a command."""
 
 from __future__ import annotations
 
@@ -51,7 +51,26 @@ def resource_root() -> Path:
 
 
 def templates_dir() -> Path:
+    """compose.yaml.j2 and runtime.env.j2."""
     return resource_root() / "templates"
+
+
+def systemd_dir() -> Path:
+    """The unit templates (hostctl-*.service.j2): top-level, so a reader finds the units hostctl writes."""
+    return resource_root() / "systemd"
+
+
+def template_dirs() -> list[Path]:
+    """Where the renderer looks for a template, in order (the names do not overlap)."""
+    return [templates_dir(), systemd_dir()]
+
+
+def template_path(name: str) -> Path:
+    """The one file of that template name; FileNotFoundError naming the folders when none has it."""
+    for d in template_dirs():
+        if (d / name).is_file():
+            return d / name
+    raise FileNotFoundError(f"no template {name} in {', '.join(map(str, template_dirs()))}")
 
 
 def recipes_dir() -> Path:

@@ -8,12 +8,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
-# CI installs every real part: there, a missing part must fail the test, not skip it.
-IN_CI = os.environ.get("CI") == "true"
-
-
-def _skip_unless(ok: bool, reason: str):
-    return pytest.mark.skipif(not ok and not IN_CI, reason=reason)
+# CI installs every real part: there, a missing part must fail the test, not skip it (tests/need.py).
+import need  # noqa: E402  (after the path: tests/need.py)
+from need import IN_CI, needs  # noqa: E402,F401  (IN_CI: re-exported for the tier conftests)
 
 
 def _has_compose() -> bool:
@@ -21,9 +18,9 @@ def _has_compose() -> bool:
         ["docker", "compose", "version"], capture_output=True).returncode == 0
 
 
-needs_compose = _skip_unless(_has_compose(), "Docker Compose v2 not installed (.ci/run installs it)")
-needs_root = _skip_unless(os.geteuid() == 0, "needs root")
-needs_systemd_analyze = _skip_unless(shutil.which("systemd-analyze") is not None, "systemd-analyze not installed")
+needs_compose = needs(_has_compose(), "Docker Compose v2 not installed (.ci/run installs it)")
+needs_root = needs(os.geteuid() == 0, "needs root")
+needs_systemd_analyze = needs(shutil.which("systemd-analyze") is not None, "systemd-analyze not installed")
 
 
 @pytest.fixture(autouse=True)
@@ -48,9 +45,15 @@ _boots: runtime_fixtures.BootCounter | None = None
 
 def pytest_configure(config):
     global _boots
+    config.addinivalue_line("markers", f"{need.MARK}(ok, reason): a part the test needs (tests/need.py)")
     config.addinivalue_line("markers", f"{runtime_fixtures.STOPS_MARK}: takes the shared demo runtime down "
                             "(runs after every test that uses it)")
     _boots = runtime_fixtures.BootCounter()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    need.check_marks(item)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -2,7 +2,7 @@
 every pair's topology level and P2P status.
 
 All NVML calls sit behind NvmlAdapter, which speaks plain Python values, so a fake with the
-same methods (hostctl/facts/gpu_fake.py) can stand in for a machine we don't have. The adapter
+same methods (tests/fake_nvml.py) can stand in for a machine we don't have. The adapter
 has one write: the power limit, which only `provision --only gpu` calls. A getter NVML cannot answer
 (NotSupported on this GPU, in this VM, ...) leaves its one field None; only a missing driver
 or library makes the whole part unavailable.

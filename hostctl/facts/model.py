@@ -503,7 +503,7 @@ class HostFacts(Part):
     schema_: Literal["hostctl.facts/v1"] = Field(default=FACTS_SCHEMA, alias="schema")
     hostname: str
     collected_at: str
-    notes: list[str] = Field(default_factory=list)  # provenance, e.g. for a snapshot made from a field report
+    notes: list[str] = Field(default_factory=list)  # provenance, e.g. for a snapshot made from a report in docs/field-reports.md
     kernel: KernelFacts
     gpus: GpuFacts
     disks: DiskFacts

@@ -8,7 +8,7 @@
                   NCCL_P2P_DISABLE=1 as a control, the sums checked -> the verdict
 
 The verdict is stored (state_dir()/p2p.json) with the driver, kernel command line and GPUs it
-was measured under; plan/nccl.py turns P2P on only with a fresh "ok". Field report 001's GPUs
+was measured under; plan/nccl.py turns P2P on only with a fresh "ok". Report 001's GPUs (docs/field-reports.md)
 passed rungs 1-2 and deadlocked in the first collective until IOMMU was turned off: only rung
 5 tells. Any recommendation to turn the IOMMU off states what that costs.
 """

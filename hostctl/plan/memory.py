@@ -1,7 +1,7 @@
 """Memory plan: the container's RAM cap, soft reservation and RAM+swap cap, and whether the
 host's RAM+swap can carry the recipe's first conversion.
 
-Two different numbers (field report 001): the host's MemTotal + SwapTotal must cover the
+Two different numbers (report 001, docs/field-reports.md): the host's MemTotal + SwapTotal must cover the
 conversion (>= 220 GiB for DeepSeek-V4), while the container's own caps keep physical RAM
 in reserve so a runaway load is killed in its cgroup instead of taking the desktop down.
 """

@@ -1,6 +1,6 @@
 """NCCL plan: P2P on or off, the P2P level, and custom all-reduce, from the P2P facts.
 
-The driver's P2P status is a capability, not proof: field report 001's GPUs reported P2P
+The driver's P2P status is a capability, not proof: report 001's GPUs (docs/field-reports.md) reported P2P
 and still deadlocked in the first collective until IOMMU was turned off. So P2P is turned
 on only with a stored functional verdict measured under the current driver and kernel
 command line; otherwise it stays off and the plan says how to measure it.

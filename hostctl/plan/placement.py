@@ -2,7 +2,7 @@
 and memory-node binding, and the guard variables of mapped-host-layer recipes.
 
 An unknown NUMA node (sysfs -1) is reported as unknown and never guessed: mapped host
-memory on the wrong socket costs every token a trip across the interconnect (report 000).
+memory on the wrong socket costs every token a trip across the interconnect (report 000, docs/field-reports.md).
 """
 
 from __future__ import annotations

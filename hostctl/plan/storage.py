@@ -2,7 +2,7 @@
 drive holds each tensor-parallel rank's store, and the files bound over the shared store path.
 
 A rank store is the per-rank set of expert-store files vLLM-MoET writes:
-`<stem>.rank<r>of<N>.pack`, its `.json` sidecar and `.lock`. Field report 001 copied rank 0's
+`<stem>.rank<r>of<N>.pack`, its `.json` sidecar and `.lock`. Report 001 (docs/field-reports.md) copied rank 0's
 files to the other SSD and bound them file by file over the shared store, so each rank
 reads its own drive.
 """

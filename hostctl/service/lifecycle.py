@@ -52,7 +52,7 @@ def _uptime_s() -> float | None:
 
 def _kernel_events_since(uptime_at_start: float | None) -> str:
     """The kernel's OOM-kill and Xid lines logged since this `up` began: a host OOM that killed a
-    rank is what sits behind a TCPStore broken pipe (field report 001); older ones are not ours."""
+    rank is what sits behind a TCPStore broken pipe (report 001, docs/field-reports.md); older ones are not ours."""
     from hostctl.facts.kernel_log import probe_kernel_log
 
     kernel = probe_kernel_log()

@@ -68,7 +68,7 @@ def _unit_arg(value: object) -> str:
 
 def _environment(compose: bool = False) -> jinja2.Environment:
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(paths.templates_dir())),
+        loader=jinja2.FileSystemLoader([str(d) for d in paths.template_dirs()]),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         autoescape=False,

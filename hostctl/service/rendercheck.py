@@ -27,7 +27,7 @@ _ENV_LINE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
 def template_keys(template: str) -> tuple[frozenset[tuple[str, str]], frozenset[tuple[str, str]]]:
     """(every (section, key) the template can write, the ones it always writes), read from the
     template's own text: a key inside `{% if %}` is optional."""
-    text = (paths.templates_dir() / template).read_text()
+    text = paths.template_path(template).read_text()
     allowed, required = set(), set()
     section, depth = "", 0
     for line in text.splitlines():
@@ -122,7 +122,7 @@ def _unescape(value: object) -> object:
 
 @cache
 def _service_keys() -> tuple[frozenset[str], frozenset[str]]:
-    text = (paths.templates_dir() / "compose.yaml.j2").read_text()
+    text = paths.template_path("compose.yaml.j2").read_text()
     allowed, required, depth = set(), set(), 0
     for line in text.splitlines():
         stripped = line.strip()

@@ -23,6 +23,7 @@ from hostctl import paths, runner
 from hostctl.config import load_config
 from hostctl.facts.memory import read_swaps
 from hostctl.facts.mounts import read_mountinfo
+from need import need
 
 TOOLS = {"losetup": "util-linux", "partx": "util-linux", "sgdisk": "gdisk", "mkfs.ext4": "e2fsprogs",
          "mkswap": "util-linux", "wipefs": "util-linux", "blkid": "util-linux", "sysctl": "procps",
@@ -111,13 +112,9 @@ class Host:
 
 
 def _require_tools() -> None:
-    if os.geteuid() != 0:
-        pytest.skip("needs root to attach loop devices")
+    need(os.geteuid() == 0, "needs root to attach loop devices")
     for tool, package in TOOLS.items():
-        if shutil.which(tool) is None:
-            if os.environ.get("CI") == "true":
-                pytest.fail(f"{tool} is not installed (.ci/run installs {package})")
-            pytest.skip(f"{tool} is not installed (apt-get install -y {package})")
+        need(shutil.which(tool) is not None, f"{tool} is not installed (apt-get install -y {package}; .ci/run does)")
 
 
 @pytest.fixture

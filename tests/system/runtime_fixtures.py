@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from need import IN_CI, missing, need
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO_RECIPE = ROOT / "runtime" / "recipes" / "demo-cpu-tiny-moe.yaml"
-IN_CI = os.environ.get("CI") == "true"
 SHARED_PORT = 18510
 SHARED_NAME = "shared"
 STOPS_MARK = "stops_shared_runtime"
@@ -35,10 +35,7 @@ def engine_answers() -> bool:
 
 
 def build_demo_image() -> str:
-    if not engine_answers():
-        if IN_CI:
-            pytest.fail("the Docker engine does not answer (.ci/run starts it)")
-        pytest.skip("no Docker engine")
+    need(engine_answers(), "the Docker engine does not answer (.ci/run starts it)")
     from hostctl import images
 
     try:
@@ -46,7 +43,7 @@ def build_demo_image() -> str:
     except Exception as exc:  # a machine without the torch wheel or debootstrap cannot build it
         if IN_CI:
             raise
-        pytest.skip(f"cannot build the CPU demo image: {exc}")
+        missing(f"cannot build the CPU demo image: {exc}")
 
 
 def demo_recipe(**changes) -> dict:

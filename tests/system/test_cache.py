@@ -22,6 +22,7 @@ import pytest
 import cachelayout as cl
 from conftest import needs_compose
 from loopdrives import check, host, restore_sysctls, sysroot  # noqa: F401  (fixtures)
+from need import need
 
 def _tree(root: Path) -> dict[str, str]:
     return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
@@ -233,9 +234,7 @@ def test_prune_yes_without_a_checkpoint_identity_keeps_planes_and_packs(caches):
 def test_prune_refuses_while_the_runtime_runs(caches):
     images = subprocess.run(["docker", "images", "--format", "{{.Repository}}:{{.Tag}}", "hostctl/debian-base"],
                             capture_output=True, text=True).stdout.split()
-    if not images:
-        pytest.fail("no hostctl/debian-base image (.ci/run builds it)") if os.environ.get("CI") == "true" \
-            else pytest.skip("no hostctl/debian-base image (.ci/run builds it)")
+    need(images, "no hostctl/debian-base image (.ci/run builds it)")
     name = f"hostctl-cachetest-{os.getpid()}"
     before = _tree(caches["ssd1"]) | _tree(caches["ssd2"])
     run = ["docker", "run", "-d", "--rm", "--network", "none", "--name", name,

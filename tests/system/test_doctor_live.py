@@ -25,6 +25,7 @@ from hostctl import paths, runner
 from hostctl.doctor.checks import all_checks
 from hostctl.doctor.registry import Context, run_checks
 from hostctl.facts import collect
+from need import needs
 
 pytestmark = pytest.mark.system
 
@@ -39,9 +40,8 @@ def _docker_ok() -> bool:
     return shutil.which("docker") is not None and runner.run(["docker", "info"], timeout=20).ok
 
 
-needs_docker_busybox = pytest.mark.skipif(
-    not (IN_CI or (_docker_ok() and BUSYBOX and os.geteuid() == 0)),
-    reason="needs root, a running Docker engine and busybox-static (.ci/run installs them)")
+needs_docker_busybox = needs(_docker_ok() and BUSYBOX and os.geteuid() == 0,
+                             "needs root, a running Docker engine and busybox-static (.ci/run installs them)")
 
 
 def doctor(*args: str, cwd: Path) -> tuple[int, dict]:

@@ -15,6 +15,7 @@ from loopdrives import check, wait_for
 from hostctl.facts import collect
 from hostctl.facts.disks import probe_disks
 from hostctl.facts.mounts import probe_paths
+from need import need
 
 pytestmark = pytest.mark.system
 
@@ -26,17 +27,14 @@ TOOLS = {"losetup": "util-linux", "partx": "util-linux", "sgdisk": "gdisk", "mkf
 
 @pytest.fixture
 def loop_disk(tmp_path: Path):
-    if os.geteuid() != 0:
-        pytest.skip("needs root to attach loop devices")
+    need(os.geteuid() == 0, "needs root to attach loop devices")
     for tool, package in TOOLS.items():
-        if shutil.which(tool) is None:
-            pytest.skip(f"{tool} is not installed (apt-get install -y {package})")
+        need(shutil.which(tool) is not None, f"{tool} is not installed (apt-get install -y {package}; .ci/run does)")
     image = tmp_path / "disk.img"
     with open(image, "wb") as f:
         f.truncate(64 * 1024 * 1024)  # sparse
     attach = runner.run(["losetup", "-P", "--find", "--show", str(image)], timeout=30)
-    if not attach.ok:
-        pytest.skip(f"cannot attach a loop device here: {attach.why()}")
+    need(attach.ok, f"cannot attach a loop device here: {attach.why()}")
     dev = attach.stdout.strip()
     mnt = tmp_path / "mnt"
     mounted = swapped = False

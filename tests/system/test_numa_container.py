@@ -22,11 +22,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import IN_CI, ROOT, needs_compose, needs_root
+from conftest import ROOT, needs_compose, needs_root
 from hostctl import examples
 from hostctl.facts.model import NumaNode
 from hostctl.plan import build_plan
 from hostctl.service.render import render_files, write_files
+from need import need
 
 pytestmark = [pytest.mark.system, needs_root, needs_compose]
 
@@ -50,10 +51,7 @@ def numa_image() -> str:
     tag = image_tag()
     if _run(["docker", "image", "inspect", tag]).returncode == 0:
         return tag
-    if shutil.which("debootstrap") is None:
-        if IN_CI:
-            pytest.fail("debootstrap is not installed (.ci/run installs it)")
-        pytest.skip("debootstrap is not installed")
+    need(shutil.which("debootstrap") is not None, "debootstrap is not installed (.ci/run installs it)")
     work = Path(tempfile.mkdtemp(prefix="hc4-numa-image-"))
     try:
         root = work / "root"

@@ -13,19 +13,18 @@ from pathlib import Path
 
 import pytest
 
-from conftest import IN_CI
 from hostctl import examples
 from hostctl.facts.gpu import probe_gpus
-from hostctl.facts.gpu_fake import FakeNvml, pro6000x2_phb, write_sysfs
+from fake_nvml import FakeNvml, pro6000x2_phb, write_sysfs
 from hostctl.facts.state import probe_state
 from hostctl.gpu.harness import Fault, TorchPython, free_port, functional_check, processes_in_group
 from hostctl.plan import build_plan
 from hostctl.provision import parts
+from need import needs
 
 pytestmark = [
     pytest.mark.system,
-    pytest.mark.skipif(importlib.util.find_spec("torch") is None and not IN_CI,
-                       reason="torch (CPU) not installed; .ci/run installs /opt/wheels/torch-*+cpu"),
+    needs(importlib.util.find_spec("torch") is not None, "torch (CPU) not installed; .ci/run installs /opt/wheels/torch-*+cpu"),
 ]
 
 CPU = dict(backend="gloo", device="cpu", size_bytes=256 * 1024, iters=3)

@@ -1,5 +1,5 @@
 """The wheel works outside the checkout: `pip install hostctl-*.whl` into a fresh venv carries
-the templates, recipes, example hosts and golden files (as share/hostctl data files), and the
+the compose and unit templates, recipes, example hosts and golden files (as share/hostctl data files), and the
 installed `hostctl` finds them from any working directory."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from vm.image import _source_files, build_wheel
 
 pytestmark = pytest.mark.system
 
-RESOURCE_DIRS = ("templates", "runtime", "compose")
+RESOURCE_DIRS = ("templates", "systemd", "runtime", "compose")
 
 
 @pytest.fixture(scope="module")

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import IN_CI
 from loopdrives import check, drive_toml, write_profile
 from loopdrives import host, restore_sysctls, sysroot  # noqa: F401  (fixtures)
+from need import need
 
 pytestmark = pytest.mark.system
 ROOT = Path(__file__).resolve().parents[2]
@@ -98,10 +98,7 @@ def sshd(tmp_path, sysroot):
     hostctl_bin = str(beside) if beside.exists() else shutil.which("hostctl")
     for what, found in (("sshd (openssh-server; .ci/run installs it)", sshd_bin),
                         ("the hostctl console script (pip install -e .)", hostctl_bin)):
-        if found is None:
-            if IN_CI:
-                pytest.fail(f"{what} is not installed")
-            pytest.skip(f"{what} is not installed")
+        need(found is not None, f"{what} is not installed")
     d = tmp_path / "ssh"
     d.mkdir(mode=0o700)
     for key in ("host", "client"):

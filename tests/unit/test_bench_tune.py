@@ -19,6 +19,7 @@ from hostctl.service import fingerprint
 from hostctl.tune import chart
 from hostctl.tune import plan as tplan
 from hostctl.tune import runner as trunner
+from need import need_module
 
 ROOT = Path(__file__).resolve().parents[2]
 MOET = ROOT / "tests" / "unit" / "data" / "vllm-moet"
@@ -197,8 +198,7 @@ def test_the_chart_is_a_png_and_its_absence_is_explained(tmp_path, monkeypatch):
                       {"id": "trial-2", "knobs": {"--max-num-seqs": 4}, "objective": 12.0, "valid": True},
                       {"id": "trial-3", "knobs": {"--max-num-seqs": 8}, "objective": None, "valid": False,
                        "status": "failed", "cause": {"id": "container-oom"}}]}
-    if os.environ.get("CI") != "true":  # CI installs the charts extra: there a missing matplotlib fails
-        pytest.importorskip("matplotlib")
+    need_module("matplotlib", "the charts extra is not installed (CI installs it)")
     path, why = chart.write(doc, tmp_path / "c.png")
     assert why is None and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     import builtins

@@ -16,6 +16,7 @@ from hostctl.facts.engine import compose_plugin, daemon_pid, demux_logs, probe_c
 from hostctl.facts.kernel_log import parse_kmsg_record, probe_kernel_log
 from hostctl.facts.ports import _decode_address, conflicts, container_of, parse_listeners, probe_port
 from hostctl.facts.shm import GRACE_S, probe_shm
+from need import needs
 
 PORT = 18601  # this helper's range: 18600-18699
 
@@ -154,13 +155,13 @@ def test_daemon_limits_parse(tmp_path):
     assert read_daemon_limits(812, tmp_path).cap_sys_resource is True
 
 
-@pytest.mark.skipif(daemon_pid() is None, reason="no dockerd process visible here")
+@needs(daemon_pid() is not None, "no dockerd process visible here")
 def test_daemon_limits_of_this_machines_engine():
     d = read_daemon_limits(daemon_pid())
     assert d.pid > 0 and d.cap_sys_resource is not None
 
 
-@pytest.mark.skipif(compose_plugin() is None, reason="no Compose v2 CLI plugin installed")
+@needs(compose_plugin() is not None, "no Compose v2 CLI plugin installed")
 def test_compose_version_from_the_plugin_matches_the_cli():
     from hostctl import runner
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
+from need import need
 
 ENTRYPOINT = ROOT / "runtime" / "entrypoint" / "hostctl-entrypoint"
 
@@ -69,8 +70,7 @@ def test_mapped_layer_guard_checks_the_gpus_node_in_sysfs(bare_path):
     # pick a real PCI device of this machine; sysfs says -1 or a node number
     devices = sorted(Path("/sys/bus/pci/devices").iterdir()) if Path("/sys/bus/pci/devices").is_dir() else []
     dev = next((d for d in devices if (d / "numa_node").is_file()), None)
-    if dev is None:
-        pytest.skip("no PCI device with a numa_node in sysfs")
+    need(dev is not None, "no PCI device with a numa_node in sysfs")
     actual = (dev / "numa_node").read_text().strip()
     wrong = "7" if actual != "7" else "6"
     res = run({"VLLM_MOE_W2_MAPPED_PCI": dev.name, "VLLM_MOE_W2_MAPPED_NUMA_NODE": wrong}, "echo", "ok", path=bare_path)

@@ -31,6 +31,7 @@ from hostctl.facts.mounts import mount_for, parse_mountinfo, probe_paths
 from hostctl.facts.state import probe_state
 from hostctl.facts.topology import kernel_args, probe_iommu
 from hostctl.units import parse_cpulist
+from need import need, need_module, needs
 
 # ---------------------------------------------------------------- collect() on this machine
 
@@ -67,7 +68,8 @@ def test_collect_is_fast():
     assert time.perf_counter() - start < 3.0  # ~0.1-0.2 s on a dev VM; the bound only catches a hang
 
 
-@pytest.mark.skipif(os.path.exists("/dev/nvidia0") or os.path.exists("/proc/driver/nvidia"), reason="this host has an NVIDIA driver")
+@needs(not (os.path.exists("/dev/nvidia0") or os.path.exists("/proc/driver/nvidia")),
+       "this host has an NVIDIA driver (tests/gpu covers the GPU's facts)")
 def test_gpu_absence_is_stated_with_a_reason(host):
     assert host.gpus.available is False
     assert host.gpus.devices == [] and host.gpus.pairs == []
@@ -89,8 +91,7 @@ def test_a_broken_probe_becomes_a_note(monkeypatch):
 
 def test_root_disk_is_marked(host):
     root = next(m for m in reversed(host.mounts) if m.target == "/")
-    if not root.source.startswith("/dev/"):
-        pytest.skip(f"/ is on {root.source} ({root.fs_type}), not a block device")
+    need(root.source.startswith("/dev/"), f"/ is on {root.source} ({root.fs_type}), not a block device")
     assert any(d.is_root_disk for d in host.disks.devices), [d.name for d in host.disks.devices]
 
 
@@ -195,7 +196,7 @@ def test_topology_and_p2p_tables():
         5: "not_supported",
         6: "unknown",
     }
-    pynvml = pytest.importorskip("pynvml")  # the numbers are NVML's, not ours
+    pynvml = need_module("pynvml")  # the numbers are NVML's, not ours
     assert TOPOLOGY_LEVELS[pynvml.NVML_TOPOLOGY_HOSTBRIDGE] == "PHB"
     assert TOPOLOGY_LEVELS[pynvml.NVML_TOPOLOGY_SYSTEM] == "SYS"
     assert P2P_STATUS[pynvml.NVML_P2P_STATUS_CHIPSET_NOT_SUPPORTED] == "chipset_not_supported"

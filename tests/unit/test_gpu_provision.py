@@ -21,7 +21,7 @@ from hostctl.cli import main
 from hostctl.config import Config
 from hostctl.errors import FailedError, InputError
 from hostctl.facts.gpu import probe_gpus
-from hostctl.facts.gpu_fake import FakeHost, FakeNvml, pro6000x2_phb, two_socket, write_sysfs
+from fake_nvml import FakeHost, FakeNvml, pro6000x2_phb, two_socket, write_sysfs
 from hostctl.facts.model import GpuFacts, HostFacts
 from hostctl.gpu.harness import TorchPython
 from hostctl.gpu.p2p import store_verdict

@@ -11,7 +11,7 @@ import pytest
 
 from hostctl import examples
 from hostctl.facts.gpu import probe_gpus
-from hostctl.facts.gpu_fake import FakeNvml, pro6000x2_phb, two_socket, write_sysfs
+from fake_nvml import FakeNvml, pro6000x2_phb, two_socket, write_sysfs
 from hostctl.facts.model import P2PVerdict
 from hostctl.facts.state import probe_state
 from hostctl.gpu import p2p as p2p_mod

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from conftest import IN_CI
 from hostctl import examples, paths
 from hostctl.cli import main
 from hostctl.config import load_config
@@ -21,9 +20,9 @@ from hostctl.facts.sysfiles import LocalReader
 from hostctl.provision import parts
 from hostctl.provision.system import UNITS, decide, read_system
 from hostctl.service.render import render_files
+from need import needs
 
-pytestmark = pytest.mark.skipif(shutil.which("systemctl") is None and not IN_CI,
-                                reason="systemctl not installed (apt-get install systemd)")
+pytestmark = needs(shutil.which("systemctl") is not None, "systemctl not installed (apt-get install systemd)")
 
 HOSTS = paths.hosts_dir()
 

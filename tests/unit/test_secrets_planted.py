@@ -75,7 +75,7 @@ def test_plan_text_and_json_hide_every_token(planted, capsys):
     argv, _ = planted
     for extra in ([], ["--json"]):
         code, text = run(["plan", *extra, *argv], capsys)
-        assert code in (0, 1) and "REDACTED" in text
+        assert code == 0 and "REDACTED" in text  # the desktop snapshot fits its profile: no problem
         assert leaks(text) == [], extra
 
 

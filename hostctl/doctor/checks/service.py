@@ -20,7 +20,7 @@ def qualified(ctx: Context) -> Result:
     verdict = ctx.facts.state.qualify
     context = ctx.config.recipe.context
     if verdict is None and not ctx.live:
-        # Snapshots made before the verdict existed (the bundled field-report hosts) cannot tell.
+        # Snapshots made before the verdict existed (the bundled hosts of docs/field-reports.md) cannot tell.
         return skipped(f"the snapshot {ctx.facts_source} carries no qualify verdict", source=SOURCE)
     if verdict is None:
         return warned(f"no qualify verdict stored: the {context:,}-token context is configured but not proven",

@@ -1,7 +1,7 @@
 """A FAKE NVML adapter for tests and CI: machines we do not have (two RTX PRO 6000s at PHB with
 P2P working or blocked, a two-socket host), behind the same small interface as NvmlAdapter.
 
-It is never used by hostctl itself. It imitates what NVML does where provisioning depends on
+It lives in tests/ because hostctl itself never uses it. It imitates what NVML does where provisioning depends on
 it: setting a power limit outside the GPU's range is refused (InvalidArgument), setting one
 without root is refused (NoPermission), and the enforced limit is the lowest of the configured
 limit and any other limiter (`enforced_cap_mw`, e.g. a board or thermal limit), so a readback
@@ -190,7 +190,7 @@ def write_sysfs(host: FakeHost, pci_root: Path) -> Path:
 
 
 def pro6000x2_phb(*, p2p_ok: bool = True) -> FakeHost:
-    """Field report 001's desktop: two PRO 6000s at PCIe 5.0 x8/x8 under one host bridge, 300 W
+    """Report 001's desktop (docs/field-reports.md): two PRO 6000s at PCIe 5.0 x8/x8 under one host bridge, 300 W
     caps (range 150-600 W). With p2p_ok=False the driver refuses P2P (chipset_not_supported), as
     it did there before IOMMU was turned off."""
     status = P2P_OK if p2p_ok else P2P_CHIPSET_NOT_SUPPORTED
@@ -205,7 +205,7 @@ def pro6000x2_phb(*, p2p_ok: bool = True) -> FakeHost:
 
 
 def two_socket() -> FakeHost:
-    """A two-socket Xeon (field report 000's kind of host) with one PRO 6000 per socket: PCIe 4.0
+    """A two-socket Xeon (report 000's kind of host, docs/field-reports.md) with one PRO 6000 per socket: PCIe 4.0
     x16, node 0 and node 1, meeting only across the inter-socket link (SYS)."""
     node0 = list(range(0, 24)) + list(range(48, 72))
     node1 = list(range(24, 48)) + list(range(72, 96))
