@@ -13,7 +13,7 @@ from hostctl.doctor.registry import Context, run_checks
 from hostctl.facts import load_snapshot
 from hostctl.facts.acs import probe_acs
 from hostctl.facts.gpu import probe_gpus
-from hostctl.facts.gpu_fake import FakeNvml, pro6000x2_phb, write_sysfs
+from fake_nvml import FakeNvml, pro6000x2_phb, write_sysfs
 from hostctl.facts.model import HostFacts
 from hostctl.gpu.acs import judge_paths
 from hostctl.plan import build_plan
