@@ -6,6 +6,8 @@ from __future__ import annotations
 from hostctl import examples
 from hostctl.config import Config
 from hostctl.facts.model import BlankProof, GpuPair, HostFacts, NumaNode, Partition
+from hostctl.provision import fstab, sysctl
+from hostctl.facts.sysfiles import SystemFiles
 from hostctl.units import GIB
 
 
@@ -104,3 +106,15 @@ def foreign_and_removable() -> HostFacts:
 
 
 __all__ = ["NumaNode"]
+
+
+def desktop_files(cfg: Config, facts: HostFacts, user_fstab: str = "") -> SystemFiles:
+    """The fstab block and sysctl file as hostctl would have written them on that desktop, below
+    the user's own fstab lines."""
+    entries = []
+    for d in cfg.profile.drives:
+        disk = next(x for x in facts.disks.devices if x.serial == d.identity.value)
+        swap, data = disk.partitions
+        entries.append(fstab.Entry(f"UUID={swap.fs_uuid}", "none", "swap", "pri=100,nofail"))
+        entries.append(fstab.Entry(f"UUID={data.fs_uuid}", d.mount, "ext4", "defaults,noatime,nofail", 2))
+    return SystemFiles(fstab=fstab.with_block(user_fstab, entries), sysctl=sysctl.render(cfg.profile, sysctl.desired(cfg.profile)))

@@ -32,15 +32,7 @@ def opts(**kw) -> storage.Options:
     return storage.Options(**kw)
 
 
-def desktop_files(cfg, facts) -> SystemFiles:
-    """The fstab block and sysctl file as hostctl would have written them on that desktop."""
-    entries = []
-    for d in cfg.profile.drives:
-        disk = next(x for x in facts.disks.devices if x.serial == d.identity.value)
-        swap, data = disk.partitions
-        entries.append(fstab.Entry(f"UUID={swap.fs_uuid}", "none", "swap", "pri=100,nofail"))
-        entries.append(fstab.Entry(f"UUID={data.fs_uuid}", d.mount, "ext4", "defaults,noatime,nofail", 2))
-    return SystemFiles(fstab=fstab.with_block("", entries), sysctl=sysctl.render(cfg.profile, sysctl.desired(cfg.profile)))
+desktop_files = snapshots.desktop_files
 
 
 # ---------------------------------------------------------------- storage

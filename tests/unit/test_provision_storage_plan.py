@@ -9,6 +9,8 @@ import os
 
 import pytest
 
+import snapshots
+
 from hostctl import paths
 from hostctl.config import Drive, load_config
 from hostctl.errors import FailedError, InputError, RefusedError
@@ -52,17 +54,12 @@ def opts(**kw) -> Options:
     return Options(**kw)
 
 
+# the user's own root filesystem line, above hostctl's block
+USER_FSTAB = "UUID=0b6f4c1e-6a52-4f0e-9d1b-5f2a7c3e8d10 / ext4 errors=remount-ro 0 1\n"
+
+
 def desktop_files(cfg, facts) -> SystemFiles:
-    """The fstab block and sysctl file as hostctl would have written them on that desktop."""
-    entries = []
-    for d in cfg.profile.drives:
-        disk = next(x for x in facts.disks.devices if x.serial == d.identity.value)
-        swap, data = disk.partitions
-        entries.append(fstab.Entry(f"UUID={swap.fs_uuid}", "none", "swap", "pri=100,nofail"))
-        entries.append(fstab.Entry(f"UUID={data.fs_uuid}", d.mount, "ext4", "defaults,noatime,nofail", 2))
-    user = "UUID=0b6f4c1e-6a52-4f0e-9d1b-5f2a7c3e8d10 / ext4 errors=remount-ro 0 1\n"
-    values = sysctl.desired(cfg.profile)
-    return SystemFiles(fstab=fstab.with_block(user, entries), sysctl=sysctl.render(cfg.profile, values))
+    return snapshots.desktop_files(cfg, facts, user_fstab=USER_FSTAB)
 
 
 def disk(facts, serial: str) -> Disk:
