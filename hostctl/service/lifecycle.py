@@ -427,6 +427,9 @@ def failure_error(outcome: Outcome) -> FailedError:
 
 
 def down(config: Config, plan: Plan, say: Say) -> str:
+    from hostctl.service.supervise import stop_running_supervisor
+
+    stop_running_supervisor(say)  # a supervising `up --foreground` ends first, or it would restart nothing but see a death
     with LifecycleLock("down"):
         target = project_dir(config)
         name = container_name(plan)
@@ -472,6 +475,11 @@ def status(config: Config, plan: Plan) -> dict:
     if service and service.get("container") == name:
         doc["last_up"] = {k: service.get(k) for k in ("state", "ready_at", "failed_at", "interrupted_at", "signal",
                                                       "down_at", "cause", "kv") if service.get(k) is not None}
+    from hostctl.service import restarts
+
+    supervised = restarts.status_part()
+    if supervised:
+        doc["supervision"] = supervised
     from hostctl.bench import qualify
 
     doc["qualify"] = qualify.status_part(qualify.running_fingerprint(project_dir(config), name) if st.running else None)
@@ -500,6 +508,8 @@ def status_text(doc: dict) -> str:
         if kv.get("tokens") is not None or kv.get("full_context_requests") is not None:
             lines.append(f"  KV cache: {kv.get('tokens') or '?'} tokens, {kv.get('full_context_requests')} "
                          f"full-context ({kv.get('context')}-token) requests at once")
+    if doc.get("supervision"):
+        lines.append(f"  supervision: {doc['supervision']['text']}")
     smoke = doc.get("last_smoke")
     if smoke:
         parts = ", ".join(f"{r['name']} {'ok' if r['ok'] else 'FAIL'} {r['latency_s'] * 1000:.0f} ms" for r in smoke["results"])
