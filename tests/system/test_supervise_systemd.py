@@ -28,7 +28,7 @@ from sdbox import SystemdBox, python_mounts
 
 pytestmark = [pytest.mark.system, needs_root, needs_compose]
 
-PORT = 18585
+PORT = 18592
 HANG_S = 6
 UNIT = "hostctl-runtime.service"
 BOX = "hc5-systemd-box"

@@ -125,3 +125,45 @@ def test_watchdog_interval_is_ours_only():
     assert sdnotify.watchdog_interval_s({"WATCHDOG_USEC": "66000000", "WATCHDOG_PID": str(me + 1)}) is None
     assert sdnotify.watchdog_interval_s({}) is None
     assert sdnotify.watchdog_interval_s({"WATCHDOG_USEC": "x"}) is None
+
+
+def _doctor(supervised: list[dict]):
+    from hostctl import examples
+    from hostctl.doctor.registry import Context, all_checks, run_checks
+    from hostctl.facts.model import SupervisedEnding
+
+    config, facts = examples.load("demo-cpu")
+    facts.state.supervised = [SupervisedEnding.model_validate(e) for e in supervised]
+    ctx = Context(facts=facts, config=config, plan=None, level="quick", facts_source="snapshot")
+    check = next(c for c in all_checks() if c.id == "service.supervision")
+    return run_checks(ctx, [check])[0].result
+
+
+def test_doctor_shows_the_last_cause_when_the_loop_was_stopped():
+    now = datetime.now(timezone.utc)
+    res = _doctor([_entry(now - timedelta(minutes=3), "runtime-hang"),
+                   {**_entry(now - timedelta(minutes=1), "container-oom", restarted=False),
+                    "lines": ["engine: OOMKilled=True, exit code 137"]}])
+    assert res.status == "fail"
+    assert "[container-oom]" in res.summary and "not restarted" in res.summary
+    assert "OOMKilled=True" in res.evidence.observed and "reset-failed" in res.fix
+
+
+def test_doctor_warns_on_recent_restarts_and_passes_without_any():
+    now = datetime.now(timezone.utc)
+    res = _doctor([_entry(now - timedelta(minutes=10), "runtime-died")])
+    assert res.status == "warn" and res.summary.startswith("restarted 1 time in the last hour: runtime-died at")
+    assert _doctor([_entry(now - timedelta(hours=5), "runtime-died")]).status == "pass"
+    assert _doctor([]).status == "pass"
+
+
+def test_facts_read_the_restart_history_back(tmp_path):
+    from hostctl.facts.state import probe_state
+
+    (tmp_path / "restarts.json").write_text('{"schema": "hostctl.restarts/v1", "entries": [{"ended_at": "t", '
+                                            '"kind": "died", "cause": "runtime-died", "exit_code": 137}]}')
+    state, notes = probe_state(tmp_path)
+    assert notes == [] and state.supervised[0].cause == "runtime-died"
+    (tmp_path / "restarts.json").write_text('{"entries": [{"kind": "died"}]}')
+    state, notes = probe_state(tmp_path)
+    assert state.supervised == [] and "restarts.json" in notes[0]
