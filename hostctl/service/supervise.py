@@ -216,13 +216,17 @@ def stop_running_supervisor(say: Say, wait_s: float = 170) -> bool:
     except OSError:
         return False
     deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except OSError:
-            return True
+    while time.monotonic() < deadline and _alive(pid):
         time.sleep(0.2)
     return True
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"  # a zombie has ended; its parent just has not reaped it
 
 
 def _health_thread(url: str, out: Callable[[Observation], None], stop: threading.Event) -> threading.Thread:
@@ -272,8 +276,10 @@ def supervise(config: Config, plan: Plan, stop: Stop, say: Say, notify=sdnotify.
     verdict = watcher.feed(Observation("state", t0, status=st.status if st.exists else None,
                                        exit_code=st.exit_code, oom_killed=st.oom_killed))
     next_state = t0 + STATE_EVERY_S
+    wd = sdnotify.watchdog_interval_s()
     say(f"supervising {name}: engine events, /health every {HEALTH_EVERY_S:g} s, "
-        f"a hang after {hang_s:g} s without an answer")
+        f"a hang after {hang_s:g} s without an answer"
+        + (f"; systemd watchdog {wd:g} s, fed while /health answers" if wd else ""))
     notify(f"STATUS=supervising {name}")
     try:
         while verdict.action == "watch":

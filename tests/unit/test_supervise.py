@@ -167,3 +167,34 @@ def test_facts_read_the_restart_history_back(tmp_path):
     (tmp_path / "restarts.json").write_text('{"entries": [{"kind": "died"}]}')
     state, notes = probe_state(tmp_path)
     assert state.supervised == [] and "restarts.json" in notes[0]
+
+
+def test_down_stops_the_recorded_supervisor_and_only_a_hostctl(tmp_path, monkeypatch):
+    import json
+    import subprocess
+    import sys
+
+    from hostctl.service import supervise
+
+    monkeypatch.setenv("HOSTCTL_SYSROOT", str(tmp_path))
+    state = tmp_path / "var/lib/hostctl"
+    state.mkdir(parents=True)
+    said: list[str] = []
+    # A process that is not a hostctl (a reused pid) is left alone.
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        (state / supervise.SUPERVISOR_FILE).write_text(json.dumps({"pid": other.pid}))
+        assert supervise.running_supervisor() is None
+        assert not supervise.stop_running_supervisor(said.append) and other.poll() is None
+    finally:
+        other.kill()
+        other.wait()
+    sup = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "hostctl", "up", "--foreground"])
+    (state / supervise.SUPERVISOR_FILE).write_text(json.dumps({"pid": sup.pid}))
+    try:
+        assert supervise.stop_running_supervisor(said.append, wait_s=10)
+        # It has ended (SIGTERM); reap it so the pid is really gone.
+        assert sup.wait(timeout=5) == -15
+        assert said and f"pid {sup.pid}" in said[0]
+    finally:
+        sup.kill()
