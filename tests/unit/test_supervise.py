@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 import uuid
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -191,6 +192,10 @@ def test_down_stops_the_recorded_supervisor_and_only_a_hostctl(tmp_path, monkeyp
         other.wait()
     sup = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "hostctl", "up", "--foreground"])
     (state / supervise.SUPERVISOR_FILE).write_text(json.dumps({"pid": sup.pid}))
+    for _ in range(100):  # until the child has exec'd (before that its cmdline is pytest's)
+        if b"hostctl" in Path(f"/proc/{sup.pid}/cmdline").read_bytes():
+            break
+        time.sleep(0.02)
     try:
         assert supervise.stop_running_supervisor(said.append, wait_s=10)
         # It has ended (SIGTERM); reap it so the pid is really gone.
