@@ -334,14 +334,14 @@ def up(
 ) -> None:
     """Start the runtime and exit 0 only when it is ready and the smoke tests pass.
 
-    With --foreground: tell systemd READY=1 after the gate, then watch the runtime; a death or
-    a hang ends it with exit 1 naming the cause (the unit restarts it), SIGTERM takes the runtime
-    down and exits 0.
-
     Preflight (engine, plan, image, store directories, port) -> render -> docker compose up
     -> watch (engine events, log phases, /health, /v1/models) -> smoke suite. Prints the
     endpoint on stdout. On failure: the cause, the fix and the log lines; the project is
     taken down unless --keep-on-failure; exit 1.
+
+    With --foreground: tell systemd READY=1 after the gate, then watch the runtime; a death or
+    a hang ends it with exit 1 naming the cause (the unit restarts it), SIGTERM takes the runtime
+    down and exits 0.
     """
     from hostctl.service import lifecycle
 
