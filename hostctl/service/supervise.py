@@ -38,7 +38,6 @@ from hostctl import paths
 from hostctl.atomic import write_atomic
 from hostctl.config import Config
 from hostctl.diagnosis import Evidence, Finding, classify
-from hostctl.errors import FailedError
 from hostctl.plan.model import Plan
 from hostctl.service import restarts, sdnotify, state
 
