@@ -4,9 +4,8 @@ socket systemd names in $NOTIFY_SOCKET, and the watchdog interval it asks for.
 Why not a package: the protocol is one datagram of newline-separated KEY=VALUE to a unix socket
 (an abstract one when the path starts with '@'; see sd_notify(3)). The small PyPI packages
 (sdnotify, systemd-python) are either unmaintained or a C extension that needs libsystemd's
-headers at install time, and neither is on the project's list of allowed dependencies; twenty
-lines here have none of these problems and are tested against a real
-socket (tests/unit/test_supervise.py) and a real systemd (tests/system/test_supervise_systemd.py).
+headers at install time, and hostctl keeps its dependencies to a chosen few (pyproject.toml);
+twenty lines here have none of these problems and are tested against a real socket (tests/unit/test_supervise.py) and a real systemd (tests/system/test_supervise_systemd.py).
 """
 
 from __future__ import annotations
