@@ -315,14 +315,14 @@ def supervise(config: Config, plan: Plan, stop: Stop, say: Say, notify=sdnotify.
         say(f"took the project down ({'ok' if res.ok else res.why()})")
         return Ended(verdict)
 
+    log = _log_tail(name)  # before a hang's stop removes the container (a paused one still has its log)
+    s = container_state(name)
     if verdict.action == "hung":
         say(f"/health has failed for {verdict.failing_s:.0f} s while {name} is {verdict.status}: stopping it")
         res = compose_down(target, plan.runtime.project, stop_timeout_s=HANG_STOP_S, new_session=True)
         say(f"stopped {name} ({'ok' if res.ok else res.why()})")
     else:
         say(f"{name} died (exit code {verdict.exit_code}{', OOM' if verdict.oom else ''})")
-    log = _log_tail(name)
-    s = container_state(name)
     ev = Evidence(log="\n".join(log), kernel_log=lifecycle._kernel_events_since(uptime0),
                   oom_killed=verdict.oom or bool(s.oom_killed),
                   exit_code=verdict.exit_code if verdict.exit_code is not None else s.exit_code)
