@@ -382,6 +382,7 @@ def up(
     ctx: typer.Context,
     timeout: Annotated[Optional[int], typer.Option("--timeout", help="Seconds to wait for ready (default: the recipe's load_timeout_s).")] = None,
     keep_on_failure: Annotated[bool, typer.Option("--keep-on-failure", help="Leave a failed runtime running to inspect it.")] = False,
+    foreground: Annotated[bool, typer.Option("--foreground", help="After ready, stay and supervise the runtime (what the systemd unit runs; README \"Supervision\").")] = False,
     config: ConfigOpt = None,
     facts: FactsOpt = None,
 ) -> None:
@@ -391,6 +392,10 @@ def up(
     -> watch (engine events, log phases, /health, /v1/models) -> smoke suite. Prints the
     endpoint on stdout. On failure: the cause, the fix and the log lines; the project is
     taken down unless --keep-on-failure; exit 1.
+
+    With --foreground: tell systemd READY=1 after the gate, then watch the runtime; a death or
+    a hang ends it with exit 1 naming the cause (the unit restarts it), SIGTERM takes the runtime
+    down and exits 0.
     """
     from hostctl.service import lifecycle
 
@@ -399,6 +404,12 @@ def up(
     if timeout is not None and timeout < 1:
         raise InputError(f"--timeout: expected a positive number of seconds, got {timeout}")
     cfg, plan_, host = _service_plan(c)
+    if foreground:
+        from hostctl.service import supervise
+
+        raise typer.Exit(supervise.foreground(cfg, plan_, host, timeout=timeout, keep_on_failure=keep_on_failure,
+                                              say=lambda m: err.print(m, markup=False), hostctl_bin=_hostctl_bin(),
+                                              print_endpoint=lambda e: out.print(e, markup=False)))
     outcome = lifecycle.up(cfg, plan_, host, timeout=timeout, keep_on_failure=keep_on_failure,
                            say=lambda m: err.print(m, markup=False), hostctl_bin=_hostctl_bin())
     if not outcome.ready:

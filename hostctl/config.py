@@ -471,6 +471,9 @@ class Recipe(Strict):
     watchdog_s: int | None = Field(default=None, ge=1, le=MAX_TIMEOUT_S,
                                    description="hostctl: seconds without log progress before "
                                    "`up` calls the runtime stuck (default: min(load_timeout_s, 600))")
+    hang_timeout_s: int = Field(default=60, ge=1, le=MAX_TIMEOUT_S,
+                                description="hostctl: seconds /health may fail while the container lives before "
+                                "`up --foreground` calls the ready runtime hung (README \"Supervision\")")
     env: dict[str, Any] = Field(default_factory=dict, max_length=500)
     serve_args: list[str] = Field(default_factory=list, max_length=500)
     warmup: dict[str, Any] = Field(default_factory=dict)

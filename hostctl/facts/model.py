@@ -476,6 +476,19 @@ class ServiceRecord(Part):
     at: str | None = None
 
 
+class SupervisedEnding(Part):
+    """One death or hang the supervisor (`up --foreground`) ended on (restarts.json, README "Supervision")."""
+
+    ended_at: str
+    kind: str  # died | hung
+    cause: str  # a failure catalogue id, or runtime-died / runtime-hang
+    title: str | None = None
+    exit_code: int | None = None
+    lines: list[str] = Field(default_factory=list)
+    restart_at: str | None = None  # the next supervised start began
+    ready_again_at: str | None = None
+
+
 class StateFacts(Part):
     """What earlier hostctl runs left in /var/lib/hostctl."""
 
@@ -483,12 +496,13 @@ class StateFacts(Part):
     qualify: QualifyVerdict | None = None
     provisioned: dict[str, ProvisionedPart] = Field(default_factory=dict)  # part -> when it converged
     service: ServiceRecord | None = None
+    supervised: list[SupervisedEnding] = Field(default_factory=list)  # oldest first
 
     @model_serializer(mode="wrap")
     def _omit_empty(self, handler):
         # Snapshots made before these records existed (the bundled examples) stay byte-identical.
         data = handler(self)
-        for key, empty in (("provisioned", {}), ("service", None)):
+        for key, empty in (("provisioned", {}), ("service", None), ("supervised", [])):
             if data.get(key) == empty:
                 data.pop(key)
         return data

@@ -1,7 +1,8 @@
 """State facts: what earlier hostctl runs left in the state directory (/var/lib/hostctl): the
 functional P2P verdict and the qualify verdict with what each was measured under, the provision parts that converged on
-this host (provisioned.json, written by hostctl/provision/record.py) and what the last `up` or
-`down` left (service.json, written by hostctl/service/state.py)."""
+this host (provisioned.json, written by hostctl/provision/record.py), what the last `up` or
+`down` left (service.json, written by hostctl/service/state.py) and the supervisor's endings
+(restarts.json, written by hostctl/service/restarts.py)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,14 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from hostctl import paths
-from hostctl.facts.model import P2PVerdict, ProvisionedPart, QualifyVerdict, ServiceRecord, StateFacts
+from hostctl.facts.model import (P2PVerdict, ProvisionedPart, QualifyVerdict, ServiceRecord, StateFacts,
+                                 SupervisedEnding)
 
 P2P_FILE = "p2p.json"
 QUALIFY_FILE = "qualify.json"  # written by hostctl.service.state.save_qualify
 PROVISIONED_FILE = "provisioned.json"
 SERVICE_FILE = "service.json"  # hostctl.service.state.SERVICE_FILE
+RESTARTS_FILE = "restarts.json"  # hostctl.service.restarts.HISTORY_FILE
 
 
 def probe_state(state_dir: Path | None = None) -> tuple[StateFacts, list[str]]:
@@ -30,6 +33,8 @@ def probe_state(state_dir: Path | None = None) -> tuple[StateFacts, list[str]]:
                         lambda d: {k: ProvisionedPart.model_validate(v) for k, v in dict(d.get("parts", {})).items()})
     state.provisioned = provisioned or {}
     state.service = _load(state_dir / SERVICE_FILE, notes, _service)
+    state.supervised = _load(state_dir / RESTARTS_FILE, notes,
+                             lambda d: [SupervisedEnding.model_validate(e) for e in d["entries"]]) or []
     return state, notes
 
 

@@ -57,6 +57,7 @@ def plan_runtime(config: Config, memory: MemoryPlan, placement: PlacementPlan, n
         shm_size=None if gpus else NON_GPU_SHM,
         health_start_period_s=recipe.load_timeout_s,
         load_timeout_s=recipe.load_timeout_s,
+        hang_timeout_s=recipe.hang_timeout_s,
         gpu_uuids=[g.uuid for g in placement.gpus],
         labels={"io.hostctl.profile": profile.name, "io.hostctl.recipe": recipe.id, "io.hostctl.phase": profile.phase},
     )

@@ -428,6 +428,9 @@ def failure_error(outcome: Outcome) -> FailedError:
 
 def down(config: Config, say: Say) -> str:
     """Take the profile's project down; the profile alone names it (no facts, no plan)."""
+    from hostctl.service.supervise import stop_running_supervisor
+
+    stop_running_supervisor(say)  # a supervising `up --foreground` ends first, or it would restart nothing but see a death
     rt = identity.of_config(config)
     with LifecycleLock("down"):
         target, name = rt.project_dir, rt.container

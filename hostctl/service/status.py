@@ -62,6 +62,11 @@ def status(config: Config) -> dict:
     if service and service.get("container") == rt.container:
         doc["last_up"] = {k: service.get(k) for k in ("state", "ready_at", "failed_at", "interrupted_at", "signal",
                                                       "down_at", "cause", "kv") if service.get(k) is not None}
+    from hostctl.service import restarts
+
+    supervised = restarts.status_part()
+    if supervised:
+        doc["supervision"] = supervised
     from hostctl.bench import qualify
     from hostctl.service import fingerprint
 
@@ -93,6 +98,8 @@ def status_text(doc: dict) -> str:
         if kv.get("tokens") is not None or kv.get("full_context_requests") is not None:
             lines.append(f"  KV cache: {kv.get('tokens') or '?'} tokens, {kv.get('full_context_requests')} "
                          f"full-context ({kv.get('context')}-token) requests at once")
+    if doc.get("supervision"):
+        lines.append(f"  supervision: {doc['supervision']['text']}")
     smoke = doc.get("last_smoke")
     if smoke:
         parts = ", ".join(f"{r['name']} {'ok' if r['ok'] else 'FAIL'} {r['latency_s'] * 1000:.0f} ms" for r in smoke["results"])

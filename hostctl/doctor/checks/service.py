@@ -57,4 +57,32 @@ def qualified(ctx: Context) -> Result:
                   source=SOURCE)
 
 
-CHECKS = (qualified,)
+SUPERVISION_SOURCE = "/var/lib/hostctl/restarts.json (written by `hostctl up --foreground`, README \"Supervision\")"
+
+
+@check("service.supervision", "the supervised runtime has not died or hung recently")
+def supervision(ctx: Context) -> Result:
+    from datetime import datetime, timezone
+
+    from hostctl.service.restarts import summary
+
+    endings = [e.model_dump() for e in ctx.facts.state.supervised]
+    if not endings:
+        return passed("no death or hang of a supervised runtime recorded", source=SUPERVISION_SOURCE)
+    doc = summary(endings, datetime.now(timezone.utc))
+    last = doc["last"]
+    lines = "; ".join(last.get("lines") or [])
+    observed = f"last: {last['kind']} at {last['ended_at']} [{last['cause']}] {last.get('title') or ''}".strip() + (
+        f" ({lines})" if lines else "")
+    if not last.get("restart_at"):
+        return failed(f"the supervised runtime ended [{last['cause']}] and was not restarted: {doc['text']}",
+                      fix="fix what the cause names (`hostctl status`, `journalctl -u hostctl-runtime`), then "
+                          "`systemctl reset-failed hostctl-runtime.service && systemctl start hostctl-runtime.service`",
+                      observed=observed, source=SUPERVISION_SOURCE)
+    if doc["restarts_in_window"]:
+        return warned(doc["text"], fix="read the causes (`hostctl status`, `journalctl -u hostctl-runtime`); a repeated "
+                      "cause is a real fault to fix, not noise", observed=observed, source=SUPERVISION_SOURCE)
+    return passed(f"no restart in the last hour ({doc['text']})", observed=observed, source=SUPERVISION_SOURCE)
+
+
+CHECKS = (qualified, supervision)

@@ -1,0 +1,103 @@
+"""The restart history of a supervised runtime (`hostctl up --foreground`, README "Supervision"):
+each time the supervisor ended on a death or a hang it records when, the cause (a failure
+catalogue id, hostctl/diagnosis.py), the runtime's exit code and the log lines that matched; the
+next supervised start marks that entry restarted. `status` summarises it
+("restarted 2 times in the last hour: container-oom at ..."). Kept in state_dir()/restarts.json,
+the last KEEP entries; summary() is pure, for tests on recorded data.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+
+from hostctl import paths
+from hostctl.atomic import write_atomic
+
+HISTORY_FILE = "restarts.json"
+SCHEMA = "hostctl.restarts/v1"
+KEEP = 50
+WINDOW_S = 3600
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def iso(t: datetime) -> str:
+    return t.isoformat(timespec="milliseconds")
+
+
+def load() -> list[dict]:
+    try:
+        doc = json.loads((paths.state_dir() / HISTORY_FILE).read_text())
+    except (OSError, ValueError):
+        return []
+    entries = doc.get("entries") if isinstance(doc, dict) else None
+    return [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
+
+
+def _save(entries: list[dict]) -> None:
+    write_atomic(paths.state_dir() / HISTORY_FILE,
+                 json.dumps({"schema": SCHEMA, "entries": entries[-KEEP:]}, indent=2) + "\n")
+
+
+def record_end(entry: dict) -> None:
+    """The supervisor ended on a death or hang: entry has ended_at, kind, cause, title, exit_code, lines."""
+    _save(load() + [entry])
+
+
+def mark_restart(at: datetime | None = None) -> dict | None:
+    """A supervised start began: the last ending not yet followed by a start was restarted now."""
+    entries = load()
+    if not entries or entries[-1].get("restart_at"):
+        return None
+    entries[-1]["restart_at"] = iso(at or _now())
+    _save(entries)
+    return entries[-1]
+
+
+def mark_ready(at: datetime | None = None) -> None:
+    """The restarted runtime passed the gate again."""
+    entries = load()
+    if entries and entries[-1].get("restart_at") and not entries[-1].get("ready_again_at"):
+        entries[-1]["ready_again_at"] = iso(at or _now())
+        _save(entries)
+
+
+def _parse(text) -> datetime | None:
+    try:
+        t = datetime.fromisoformat(str(text))
+    except ValueError:
+        return None
+    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+
+
+def summary(entries: list[dict], now: datetime, window_s: int = WINDOW_S) -> dict | None:
+    """What `status` shows: restarts in the window, each with its cause, and the last ending
+    (which, when it was not followed by a restart, is why the runtime is down: the start limit
+    stopped the loop, or the service was not restarted)."""
+    if not entries:
+        return None
+    since = now - timedelta(seconds=window_s)
+    recent = [e for e in entries if (t := _parse(e.get("restart_at"))) is not None and t >= since]
+    last = entries[-1]
+    doc = {"restarts_in_window": len(recent), "window_s": window_s,
+           "restarts": [{"at": e.get("ended_at"), "cause": e.get("cause"), "exit_code": e.get("exit_code")}
+                        for e in recent],
+           "last": {k: last.get(k) for k in ("ended_at", "kind", "cause", "title", "exit_code", "lines",
+                                             "restart_at", "ready_again_at")}}
+    window = "the last hour" if window_s == 3600 else f"the last {window_s} s"
+    times = "time" if len(recent) == 1 else "times"
+    text = f"restarted {len(recent)} {times} in {window}"
+    if recent:
+        text += ": " + ", ".join(f"{e.get('cause')} at {e.get('ended_at')}" for e in recent)
+    if not last.get("restart_at"):
+        text += (f"; last ended: {last.get('cause')} at {last.get('ended_at')} (exit code {last.get('exit_code')}), "
+                 "not restarted since")
+    doc["text"] = text
+    return doc
+
+
+def status_part(now: datetime | None = None) -> dict | None:
+    return summary(load(), now or _now())

@@ -1,0 +1,390 @@
+"""`hostctl up --foreground`, what the systemd unit runs: the same preflight, start, watch and
+smoke gate as `up`, then READY=1 to systemd (Type=notify) and supervision of the ready runtime
+until it dies, hangs or is stopped (README "Supervision").
+
+While supervising it watches the engine's events for this one container (`die`, `oom`), its
+state (polled, in case the event stream hiccups) and /health every HEALTH_EVERY_S. Watcher (pure)
+turns that sequence into a verdict:
+
+- a death: the cause is classified against the failure catalogue (hostctl.diagnosis) on the
+  container's log, the kernel log and its exit/OOM state, recorded (hostctl.service.restarts) and
+  the command fails (exit 1) naming it, so the unit's Restart=on-failure starts it again through
+  the whole gate; the unit's StartLimitBurst/StartLimitIntervalSec stop a crash loop;
+- a hang: /health failing for hang_timeout_s (the recipe's) while the container lives (running
+  or paused): the container is stopped, then it is handled as a death (cause `runtime-hang`);
+- SIGTERM/SIGINT (`systemctl stop`, `hostctl down`): STOPPING=1, the project is taken down and
+  the command exits 0, so systemd does not restart it.
+
+WATCHDOG=1 is sent only after a /health that answered: a stuck supervisor (or a health thread
+that stopped) is caught by the unit's WatchdogSec=, which is longer than hang_timeout_s so a
+runtime hang is handled here first, with its diagnosis.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from datetime import datetime, timezone
+
+import httpx
+
+from hostctl import paths
+from hostctl.atomic import write_atomic
+from hostctl.config import Config
+from hostctl.diagnosis import Evidence, Finding, classify
+from hostctl.plan.model import Plan
+from hostctl.service import restarts, sdnotify, state
+
+Say = Callable[[str], None]
+HEALTH_EVERY_S = 2.0
+HEALTH_TIMEOUT_S = 2.0
+STATE_EVERY_S = 5.0
+POLL_S = 0.2
+HANG_STOP_S = 5  # a hung runtime has nothing to finish gracefully
+LOG_TAIL = 2000  # log lines read from the dead container for the diagnosis
+SUPERVISOR_FILE = "supervisor.json"  # pid of the running supervisor: `down` stops it first
+ALIVE = ("running", "paused", "restarting", "created")
+
+
+# ---------------------------------------------------------------- the pure part
+
+
+@dataclass(frozen=True)
+class Observation:
+    kind: str  # "die" | "oom" | "health" | "state" | "stop"
+    at: float  # monotonic seconds
+    ok: bool | None = None  # health: /health answered 200
+    exit_code: int | None = None  # die; state when not alive
+    status: str | None = None  # state: the engine's status, None when the container is gone
+    oom_killed: bool | None = None  # state
+    signal: str | None = None  # stop
+
+
+@dataclass(frozen=True)
+class Verdict:
+    action: str  # "watch" | "died" | "hung" | "stopped"
+    pet: bool = False  # send WATCHDOG=1: the runtime just answered
+    exit_code: int | None = None
+    oom: bool = False
+    failing_s: float | None = None  # hung: how long /health has failed
+    status: str | None = None
+    signal: str | None = None
+
+
+@dataclass
+class Watcher:
+    """The supervisor's decision from a sequence of observations; no I/O, no clock of its own."""
+
+    hang_timeout_s: float
+    started_at: float
+    last_ok: float | None = None
+    failing_since: float | None = None
+    oom: bool = False
+    status: str | None = "running"
+    done: Verdict | None = None
+
+    def feed(self, obs: Observation) -> Verdict:
+        if self.done is not None:
+            return self.done
+        v = self._decide(obs)
+        if v.action != "watch":
+            self.done = v
+        return v
+
+    def _decide(self, o: Observation) -> Verdict:
+        if o.kind == "stop":
+            return Verdict("stopped", signal=o.signal)
+        if o.kind == "oom":
+            self.oom = True  # the `die` follows
+            return Verdict("watch")
+        if o.kind == "die":
+            return Verdict("died", exit_code=o.exit_code, oom=self.oom)
+        if o.kind == "state":
+            self.status = o.status
+            if o.status not in ALIVE:
+                return Verdict("died", exit_code=o.exit_code, oom=self.oom or bool(o.oom_killed), status=o.status)
+            return self._hang_check(o.at)
+        if o.kind == "health":
+            if o.ok:
+                self.last_ok, self.failing_since = o.at, None
+                return Verdict("watch", pet=True)
+            if self.failing_since is None:
+                self.failing_since = o.at
+            return self._hang_check(o.at)
+        return Verdict("watch")
+
+    def _hang_check(self, now: float) -> Verdict:
+        if self.failing_since is None:
+            return Verdict("watch")
+        failing = now - self.failing_since
+        if failing >= self.hang_timeout_s:
+            return Verdict("hung", failing_s=failing, status=self.status)
+        return Verdict("watch")
+
+
+def death_finding(verdict: Verdict, ev: Evidence, hang_timeout_s: float) -> tuple[Finding, list[Finding]]:
+    """The cause: the catalogue's first match, else what is known (a death or a hang after ready)."""
+    found = classify(ev)
+    if found:
+        return found[0], found[1:]
+    if verdict.action == "hung":
+        return Finding("runtime-hang", f"/health failed for {verdict.failing_s:.0f} s while the container was "
+                       f"{verdict.status or 'alive'}",
+                       f"the runtime stopped answering after it was ready (hang_timeout_s {hang_timeout_s:g} s) but "
+                       "its container did not exit: a deadlock, a hung collective, a frozen (paused) container",
+                       "the container was stopped and the service restarts through the gate; if it recurs, read "
+                       "`hostctl logs` and the GPU's state (`hostctl doctor`)",
+                       [f"engine: status {verdict.status}", f"health: failing for {verdict.failing_s:.1f} s"]), []
+    return Finding("runtime-died", f"the runtime exited with code {verdict.exit_code} after it was ready",
+                   "the server process ended while serving and no known failure signature matched (an external "
+                   "`docker kill`/`docker stop`, a crash the log below names)",
+                   "read the log lines below and `hostctl logs`; the service restarts through the gate",
+                   [f"engine: die, exit code {verdict.exit_code}, OOMKilled={verdict.oom}"]), []
+
+
+# ---------------------------------------------------------------- the loop
+
+
+class Stop:
+    """SIGTERM/SIGINT while supervising: a flag the loop reads (installed before `up` so a signal
+    between the gate and the loop is not lost; `up` puts its own handlers on top while it runs)."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.event = threading.Event()
+
+    def _handler(self, signum, frame) -> None:
+        self.signum = signum
+        self.event.set()
+
+    def install(self) -> None:
+        for s in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(s, self._handler)
+
+
+def _now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _save_supervisor(name: str) -> None:
+    write_atomic(paths.state_dir() / SUPERVISOR_FILE,
+                 json.dumps({"pid": os.getpid(), "container": name, "since": _now_iso()}) + "\n")
+
+
+def _clear_supervisor() -> None:
+    try:
+        doc = json.loads((paths.state_dir() / SUPERVISOR_FILE).read_text())
+        if doc.get("pid") == os.getpid():
+            (paths.state_dir() / SUPERVISOR_FILE).unlink()
+    except (OSError, ValueError):
+        pass
+
+
+def running_supervisor() -> dict | None:
+    """The supervisor recorded in the state directory, when its process still runs."""
+    try:
+        doc = json.loads((paths.state_dir() / SUPERVISOR_FILE).read_text())
+        pid = int(doc["pid"])
+        os.kill(pid, 0)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    try:  # a reused pid is not ours: the process must be a hostctl
+        if b"hostctl" not in (Path(f"/proc/{pid}/cmdline").read_bytes()):
+            return None
+    except OSError:
+        return None
+    return doc
+
+
+def stop_running_supervisor(say: Say, wait_s: float = 170) -> bool:
+    """`down` while a supervisor runs: SIGTERM it (it takes the runtime down and exits 0, so
+    systemd does not restart it) and wait for it to end."""
+    doc = running_supervisor()
+    if doc is None:
+        return False
+    pid = int(doc["pid"])
+    say(f"stopping the supervisor (pid {pid}, `hostctl up --foreground`): it takes the runtime down")
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except OSError:
+        return False
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and _alive(pid):
+        time.sleep(0.2)
+    return True
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"  # a zombie has ended; its parent just has not reaped it
+
+
+def _health_thread(url: str, out: Callable[[Observation], None], stop: threading.Event) -> threading.Thread:
+    def run() -> None:
+        with httpx.Client(timeout=HEALTH_TIMEOUT_S, trust_env=False) as c:
+            while not stop.is_set():
+                t = time.monotonic()
+                try:
+                    ok = c.get(url).status_code == 200
+                except httpx.HTTPError:
+                    ok = False
+                out(Observation("health", time.monotonic(), ok=ok))
+                stop.wait(max(0.0, HEALTH_EVERY_S - (time.monotonic() - t)))
+
+    th = threading.Thread(target=run, name="hostctl-health", daemon=True)
+    th.start()
+    return th
+
+
+@dataclass
+class Ended:
+    verdict: Verdict
+    cause: Finding | None = None
+    also: list[Finding] = field(default_factory=list)
+    log_tail: list[str] = field(default_factory=list)
+
+
+def supervise(config: Config, plan: Plan, stop: Stop, say: Say, notify=sdnotify.notify) -> Ended:
+    """Watch the ready runtime until a verdict; take it down on stop, stop it on a hang."""
+    import queue
+
+    from hostctl.service import lifecycle, preflight
+    from hostctl.service.compose import compose_down
+    from hostctl.service.engine import Feed, container_state
+
+    name = lifecycle.container_name(plan)
+    hang_s = float(config.recipe.hang_timeout_s)
+    t0 = time.monotonic()
+    uptime0 = lifecycle._uptime_s()
+    st = container_state(name)
+    watcher = Watcher(hang_timeout_s=hang_s, started_at=t0)
+    feed = Feed(name, time.time() - 1, st.id)
+    obs: queue.Queue[Observation] = queue.Queue()
+    quit_health = threading.Event()
+    feed.start_events()
+    _health_thread(f"{preflight.endpoint(plan)}/health", obs.put, quit_health)
+    verdict = watcher.feed(Observation("state", t0, status=st.status if st.exists else None,
+                                       exit_code=st.exit_code, oom_killed=st.oom_killed))
+    next_state = t0 + STATE_EVERY_S
+    wd = sdnotify.watchdog_interval_s()
+    say(f"supervising {name}: engine events, /health every {HEALTH_EVERY_S:g} s, "
+        f"a hang after {hang_s:g} s without an answer"
+        + (f"; systemd watchdog {wd:g} s, fed while /health answers" if wd else ""))
+    notify(f"STATUS=supervising {name}")
+    try:
+        while verdict.action == "watch":
+            for it in feed.drain(wait=POLL_S):
+                if it.kind == "event" and it.text in ("die", "oom"):
+                    code = (it.attrs or {}).get("exitCode")
+                    verdict = watcher.feed(Observation(it.text, it.at, exit_code=int(code) if code is not None else None))
+            while verdict.action == "watch":
+                try:
+                    o = obs.get_nowait()
+                except queue.Empty:
+                    break
+                verdict = watcher.feed(o)
+                if verdict.pet:
+                    notify("WATCHDOG=1")
+            if stop.event.is_set() and verdict.action == "watch":
+                verdict = watcher.feed(Observation("stop", time.monotonic(),
+                                                   signal=signal.Signals(stop.signum).name if stop.signum else None))
+            now = time.monotonic()
+            if verdict.action == "watch" and now >= next_state:
+                next_state = now + STATE_EVERY_S
+                s = container_state(name)
+                verdict = watcher.feed(Observation("state", now, status=s.status if s.exists else None,
+                                                   exit_code=s.exit_code, oom_killed=s.oom_killed))
+    finally:
+        quit_health.set()
+        feed.close()
+
+    target = lifecycle.project_dir(config)
+    if verdict.action == "stopped":
+        notify("STOPPING=1")
+        say(f"{verdict.signal or 'stop'}: taking the project down (no restart)")
+        res = compose_down(target, plan.runtime.project, new_session=True)
+        say(f"took the project down ({'ok' if res.ok else res.why()})")
+        return Ended(verdict)
+
+    log = _log_tail(name)  # before a hang's stop removes the container (a paused one still has its log)
+    s = container_state(name)
+    if verdict.action == "hung":
+        say(f"/health has failed for {verdict.failing_s:.0f} s while {name} is {verdict.status}: stopping it")
+        res = compose_down(target, plan.runtime.project, stop_timeout_s=HANG_STOP_S, new_session=True)
+        say(f"stopped {name} ({'ok' if res.ok else res.why()})")
+    else:
+        say(f"{name} died (exit code {verdict.exit_code}{', OOM' if verdict.oom else ''})")
+    ev = Evidence(log="\n".join(log), kernel_log=lifecycle._kernel_events_since(uptime0),
+                  oom_killed=verdict.oom or bool(s.oom_killed),
+                  exit_code=verdict.exit_code if verdict.exit_code is not None else s.exit_code)
+    cause, also = death_finding(verdict, ev, hang_s)
+    return Ended(verdict, cause, also, log[-lifecycle.LOG_SHOWN:])
+
+
+def _log_tail(name: str) -> list[str]:
+    from hostctl.service.engine import client
+
+    try:
+        dc = client()
+        try:
+            raw = dc.containers.get(name).logs(tail=LOG_TAIL)
+        finally:
+            dc.close()
+    except Exception:  # gone (a hang's stop removed it) or the engine hiccuped: diagnose without it
+        return []
+    return [ln for ln in raw.decode(errors="replace").splitlines() if ln.strip()]
+
+
+def foreground(config: Config, plan: Plan, facts, *, timeout: int | None, keep_on_failure: bool, say: Say,
+               hostctl_bin: str, print_endpoint: Callable[[str], None], notify=sdnotify.notify) -> int:
+    """`up --foreground`: the gate, READY=1, supervision. Returns 0 after a stop; raises FailedError
+    (exit 1) for a failed gate or an ending that should be restarted."""
+    from hostctl.service import lifecycle
+
+    stop = Stop()
+    stop.install()
+    began = restarts.mark_restart()
+    if began:
+        say(f"restart after {began.get('cause')} (ended {began.get('ended_at')})")
+    notify("STATUS=starting: preflight, load and the smoke gate")
+    outcome = lifecycle.up(config, plan, facts, timeout=timeout, keep_on_failure=keep_on_failure, say=say,
+                           hostctl_bin=hostctl_bin)
+    if not outcome.ready:
+        raise lifecycle.failure_error(outcome)
+    if began:
+        restarts.mark_ready()
+    t = outcome.timings
+    say(f"ready in {t.get('total_s', 0):.1f} s (smoke {t.get('smoke_s', 0):.1f} s)")
+    print_endpoint(outcome.endpoint)
+    notify("READY=1\nSTATUS=ready: " + outcome.endpoint)
+    _save_supervisor(lifecycle.container_name(plan))
+    try:
+        ended = supervise(config, plan, stop, say, notify=notify)
+    finally:
+        _clear_supervisor()
+    if ended.verdict.action == "stopped":
+        doc = state.load_service() or {}
+        state.save_service({**doc, "state": "down", "down_at": lifecycle._now_iso(),
+                            "signal": ended.verdict.signal})
+        return 0
+    c = ended.cause
+    assert c is not None
+    ended_at = _now_iso()
+    restarts.record_end({"ended_at": ended_at, "kind": ended.verdict.action, "cause": c.id, "title": c.title,
+                         "exit_code": ended.verdict.exit_code, "lines": c.lines[:10]})
+    doc = state.load_service() or {}
+    state.save_service({**doc, "state": "failed", "failed_at": ended_at, "cause": c.id, "after_ready": True})
+    notify(f"STATUS=ended: {c.id}")
+    out = lifecycle.Outcome(ready=False, endpoint=outcome.endpoint, cause=c, also=ended.also, log_tail=ended.log_tail)
+    err = lifecycle.failure_error(out)
+    err.message = f"the runtime {'hung' if ended.verdict.action == 'hung' else 'died'} after it was ready [{c.id}]: {c.title}"
+    raise err
