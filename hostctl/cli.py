@@ -62,6 +62,11 @@ FactsOpt = Annotated[
                  dir_okay=False),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one versioned JSON document instead of text.")]
+# More than one host (README "More than one host"): hostctl.cluster does the work.
+ClusterOpt = Annotated[Optional[Path], typer.Option("--cluster", help="A cluster profile (cluster.toml): more than one "
+                                                    "host (replicas behind a router, or one model across hosts).",
+                                                    dir_okay=False)]
+MemberOpt = Annotated[Optional[str], typer.Option("--member", help="With --cluster: which host of the cluster this is.")]
 
 
 class Context:
@@ -204,11 +209,20 @@ def init(
 
 
 @app.command()
-def plan(ctx: typer.Context, json_: JsonOpt = False, config: ConfigOpt = None, facts: FactsOpt = None) -> None:
+def plan(ctx: typer.Context, json_: JsonOpt = False, config: ConfigOpt = None, facts: FactsOpt = None,
+         cluster: ClusterOpt = None, member: MemberOpt = None) -> None:
     """Explain every decision for this host and recipe, with its reason. Changes nothing.
 
     Exits 1 when the plan has errors (the host cannot serve the recipe as configured).
+    With --cluster: the cross-host plan (hostctl.cluster-plan/v1).
     """
+    if cluster is not None:
+        from hostctl.cluster.commands import plan_cmd
+
+        code = plan_cmd(cluster, member, json_, _ctx(ctx, config, facts).facts_path)
+        if code:
+            raise typer.Exit(code)
+        return
     from hostctl.plan import build_plan
     from hostctl.present import plan_text
 
@@ -236,14 +250,26 @@ def render(
     = "/usr/local/bin/hostctl",
     config: ConfigOpt = None,
     facts: FactsOpt = None,
+    cluster: ClusterOpt = None,
+    member: MemberOpt = None,
 ) -> None:
     """Write compose.yaml, runtime.env and the systemd units for this host and recipe.
+
+    With --cluster: one Compose project per host (or only --member's), in each member's state
+    directory or under --out DIR/<member>.
 
     Nothing is written when the plan has errors. The project is written to a temporary
     directory beside DIR and checked there (each file re-read against its template and the
     plan; `docker compose config` when Compose is installed); only a project that passes
     replaces DIR. runtime.env (it may hold the recipe's secrets) is mode 0600.
     """
+    if cluster is not None:
+        from hostctl.cluster.commands import render_cmd
+
+        for path in render_cmd(cluster, member, out_dir, _ctx(ctx, config, facts).facts_path,
+                               say=lambda m: err.print(m, markup=False)):
+            out.print(str(path), markup=False)
+        return
     from hostctl.plan import build_plan
     from hostctl.service.compose import compose_available
     from hostctl.service.render import compose_checked, render_files, write_project
