@@ -356,8 +356,12 @@ def up(
     keep_on_failure: Annotated[bool, typer.Option("--keep-on-failure", help="Leave a failed runtime running to inspect it.")] = False,
     config: ConfigOpt = None,
     facts: FactsOpt = None,
+    cluster: ClusterOpt = None,
+    member: MemberOpt = None,
 ) -> None:
     """Start the runtime and exit 0 only when it is ready and the smoke tests pass.
+
+    With --cluster and --member: start that host's part of the cluster, in the cluster's order.
 
     Preflight (engine, plan, image, store directories, port) -> render -> docker compose up
     -> watch (engine events, log phases, /health, /v1/models) -> smoke suite. Prints the
@@ -370,6 +374,12 @@ def up(
     c.refuse_snapshot("up")
     if timeout is not None and timeout < 1:
         raise InputError(f"--timeout: expected a positive number of seconds, got {timeout}")
+    if cluster is not None:
+        from hostctl.cluster import commands, run
+
+        out.print(run.up(cluster, commands.need_member(member, "up"), timeout=timeout, keep_on_failure=keep_on_failure,
+                         say=lambda m: err.print(m, markup=False), hostctl_bin=_hostctl_bin()), markup=False)
+        return
     cfg, plan_, host = _service_plan(c)
     outcome = lifecycle.up(cfg, plan_, host, timeout=timeout, keep_on_failure=keep_on_failure,
                            say=lambda m: err.print(m, markup=False), hostctl_bin=_hostctl_bin())
@@ -400,12 +410,22 @@ def _lifecycle_plan(c: Context):
 
 
 @app.command()
-def down(ctx: typer.Context, config: ConfigOpt = None, facts: FactsOpt = None) -> None:
-    """Stop and remove the runtime; caches stay. Safe to run when nothing is running."""
+def down(ctx: typer.Context, config: ConfigOpt = None, facts: FactsOpt = None, cluster: ClusterOpt = None,
+         member: MemberOpt = None) -> None:
+    """Stop and remove the runtime; caches stay. Safe to run when nothing is running.
+
+    With --cluster: --member's part, or without --member every member on this machine, in order.
+    """
     from hostctl.service import lifecycle
 
     c = _ctx(ctx, config, facts)
     c.refuse_snapshot("down")
+    if cluster is not None:
+        from hostctl.cluster import run
+
+        for line in run.down(cluster, member, say=lambda m: err.print(m, markup=False)):
+            out.print(line, markup=False)
+        return
     cfg, plan_ = _lifecycle_plan(c)
     what = lifecycle.down(cfg, plan_, say=lambda m: err.print(m, markup=False))
     out.print(f"down: {what}", markup=False)

@@ -34,6 +34,9 @@ KEY_FILE_VAR = "HOSTCTL_CLUSTER_API_KEY"
 DEFAULT_STATE_ROOT = "/var/lib/hostctl/cluster"
 ROUTER_PORT = 30000
 MASTER_PORT = 29501
+# Private means RFC 1918 and IPv6 unique-local (RFC 4193), not Python's `is_private`, which also
+# counts documentation and benchmark ranges that a real private network never uses.
+PRIVATE_NETS = tuple(ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fc00::/7"))
 
 
 def address_problem(text: str) -> str | None:
@@ -44,7 +47,9 @@ def address_problem(text: str) -> str | None:
         return f"expected an IP address such as 192.168.1.20 or 127.0.0.1, got {text!r}"
     if ip.is_unspecified or ip.is_multicast:
         return f"{text} is not one host's address"
-    if not (ip.is_loopback or ip.is_private):
+    if getattr(ip, "ipv4_mapped", None):
+        return f"{text}: write the IPv4 address itself ({ip.ipv4_mapped})"
+    if not (ip.is_loopback or any(ip.version == n.version and ip in n for n in PRIVATE_NETS)):
         return (f"{text} is not a private or loopback address: the traffic between hosts (the API, vLLM's "
                 "TCPStore, NCCL and Gloo) is unencrypted, and the engines warn that their distributed "
                 "channel can be made to run code; keep the cluster on a private network")
