@@ -611,6 +611,7 @@ def doctor(
     bundle: Annotated[Optional[Path], typer.Option("--bundle", help="Write a redacted support archive.")] = None,
     config: ConfigOpt = None,
     facts: FactsOpt = None,
+    cluster: ClusterOpt = None,
 ) -> None:
     """Every check, with evidence and the fix, in text or versioned JSON.
 
@@ -620,6 +621,13 @@ def doctor(
     """
     from hostctl.doctor import Options, run
 
+    if cluster is not None:
+        from hostctl.cluster.commands import doctor_cmd
+
+        code = doctor_cmd(cluster, json_, say=lambda m: err.print(m, markup=False))
+        if code:
+            raise typer.Exit(code)
+        return
     if level not in ("quick", "full"):
         raise InputError(f"--level: expected quick or full, got {level!r}")
     c = _ctx(ctx, config, facts)

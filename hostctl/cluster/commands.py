@@ -103,3 +103,31 @@ def need_member(member: str | None, command: str) -> str:
         raise InputError(f"`{command} --cluster` needs --member NAME: each host starts its own part",
                          fix=f"run `hostctl {command} --cluster cluster.toml --member NAME` on each host")
     return member
+
+
+def doctor_cmd(cluster_path: Path, json_: bool, say: Say) -> int:
+    """The cross-host checks over every member this machine can read: itself (loopback members)
+    and the hosts whose `ssh` the cluster profile names."""
+    import ipaddress
+
+    from hostctl.cluster import doctor
+
+    cluster, cp, _ = load(cluster_path, None)
+    facts = []
+    for mp in cp.members:
+        if ipaddress.ip_address(mp.member.address).is_loopback:
+            facts.append(doctor.read_member(mp, cluster.socket_ifname, doctor.LocalReader()))
+        elif mp.member.ssh:
+            from hostctl.verify.connection import connect
+
+            target = connect(mp.member.ssh)
+            try:
+                facts.append(doctor.read_member(mp, cluster.socket_ifname, target))
+            finally:
+                target.close()
+        else:
+            say(f"{mp.member.name} ({mp.member.address}): not read (no ssh in cluster.toml)")
+            facts.append(doctor.MemberFacts(member=mp.member.name, notes=["not read: no ssh"]))
+    doc = doctor.report(cp, facts)
+    sys.stdout.write(json.dumps(doc, indent=2) + "\n" if json_ else doctor.text(doc))
+    return 0 if doc["ok"] else EXIT_FAILED

@@ -68,6 +68,23 @@ class Member(Strict):
     api_port: int | None = Field(default=None, ge=1, le=65535,
                                  description="the API port (router: its port); default the profile's")
     state_dir: str | None = Field(default=None, description="where this member keeps its state and project")
+    ssh: str | None = Field(default=None, max_length=1000,
+                            description="ssh://user@host[:port]: how doctor and the group take-down reach this host "
+                            "(the SSH transport of `verify --host`)")
+
+    @field_validator("ssh")
+    @classmethod
+    def _ssh(cls, v: str | None) -> str | None:
+        if v is not None:
+            from hostctl.verify.connection import parse_target
+
+            try:
+                parse_target(v)
+            except InputError as exc:
+                raise ValueError(exc.message.removeprefix("--host: ")) from None
+            if not v.startswith("ssh://"):
+                raise ValueError(f"expected ssh://user@host[:port], got {v!r}")
+        return v
 
     @field_validator("address")
     @classmethod
