@@ -257,7 +257,7 @@ def router_command(cluster: ClusterProfile) -> list[str]:
             "--health-check-interval-secs", str(r.health_check_interval_s),
             "--health-failure-threshold", str(r.health_failure_threshold),
             "--health-success-threshold", "1", "--worker-startup-check-interval", "1",
-            "--prometheus-host", "127.0.0.1", "--prometheus-port", str(port + 1)]
+            "--prometheus-host", "127.0.0.1", "--prometheus-port", str(r.metrics_port)]
 
 
 def build_cluster_plan(cluster: ClusterProfile, configs: dict[str, Config],

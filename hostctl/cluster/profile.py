@@ -139,6 +139,8 @@ class RouterSettings(Strict):
                                          description="seconds between the router's health checks of each replica")
     health_failure_threshold: int = Field(default=2, ge=1, le=100,
                                           description="failed checks before a replica is taken out")
+    metrics_port: int = Field(default=29000, ge=1, le=65535,
+                              description="vllm-router's Prometheus port (on 127.0.0.1)")
 
     @field_validator("image")
     @classmethod
@@ -284,6 +286,12 @@ def _check_members(c: ClusterProfile) -> None:
         if key in taken:
             raise ValueError(f"hosts[{i}].api_port: {m.address}:{m.api_port} is already {taken[key]}'s")
         taken[key] = f"hosts[{names[m.name]}] ({m.name})"
+    router = next((m for m in c.hosts if m.role == "router"), None)
+    if router is not None and router.api_port == c.router.metrics_port:
+        raise ValueError(f"router.metrics_port: {c.router.metrics_port} is also the router's api_port")
+    if router is not None and ("127.0.0.1", c.router.metrics_port) in taken:
+        raise ValueError(f"router.metrics_port: 127.0.0.1:{c.router.metrics_port} is already "
+                         f"{taken[('127.0.0.1', c.router.metrics_port)]}'s API port")
     leader = next((m for m in c.hosts if m.role == "leader"), None)
     if leader is not None and (leader.address, c.master_port) in taken:
         raise ValueError(f"master_port: {leader.address}:{c.master_port} is also "
