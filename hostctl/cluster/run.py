@@ -157,7 +157,14 @@ def _up_serving(cp: ClusterPlan, mp: MemberPlan, *, timeout, keep_on_failure, sa
     if mp.member.role == "leader":
         say(f"{mp.member.name}: leader of {cp.pp} node ranks; ready only when every follower has joined "
             f"(start each follower with `hostctl up --cluster ... --member NAME` on its host)")
+    from hostctl.cluster.plan import apply_cluster
+    from hostctl.plan import build_plan
+
+    # Planned again on this host's own facts, with every directory its plan reads (the cluster
+    # plan read generic facts, once for all members on this machine).
     facts = _live_facts(mp)
+    mp.plan = build_plan(mp.config, facts)
+    apply_cluster(mp.plan, cp.cluster, mp.member, cp.tp, cp.pp, [])
     outcome = lifecycle.up(mp.config, mp.plan, facts, timeout=timeout, keep_on_failure=keep_on_failure,
                            say=lambda m: say(f"{mp.member.name}: {m}"), hostctl_bin=hostctl_bin)
     if not outcome.ready:
@@ -209,13 +216,21 @@ def _up_router(cp: ClusterPlan, mp: MemberPlan, say: Say) -> str:
     if not image_exists(cp.cluster.router.image):
         raise FailedError(f"the router image {cp.cluster.router.image} is not in the engine",
                           fix="build it: python3 -m hostctl.images router")
-    _write_and_start(cp, mp, say)
+    from hostctl.service.compose import compose_down
+
+    target = _write_and_start(cp, mp, say)
     deadline = time.monotonic() + 60
-    while not _health(mp.endpoint):
-        _expect_container(f"{mp.project}-router")
-        if time.monotonic() > deadline:
-            raise FailedError(f"the router {mp.endpoint} did not answer /health within 60 s")
-        time.sleep(POLL_S)
+    try:
+        while not _health(mp.endpoint):
+            _expect_container(f"{mp.project}-router")
+            if time.monotonic() > deadline:
+                raise FailedError(f"the router {mp.endpoint} did not answer /health within 60 s")
+            time.sleep(POLL_S)
+    except FailedError as exc:
+        exc.details += _log_tail(f"{mp.project}-router")
+        compose_down(target, mp.project, stop_timeout_s=5)
+        exc.details.append("the router's project was taken down")
+        raise
     for r in cp.members:
         # A replica already serving passed its gate at its own `up`; a replica that did not answers nothing.
         if r.member.role == "replica" and r.endpoint and _health(r.endpoint):
@@ -243,18 +258,38 @@ def _up_follower(cp: ClusterPlan, mp: MemberPlan, *, timeout, say) -> str:
             raise FailedError(f"the leader's master port {host}:{port} did not open", fix=
                               f"start the leader first: hostctl up --cluster ... --member {leader.member.name}")
         time.sleep(POLL_S)
-    _write_and_start(cp, mp, say)
+    from hostctl.interrupt import Interrupted, Interruptible
+    from hostctl.service.compose import compose_down
+
     name = f"{mp.project}-runtime"
     load_s = mp.config.recipe.load_timeout_s if timeout is None else timeout
-    deadline = time.monotonic() + load_s
-    while not _health(leader.endpoint):
-        _expect_container(name)
-        if time.monotonic() > deadline:
-            raise FailedError(f"the leader's /health did not answer within {load_s} s after rank "
-                              f"{mp.member.rank} started")
-        time.sleep(2 * POLL_S)
+    with Interruptible():
+        target = _write_and_start(cp, mp, say)
+        try:
+            deadline = time.monotonic() + load_s
+            while not _health(leader.endpoint):
+                _expect_container(name)
+                if time.monotonic() > deadline:
+                    raise FailedError(f"the leader's /health did not answer within {load_s} s after rank "
+                                      f"{mp.member.rank} started")
+                time.sleep(2 * POLL_S)
+        except (FailedError, Interrupted):
+            logs = _log_tail(name)
+            compose_down(target, mp.project, stop_timeout_s=5)
+            say(f"{mp.member.name}: took rank {mp.member.rank} down" + (": its last log lines:" if logs else ""))
+            for line in logs:
+                say(f"  {line}")
+            raise
     say(f"{mp.member.name}: rank {mp.member.rank} joined; the group serves at {leader.endpoint}")
     return leader.endpoint
+
+
+def _log_tail(name: str, lines: int = 15) -> list[str]:
+    from hostctl import runner
+
+    res = runner.run(["docker", "logs", "--tail", str(lines), name], timeout=30)
+    text = (res.stdout or "") + (res.stderr or "")
+    return [secrets.redact_values(ln) for ln in text.splitlines()[-lines:]]
 
 
 # ---------------------------------------------------------------- down
