@@ -127,9 +127,12 @@ def test_two_replicas_behind_the_router(tmp_path, demo_image, router_image):
         assert workers(router) == ["http://127.0.0.1:18701", "http://127.0.0.1:18702"]
         assert KEY not in res.stderr + res.stdout
 
+        # The replicas require the key; the router passes the client's Authorization through.
+        assert httpx.post(f"{router}/v1/chat/completions", json=CHAT, timeout=60).status_code == 401
+        auth = {"Authorization": f"Bearer {KEY}"}
         before = {m: served(f"hc-hc16rep-{m}-runtime") for m in ("r1", "r2")}
         for _ in range(8):
-            r = httpx.post(f"{router}/v1/chat/completions", json=CHAT, timeout=60)
+            r = httpx.post(f"{router}/v1/chat/completions", json=CHAT, headers=auth, timeout=60)
             assert r.status_code == 200 and "323" in r.json()["choices"][0]["message"]["content"]
         after = {m: served(f"hc-hc16rep-{m}-runtime") for m in ("r1", "r2")}
         spread = {m: after[m] - before[m] for m in after}
@@ -139,7 +142,8 @@ def test_two_replicas_behind_the_router(tmp_path, demo_image, router_image):
         deadline = time.monotonic() + 20
         while "http://127.0.0.1:18702" in workers(router) and time.monotonic() < deadline:
             time.sleep(0.5)
-        codes = [httpx.post(f"{router}/v1/chat/completions", json=CHAT, timeout=60).status_code for _ in range(4)]
+        codes = [httpx.post(f"{router}/v1/chat/completions", json=CHAT, headers=auth, timeout=60).status_code
+                 for _ in range(4)]
         assert codes == [200] * 4
         assert served("hc-hc16rep-r1-runtime") - after["r1"] == 4
 
