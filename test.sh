@@ -188,7 +188,10 @@ if [[ -z ${HOSTCTL_TORCH_WHEEL:-} ]]; then
     export HOSTCTL_TORCH_WHEEL
 fi
 tag=$("$PY" -m hostctl.images build)
-end "ok ($tag)"
+# The router image (vllm-router from PyPI on the same base, for tests/system/test_cluster.py):
+# ~40 s cold, reused by input hash.
+router=$("$PY" -m hostctl.images router)
+end "ok ($tag, $router)"
 
 # --- vm-image: the whole-host test guest (tests/vm), built or found in its cache -----
 # Cached by content hash under /var/cache/hostctl-vm, which outlives the clone: a warm

@@ -102,6 +102,11 @@ FactsOpt = Annotated[
                  dir_okay=False),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one versioned JSON document instead of text.")]
+# More than one host (README "More than one host"): hostctl.cluster does the work.
+ClusterOpt = Annotated[Optional[Path], typer.Option("--cluster", help="A cluster profile (cluster.toml): more than one "
+                                                    "host (replicas behind a router, or one model across hosts).",
+                                                    dir_okay=False)]
+MemberOpt = Annotated[Optional[str], typer.Option("--member", help="With --cluster: which host of the cluster this is.")]
 
 
 # Choices typer checks before a command runs: a wrong value exits 2 and lists the valid ones.
@@ -259,11 +264,20 @@ def init(
 
 
 @app.command()
-def plan(ctx: typer.Context, json_: JsonOpt = False, config: ConfigOpt = None, facts: FactsOpt = None) -> None:
+def plan(ctx: typer.Context, json_: JsonOpt = False, config: ConfigOpt = None, facts: FactsOpt = None,
+         cluster: ClusterOpt = None, member: MemberOpt = None) -> None:
     """Explain every decision for this host and recipe, with its reason. Changes nothing.
 
     Exits 1 when the plan has errors (the host cannot serve the recipe as configured).
+    With --cluster: the cross-host plan (hostctl.cluster-plan/v1).
     """
+    if cluster is not None:
+        from hostctl.cluster.commands import plan_cmd
+
+        code = plan_cmd(cluster, member, json_, _ctx(ctx, config, facts).facts_path)
+        if code:
+            raise typer.Exit(code)
+        return
     from hostctl.plan import build_plan
     from hostctl.present import plan_text
 
@@ -291,14 +305,26 @@ def render(
     = "/usr/local/bin/hostctl",
     config: ConfigOpt = None,
     facts: FactsOpt = None,
+    cluster: ClusterOpt = None,
+    member: MemberOpt = None,
 ) -> None:
     """Write compose.yaml, runtime.env and the systemd units for this host and recipe.
+
+    With --cluster: one Compose project per host (or only --member's), in each member's state
+    directory or under --out DIR/<member>.
 
     Nothing is written when the plan has errors. The project is written to a temporary
     directory beside DIR and checked there (each file re-read against its template and the
     plan; `docker compose config` when Compose is installed); only a project that passes
     replaces DIR. runtime.env (it may hold the recipe's secrets) is mode 0600.
     """
+    if cluster is not None:
+        from hostctl.cluster.commands import render_cmd
+
+        for path in render_cmd(cluster, member, out_dir, _ctx(ctx, config, facts).facts_path,
+                               say=lambda m: err.print(m, markup=False)):
+            out.print(str(path), markup=False)
+        return
     from hostctl.plan import build_plan
     from hostctl.service.compose import compose_available
     from hostctl.service.render import compose_checked, render_files, write_project
@@ -385,8 +411,12 @@ def up(
     foreground: Annotated[bool, typer.Option("--foreground", help="After ready, stay and supervise the runtime (what the systemd unit runs; README \"Supervision\").")] = False,
     config: ConfigOpt = None,
     facts: FactsOpt = None,
+    cluster: ClusterOpt = None,
+    member: MemberOpt = None,
 ) -> None:
     """Start the runtime and exit 0 only when it is ready and the smoke tests pass.
+
+    With --cluster and --member: start that host's part of the cluster, in the cluster's order.
 
     Preflight (engine, plan, image, store directories, port) -> render -> docker compose up
     -> watch (engine events, log phases, /health, /v1/models) -> smoke suite. Prints the
@@ -403,6 +433,12 @@ def up(
     c.refuse_snapshot("up")
     if timeout is not None and timeout < 1:
         raise InputError(f"--timeout: expected a positive number of seconds, got {timeout}")
+    if cluster is not None:
+        from hostctl.cluster import commands, run
+
+        out.print(run.up(cluster, commands.need_member(member, "up"), timeout=timeout, keep_on_failure=keep_on_failure,
+                         say=lambda m: err.print(m, markup=False), hostctl_bin=_hostctl_bin()), markup=False)
+        return
     cfg, plan_, host = _service_plan(c)
     if foreground:
         from hostctl.service import supervise
@@ -440,12 +476,22 @@ def _lifecycle_plan(c: Context):
 
 
 @app.command()
-def down(ctx: typer.Context, config: ConfigOpt = None, facts: FactsOpt = None) -> None:
-    """Stop and remove the runtime; caches stay. Safe to run when nothing is running."""
+def down(ctx: typer.Context, config: ConfigOpt = None, facts: FactsOpt = None, cluster: ClusterOpt = None,
+         member: MemberOpt = None) -> None:
+    """Stop and remove the runtime; caches stay. Safe to run when nothing is running.
+
+    With --cluster: --member's part, or without --member every member on this machine, in order.
+    """
     from hostctl.service import lifecycle
 
     c = _ctx(ctx, config, facts)
     c.refuse_snapshot("down")
+    if cluster is not None:
+        from hostctl.cluster import run
+
+        for line in run.down(cluster, member, say=lambda m: err.print(m, markup=False)):
+            out.print(line, markup=False)
+        return
     what = lifecycle.down(c.config(), say=lambda m: err.print(m, markup=False))
     out.print(f"down: {what}", markup=False)
 
@@ -632,6 +678,7 @@ def doctor(
     bundle: Annotated[Optional[Path], typer.Option("--bundle", help="Write a redacted support archive.")] = None,
     config: ConfigOpt = None,
     facts: FactsOpt = None,
+    cluster: ClusterOpt = None,
 ) -> None:
     """Every check, with evidence and the fix, in text or versioned JSON.
 
@@ -641,6 +688,13 @@ def doctor(
     """
     from hostctl.doctor import Options, run
 
+    if cluster is not None:
+        from hostctl.cluster.commands import doctor_cmd
+
+        code = doctor_cmd(cluster, json_, say=lambda m: err.print(m, markup=False))
+        if code:
+            raise typer.Exit(code)
+        return
     c = _ctx(ctx, config, facts)
     code = run(Options(config_path=c.config_path, facts_path=c.facts_path, level=level.value, json=json_, strict=strict,
                        log=log, bundle=bundle))

@@ -9,6 +9,7 @@ current hash; `hostctl up` warns when the alias is stale (inputs changed since).
 
     python3 -m hostctl.images build          # build what is missing, print the demo tag
     python3 -m hostctl.images tag            # print the tag the current inputs would get
+    python3 -m hostctl.images router         # build what is missing, print the router tag
 """
 
 from __future__ import annotations
@@ -221,6 +222,51 @@ def demo_staleness(image: str) -> Staleness | None:
     return None if current == expected else Staleness(image, current, expected)
 
 
+# ---------------------------------------------------------------- router image
+# vllm-router for replicas behind one endpoint (hostctl/cluster): the same base, pip only.
+
+ROUTER_REPO = "hostctl/vllm-router"
+VLLM_ROUTER_VERSION = "0.1.17"
+ROUTER_ALIAS = f"{ROUTER_REPO}:{VLLM_ROUTER_VERSION}"
+
+
+def router_dir() -> Path:
+    return paths.resource_root() / "runtime" / "router"
+
+
+def router_inputs() -> dict:
+    return {"base": base_tag(), "vllm_router": VLLM_ROUTER_VERSION,
+            "dockerfile": _file_digest(router_dir() / "Dockerfile")}
+
+
+def router_tag() -> str:
+    return f"{ROUTER_REPO}:{_digest(router_inputs())}"
+
+
+def ensure_router(*, rebuild: bool = False) -> str:
+    """Build the router image unless one with the same inputs exists; return its tag (and point
+    the stable alias, which cluster profiles name by default, at it)."""
+    tag = router_tag()
+    if image_exists(tag) and not rebuild:
+        _say(f"router {tag}: present, reused")
+    else:
+        base = ensure_base()
+        work = Path(tempfile.mkdtemp(prefix="hostctl-router-", dir=os.environ.get("HOSTCTL_BUILD_TMP", "/var/tmp")))
+        try:
+            shutil.copy2(router_dir() / "Dockerfile", work / "Dockerfile")
+            shutil.copy2(HOST_CA, work / "build-ca.crt")
+            _say(f"router {tag}: building (vllm-router {VLLM_ROUTER_VERSION} on {base})")
+            argv = ["docker", "build", "--network", "host", "--build-arg", f"BASE_IMAGE={base}",
+                    "--build-arg", f"VLLM_ROUTER_VERSION={VLLM_ROUTER_VERSION}",
+                    "--build-arg", f"INPUTS_HASH={tag.split(':', 1)[1]}", "-t", tag, str(work)]
+            _check(runner.run(argv, timeout=BUILD_TIMEOUT_S, env=dict(os.environ, DOCKER_BUILDKIT="0")),
+                   "docker build of the router image")
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    _check(runner.run(["docker", "tag", tag, ROUTER_ALIAS], timeout=30), "docker tag")
+    return tag
+
+
 def main(argv: list[str]) -> int:
     cmd = argv[0] if argv else "build"
     try:
@@ -230,8 +276,10 @@ def main(argv: list[str]) -> int:
             print(ensure_base(rebuild="--rebuild" in argv))
         elif cmd == "tag":
             print(demo_tag())
+        elif cmd == "router":
+            print(ensure_router(rebuild="--rebuild" in argv))
         else:
-            print("usage: python3 -m hostctl.images [build [--rebuild] | base | tag]", file=sys.stderr)
+            print("usage: python3 -m hostctl.images [build [--rebuild] | base | tag | router [--rebuild]]", file=sys.stderr)
             return 2
     except FailedError as exc:
         print(exc.render(), file=sys.stderr)

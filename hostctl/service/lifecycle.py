@@ -32,7 +32,7 @@ from hostctl.service.compose import compose_down, compose_up
 from hostctl.service.engine import Feed, container_state
 from hostctl.service.lock import LifecycleLock
 from hostctl.service.progress import Tracker
-from hostctl.service.smoke import SmokeReport, check_models, run_suite
+from hostctl.service.smoke import SmokeReport, _headers, check_models, run_suite
 
 Say = Callable[[str], None]
 LOG_KEEP = 5000  # log lines kept for the diagnosis
@@ -255,7 +255,8 @@ def _watch(config: Config, plan: Plan, name: str, since: float, timeout: int, sa
     feed.start_events()
     feed.start_logs()
     outcome = Outcome(ready=False, endpoint=ep)
-    client = httpx.Client(timeout=3.0, trust_env=False)
+    # With an API key the runtime answers /v1/models only with it (401 without).
+    client = httpx.Client(timeout=3.0, trust_env=False, headers=_headers(plan.runtime.api_key_env))
 
     log_ended = False
 

@@ -1,0 +1,354 @@
+"""Starting and stopping one member of a cluster (`up/down --cluster cluster.toml --member NAME`),
+in the order the engines need, and the group take-down after a failure.
+
+  - replica: one host's `up` (preflight, render, watch, smoke gate), then it joins the router
+    (vllm-router's /add_worker) -- only after its own gate passed;
+  - router: vllm-router's project; it adds the replicas that already serve;
+  - leader: one host's `up` of rank 0; its /health answers only when every follower has joined,
+    so its ready is the group's;
+  - follower: waits for the leader's master port (not /health, which needs this rank), then
+    starts headless and is ready when the leader's /health answers.
+
+A member keeps its state (lock, service state, project) in its own state directory, so several
+"hosts" can share one machine. Members on this machine are taken down here; a member on another
+host is named with the command that stops it there.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable
+
+import httpx
+
+from hostctl import paths, secrets
+from hostctl.cluster.commands import load
+from hostctl.cluster.plan import ClusterPlan, MemberPlan
+from hostctl.cluster.profile import KEY_FILE_VAR, ClusterProfile, read_key
+from hostctl.errors import FailedError
+
+Say = Callable[[str], None]
+FOLLOWER_WAIT_S = 300
+POLL_S = 1.0
+
+
+@contextmanager
+def member_state(state_dir: str):
+    """This process is that member: its lock, service state and caches' bookkeeping live in the
+    member's state directory (one process is one member)."""
+    before = paths.STATE_DIR
+    paths.STATE_DIR = Path(state_dir)
+    try:
+        paths.state_dir().mkdir(parents=True, exist_ok=True)
+        yield
+    finally:
+        paths.STATE_DIR = before
+
+
+def _key(cluster: ClusterProfile) -> str:
+    key = read_key(cluster)
+    if key:
+        secrets.remember([key])
+        if cluster.api_key_file:
+            os.environ[KEY_FILE_VAR] = key  # for Compose's ${VAR:?} and the smoke client; never written
+    return key
+
+
+def local(mp: MemberPlan) -> bool:
+    """Whether this machine can reach the member's containers through its own engine."""
+    import ipaddress
+
+    return ipaddress.ip_address(mp.member.address).is_loopback
+
+
+def port_open(host: str, port: int, timeout: float = 1.0) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _health(url: str, timeout: float = 3.0) -> bool:
+    try:
+        return httpx.get(f"{url}/health", timeout=timeout).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+# ---------------------------------------------------------------- the router's backends
+
+
+def router_url(cp: ClusterPlan) -> str | None:
+    r = cp.cluster.router_member
+    return cp.member(r.name).endpoint if r else None
+
+
+def router_workers(cp: ClusterPlan) -> list[str]:
+    """The worker URLs vllm-router lists (empty when it does not answer)."""
+    url = router_url(cp)
+    try:
+        doc = httpx.get(f"{url}/list_workers", timeout=5).json()
+    except (httpx.HTTPError, ValueError):
+        return []
+    urls = doc.get("urls") if isinstance(doc, dict) else doc
+    return [u if isinstance(u, str) else u.get("url", "") for u in (urls or [])]
+
+
+def join_router(cp: ClusterPlan, mp: MemberPlan, say: Say) -> bool:
+    url = router_url(cp)
+    if not _health(url):
+        say(f"the router {url} does not answer: {mp.member.name} joins when the router starts")
+        return False
+    res = httpx.post(f"{url}/add_worker", params={"url": mp.endpoint}, timeout=120)
+    if res.status_code >= 300:
+        raise FailedError(f"the router refused {mp.member.name} ({mp.endpoint}): HTTP {res.status_code}",
+                          details=[res.text[:300]])
+    say(f"{mp.member.name} joined the router {url} ({mp.endpoint})")
+    return True
+
+
+def leave_router(cp: ClusterPlan, mp: MemberPlan, say: Say) -> None:
+    url = router_url(cp)
+    if url and mp.endpoint in router_workers(cp):
+        try:
+            httpx.post(f"{url}/remove_worker", params={"url": mp.endpoint}, timeout=30)
+            say(f"{mp.member.name} left the router")
+        except httpx.HTTPError as exc:
+            say(f"warning: could not take {mp.member.name} out of the router: {exc}")
+
+
+# ---------------------------------------------------------------- up
+
+
+def up(cluster_path: Path, member: str, *, timeout: int | None, keep_on_failure: bool, say: Say,
+       hostctl_bin: str) -> str:
+    """Start this member; returns its endpoint (the router's for a replica)."""
+    cluster, cp, me = load(cluster_path, member)
+    _key(cluster)
+    mp = cp.member(me.name)
+    with member_state(mp.state_dir):
+        try:
+            if me.role == "router":
+                return _up_router(cp, mp, say)
+            if me.role == "follower":
+                return _up_follower(cp, mp, timeout=timeout, say=say)
+            return _up_serving(cp, mp, timeout=timeout, keep_on_failure=keep_on_failure, say=say,
+                               hostctl_bin=hostctl_bin)
+        except FailedError as exc:
+            if keep_on_failure:
+                raise
+            exc.message = f"{me.name} ({me.role}, {me.address}): {exc.message}"
+            if cp.mode == "multi-node":
+                # One model across hosts cannot serve without every rank: the group goes down.
+                exc.details += group_down(cp, say, reason=f"{me.name} failed")
+            raise
+
+
+def _up_serving(cp: ClusterPlan, mp: MemberPlan, *, timeout, keep_on_failure, say, hostctl_bin) -> str:
+    from hostctl.service import lifecycle
+
+    if mp.plan is None:
+        raise FailedError(f"{mp.member.name}: no plan (no facts for this host)")
+    if mp.member.role == "leader":
+        say(f"{mp.member.name}: leader of {cp.pp} node ranks; ready only when every follower has joined "
+            f"(start each follower with `hostctl up --cluster ... --member NAME` on its host)")
+    from hostctl.cluster.plan import apply_cluster
+    from hostctl.plan import build_plan
+
+    # Planned again on this host's own facts, with every directory its plan reads (the cluster
+    # plan read generic facts, once for all members on this machine).
+    facts = _live_facts(mp)
+    mp.plan = build_plan(mp.config, facts)
+    apply_cluster(mp.plan, cp.cluster, mp.member, cp.tp, cp.pp, [])
+    outcome = lifecycle.up(mp.config, mp.plan, facts, timeout=timeout, keep_on_failure=keep_on_failure,
+                           say=lambda m: say(f"{mp.member.name}: {m}"), hostctl_bin=hostctl_bin)
+    if not outcome.ready:
+        raise lifecycle.failure_error(outcome)
+    if mp.member.role == "leader":
+        for f in cp.members:
+            if f.member.role == "follower" and local(f):
+                _expect_running(f)
+        say(f"{mp.member.name}: every rank answered (the leader's /health needs all {cp.pp})")
+        return mp.endpoint
+    joined = join_router(cp, mp, say)
+    return router_url(cp) if joined else mp.endpoint
+
+
+def _live_facts(mp: MemberPlan):
+    from hostctl.facts import collect
+    from hostctl.plan import alias_requests
+    from hostctl.provision.apply import fact_requests
+
+    return collect(fact_requests(mp.config), alias_paths=alias_requests(mp.config))
+
+
+def _expect_running(mp: MemberPlan) -> None:
+    from hostctl.service.engine import container_state
+
+    name = f"{mp.project}-runtime"
+    if not container_state(name).running:
+        raise FailedError(f"follower {mp.member.name}'s container {name} is not running")
+
+
+def _write_and_start(cp: ClusterPlan, mp: MemberPlan, say: Say) -> Path:
+    from hostctl.cluster.render import write_member
+    from hostctl.service.compose import compose_down, compose_up
+    from hostctl.service.render import compose_checked
+
+    target = paths.system_path(f"{mp.state_dir}/project")
+    write_member(cp, mp, target, check=compose_checked)
+    res = compose_up(target, mp.project, new_session=True)
+    if not res.ok:
+        compose_down(target, mp.project)
+        raise FailedError("docker compose up failed", details=(res.stderr or res.stdout).strip().splitlines()[-10:])
+    say(f"{mp.member.name}: started project {mp.project}")
+    return target
+
+
+def _up_router(cp: ClusterPlan, mp: MemberPlan, say: Say) -> str:
+    from hostctl.images import image_exists
+
+    if not image_exists(cp.cluster.router.image):
+        raise FailedError(f"the router image {cp.cluster.router.image} is not in the engine",
+                          fix="build it: python3 -m hostctl.images router")
+    from hostctl.service.compose import compose_down
+
+    target = _write_and_start(cp, mp, say)
+    deadline = time.monotonic() + 60
+    try:
+        while not _health(mp.endpoint):
+            _expect_container(f"{mp.project}-router")
+            if time.monotonic() > deadline:
+                raise FailedError(f"the router {mp.endpoint} did not answer /health within 60 s")
+            time.sleep(POLL_S)
+    except FailedError as exc:
+        exc.details += _log_tail(f"{mp.project}-router")
+        compose_down(target, mp.project, stop_timeout_s=5)
+        exc.details.append("the router's project was taken down")
+        raise
+    for r in cp.members:
+        # A replica already serving passed its gate at its own `up`; a replica that did not answers nothing.
+        if r.member.role == "replica" and r.endpoint and _health(r.endpoint):
+            join_router(cp, r, say)
+    say(f"{mp.member.name}: router ready at {mp.endpoint} with {len(router_workers(cp))} replica(s)")
+    return mp.endpoint
+
+
+def _expect_container(name: str) -> None:
+    from hostctl.service.engine import container_state
+
+    st = container_state(name)
+    if not st.running:
+        raise FailedError(f"{name} exited" + (f" with code {st.exit_code}" if getattr(st, "exit_code", None) is not None
+                                              else ""), fix=f"read its log: docker logs {name}")
+
+
+def _up_follower(cp: ClusterPlan, mp: MemberPlan, *, timeout, say) -> str:
+    leader = cp.member(cp.cluster.leader.name)
+    host, port = leader.member.address, cp.cluster.master_port
+    say(f"{mp.member.name}: waiting for the leader's master port {host}:{port}")
+    deadline = time.monotonic() + (timeout or FOLLOWER_WAIT_S)
+    while not port_open(host, port):
+        if time.monotonic() > deadline:
+            raise FailedError(f"the leader's master port {host}:{port} did not open", fix=
+                              f"start the leader first: hostctl up --cluster ... --member {leader.member.name}")
+        time.sleep(POLL_S)
+    from hostctl.interrupt import Interrupted, Interruptible
+    from hostctl.service.compose import compose_down
+
+    name = f"{mp.project}-runtime"
+    load_s = mp.config.recipe.load_timeout_s if timeout is None else timeout
+    with Interruptible():
+        target = _write_and_start(cp, mp, say)
+        try:
+            deadline = time.monotonic() + load_s
+            while not _health(leader.endpoint):
+                _expect_container(name)
+                if time.monotonic() > deadline:
+                    raise FailedError(f"the leader's /health did not answer within {load_s} s after rank "
+                                      f"{mp.member.rank} started")
+                time.sleep(2 * POLL_S)
+        except (FailedError, Interrupted) as exc:
+            logs = _log_tail(name, 400)
+            compose_down(target, mp.project, stop_timeout_s=5)
+            say(f"{mp.member.name}: took rank {mp.member.rank} down" + (": its last log lines:" if logs else ""))
+            for line in logs[-15:]:
+                say(f"  {line}")
+            if isinstance(exc, FailedError):
+                from hostctl.service.lifecycle import root_errors
+
+                # vLLM's own error, in the child that raised it first (the last traceback is the parent's).
+                exc.details += [f"rank {mp.member.rank}'s error: {e}" for e in root_errors(logs, limit=4)]
+            raise
+    say(f"{mp.member.name}: rank {mp.member.rank} joined; the group serves at {leader.endpoint}")
+    return leader.endpoint
+
+
+def _log_tail(name: str, lines: int = 15) -> list[str]:
+    from hostctl import runner
+
+    res = runner.run(["docker", "logs", "--tail", str(lines), name], timeout=30)
+    text = (res.stdout or "") + (res.stderr or "")
+    return [secrets.redact_values(ln) for ln in text.splitlines()[-lines:]]
+
+
+# ---------------------------------------------------------------- down
+
+
+def down_order(cp: ClusterPlan) -> list[MemberPlan]:
+    """The router first (no new requests), then replicas; the leader (the API) before the followers."""
+    rank = {"router": 0, "leader": 1, "replica": 2, "follower": 3}
+    return sorted(cp.members, key=lambda m: (rank[m.member.role], -(m.member.rank or 0)))
+
+
+def _down_one(cp: ClusterPlan, mp: MemberPlan, say: Say) -> str:
+    from hostctl.service.compose import compose_down
+    from hostctl.service.engine import container_state
+
+    if mp.member.role == "replica":
+        leave_router(cp, mp, say)
+    target = paths.system_path(f"{mp.state_dir}/project")
+    with member_state(mp.state_dir):
+        res = compose_down(target if target.is_dir() else None, mp.project)
+    if not res.ok:
+        raise FailedError(f"{mp.member.name}: docker compose down failed", details=(res.stderr or "").splitlines()[-5:])
+    service = "router" if mp.member.role == "router" else "runtime"
+    if container_state(f"{mp.project}-{service}").exists:
+        raise FailedError(f"{mp.member.name}: {mp.project}-{service} still exists after docker compose down")
+    return f"{mp.member.name}: down"
+
+
+def down(cluster_path: Path, member: str | None, say: Say) -> list[str]:
+    """Stop one member, or (no --member) every member this machine reaches, in order."""
+    cluster, cp, me = load(cluster_path, member)
+    targets = [m for m in down_order(cp) if me is None or m.member.name == me.name]
+    done, remote = [], []
+    for mp in targets:
+        if me is None and not local(mp):
+            remote.append(mp)
+            continue
+        done.append(_down_one(cp, mp, say))
+    for mp in remote:
+        say(f"{mp.member.name} is on {mp.member.address}: stop it there with "
+            f"`hostctl down --cluster {cluster_path.name} --member {mp.member.name}`")
+    return done
+
+
+def group_down(cp: ClusterPlan, say: Say, *, reason: str) -> list[str]:
+    """Take every member of a failed group down (those this machine reaches); what it did, in words."""
+    lines = []
+    for mp in down_order(cp):
+        if not local(mp):
+            lines.append(f"{mp.member.name} ({mp.member.address}): stop it there: hostctl down --cluster ... "
+                         f"--member {mp.member.name}")
+            continue
+        try:
+            lines.append(_down_one(cp, mp, say) + f" ({reason})")
+        except FailedError as exc:
+            lines.append(f"{mp.member.name}: could not take it down: {exc.message}")
+    return lines
