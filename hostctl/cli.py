@@ -123,15 +123,15 @@ class DoctorLevel(str, Enum):
     full = "full"
 
 
-class Context:
+class GlobalOptions:
     """Global options, which may be given before or after the command name."""
 
     def __init__(self, config: Path | None, facts: Path | None):
         self.config_path = config
         self.facts_path = facts
 
-    def merge(self, config: Path | None, facts: Path | None) -> "Context":
-        return Context(config or self.config_path, facts or self.facts_path)
+    def merge(self, config: Path | None, facts: Path | None) -> "GlobalOptions":
+        return GlobalOptions(config or self.config_path, facts or self.facts_path)
 
     def config(self) -> Config:
         from hostctl.config import load_config
@@ -163,8 +163,8 @@ class Context:
             )
 
 
-def _ctx(ctx: typer.Context, config: Path | None = None, facts: Path | None = None) -> Context:
-    base: Context = ctx.find_root().obj or Context(None, None)
+def _ctx(ctx: typer.Context, config: Path | None = None, facts: Path | None = None) -> GlobalOptions:
+    base: GlobalOptions = ctx.find_root().obj or GlobalOptions(None, None)
     return base.merge(config, facts)
 
 
@@ -191,7 +191,7 @@ def root(
     facts -> plan -> render/provision -> up, with `doctor` to explain what is wrong.
     --config and --facts may also be given after the command name.
     """
-    ctx.obj = Context(config, facts)
+    ctx.obj = GlobalOptions(config, facts)
 
 
 @app.command()
@@ -455,7 +455,7 @@ def up(
     out.print(outcome.endpoint, markup=False)
 
 
-def _service_plan(c: Context):
+def _service_plan(c: GlobalOptions):
     """Config, plan and facts of this host for the lifecycle commands (facts probed live)."""
     from hostctl.plan import build_plan
 
@@ -470,7 +470,7 @@ def _hostctl_bin() -> str:
     return hostctl_for_units()
 
 
-def _lifecycle_plan(c: Context):
+def _lifecycle_plan(c: GlobalOptions):
     cfg, plan_, _host = _service_plan(c)
     return cfg, plan_
 
@@ -555,7 +555,7 @@ def smoke(
     Exits 0 when every test returns the expected answer, 1 otherwise; the result is kept for
     `hostctl status`.
     """
-    from hostctl.service import identity, state
+    from hostctl.service import identity, saved
     from hostctl.service.smoke import check_loopback, run_suite
 
     c = _ctx(ctx, config, facts)
@@ -564,7 +564,7 @@ def smoke(
     target = check_loopback(url) if url else rt.endpoint
     report = run_suite(target, cfg.recipe, api_key_env=rt.api_key_env)
     try:
-        state.save_smoke(report.to_dict())
+        saved.save_smoke(report.to_dict())
     except OSError as exc:
         err.print(f"warning: smoke result not saved: {exc}", markup=False)
     if json_:
@@ -686,7 +686,7 @@ def doctor(
     --log when the log matches a known failure). Without a host profile the checks that need
     one skip and say so.
     """
-    from hostctl.doctor import Options, run
+    from hostctl.doctor import DoctorOptions, run
 
     if cluster is not None:
         from hostctl.cluster.commands import doctor_cmd
@@ -696,7 +696,7 @@ def doctor(
             raise typer.Exit(code)
         return
     c = _ctx(ctx, config, facts)
-    code = run(Options(config_path=c.config_path, facts_path=c.facts_path, level=level.value, json=json_, strict=strict,
+    code = run(DoctorOptions(config_path=c.config_path, facts_path=c.facts_path, level=level.value, json=json_, strict=strict,
                        log=log, bundle=bundle))
     if code:
         raise typer.Exit(code)

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from hostctl import paths, safepaths, safetext
 from hostctl.errors import InputError, NoProfileError
 from hostctl.storage_roles import ROLES, Role
-from hostctl.units import GIB, MIB, TIB, parse_size
+from hostctl.bytesizes import GIB, MIB, TIB, parse_size
 
 Phase = Literal["converting", "serving"]
 PLACEHOLDER_RE = re.compile(r"\{([a-z_]+)(?::([^{}]+))?\}")
@@ -58,7 +58,7 @@ def _problem(problem: str | None) -> None:
 
 def _size_in(v: int | None, lo: int, hi: int, why_lo: str, why_hi: str = "") -> int | None:
     """A byte size within [lo, hi], each bound with its reason."""
-    from hostctl.units import fmt_bytes
+    from hostctl.bytesizes import fmt_bytes
 
     if v is None:
         return v

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hostctl.units import fmt_bytes, fmt_gib, format_cpulist
+from hostctl.bytesizes import fmt_bytes, fmt_gib
+from hostctl.cpulists import format_cpulist
 
 if TYPE_CHECKING:  # annotations only: `facts` prints without importing the plan's schema
     from hostctl.facts.model import HostFacts

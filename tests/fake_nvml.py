@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from hostctl.facts.gpu import NvmlAdapter, NvmlUnavailable
-from hostctl.units import format_cpulist
+from hostctl.cpulists import format_cpulist
 
 PRO6000 = "NVIDIA RTX PRO 6000 Blackwell Workstation Edition"
 PRO6000_MEMORY = 102641958912

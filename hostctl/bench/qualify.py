@@ -8,7 +8,7 @@ rung: the ladder proves the served context only when every rung ran and passed.
 
 from __future__ import annotations
 
-from hostctl.service import fingerprint, state
+from hostctl.service import fingerprint, saved
 
 QUALIFY_SUITE = "qualify"
 
@@ -60,14 +60,14 @@ def verdict(result: dict, result_path: str | None) -> dict:
 
 def store(result: dict, result_path: str | None) -> dict:
     doc = verdict(result, result_path)
-    state.save_qualify(doc)
+    saved.save_qualify(doc)
     return doc
 
 
 def status_part(current: fingerprint.ServiceFingerprint | None) -> dict | None:
     """For `hostctl status`: the stored verdict, and whether it was measured on the service now
     running (None: nothing stored)."""
-    doc = state.load_qualify()
+    doc = saved.load_qualify()
     if not doc:
         return None
     stored = fingerprint.ServiceFingerprint.from_dict(doc.get("fingerprint") or {})
@@ -82,7 +82,7 @@ def running_fingerprint(project_dir, container: str) -> fingerprint.ServiceFinge
     of its container (None when it is not running)."""
     import docker.errors
 
-    from hostctl.service.engine import client
+    from hostctl.service.container import client
 
     dc = client()
     try:

@@ -32,7 +32,7 @@ from hostctl.config import Config
 from hostctl.errors import FailedError, HostctlError
 from hostctl.interrupt import Interrupted
 from hostctl.plan.model import Plan
-from hostctl.service import fingerprint, preflight, state
+from hostctl.service import fingerprint, preflight, saved
 
 SCHEMA = "hostctl.bench/v1"
 Say = Callable[[str], None]
@@ -59,11 +59,11 @@ class Service:
 
 def ready_service(config: Config, plan: Plan) -> Service:
     """The running service, or FailedError (exit 1) saying why there is none to measure."""
-    from hostctl.service.engine import client
+    from hostctl.service.container import client
     from hostctl.service.lifecycle import container_name, project_dir
 
     name = container_name(plan)
-    doc = state.load_service() or {}
+    doc = saved.load_service() or {}
     fix = "start it with `hostctl up` (bench measures the service `up` declared ready)"
     import docker.errors
 

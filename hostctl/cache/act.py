@@ -24,7 +24,7 @@ from hostctl.cache.decide import Generation, PlanKey, PrunePlan, generations, pl
 from hostctl.cache.facts import CacheFacts, Root, running_runtimes, scan
 from hostctl.config import Config
 from hostctl.errors import FailedError, RefusedError
-from hostctl.units import fmt_bytes
+from hostctl.bytesizes import fmt_bytes
 
 CACHE_SCHEMA = "hostctl.cache/v1"
 CHUNK = 16 * 1024 * 1024

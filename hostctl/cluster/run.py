@@ -188,7 +188,7 @@ def _live_facts(mp: MemberPlan):
 
 
 def _expect_running(mp: MemberPlan) -> None:
-    from hostctl.service.engine import container_state
+    from hostctl.service.container import container_state
 
     name = f"{mp.project}-runtime"
     if not container_state(name).running:
@@ -240,7 +240,7 @@ def _up_router(cp: ClusterPlan, mp: MemberPlan, say: Say) -> str:
 
 
 def _expect_container(name: str) -> None:
-    from hostctl.service.engine import container_state
+    from hostctl.service.container import container_state
 
     st = container_state(name)
     if not st.running:
@@ -308,7 +308,7 @@ def down_order(cp: ClusterPlan) -> list[MemberPlan]:
 
 def _down_one(cp: ClusterPlan, mp: MemberPlan, say: Say) -> str:
     from hostctl.service.compose import compose_down
-    from hostctl.service.engine import container_state
+    from hostctl.service.container import container_state
 
     if mp.member.role == "replica":
         leave_router(cp, mp, say)

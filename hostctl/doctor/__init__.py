@@ -21,7 +21,7 @@ LEVELS = ("quick", "full")
 
 
 @dataclass(frozen=True)
-class Options:
+class DoctorOptions:
     config_path: Path | None = None
     facts_path: Path | None = None
     level: str = "quick"
@@ -31,7 +31,7 @@ class Options:
     bundle: Path | None = None
 
 
-def _load_config(opts: Options):
+def _load_config(opts: DoctorOptions):
     """(config or None, why there is none)."""
     from hostctl.config import load_config
 
@@ -60,11 +60,11 @@ def image_requests(config) -> list[str]:
     return [ref] if ref else []
 
 
-def build_report(opts: Options, err: TextIO | None = None):
+def build_report(opts: DoctorOptions, err: TextIO | None = None):
     """Everything but printing: (report, config, facts, plan)."""
     from hostctl.doctor.checks import all_checks
     from hostctl.doctor.diagnose import diagnose_file
-    from hostctl.doctor.registry import Context, run_checks
+    from hostctl.doctor.registry import CheckContext, run_checks
     from hostctl.doctor.report import Report
 
     if opts.level not in LEVELS:
@@ -112,7 +112,7 @@ def build_report(opts: Options, err: TextIO | None = None):
         plan = build_plan(config, facts)
     t3 = time.perf_counter()
     timings["plan"] = t3 - t2
-    ctx = Context(facts=facts, config=config, plan=plan, level=opts.level, facts_source=source,
+    ctx = CheckContext(facts=facts, config=config, plan=plan, level=opts.level, facts_source=source,
                   no_config_reason=why or "no host profile", checkpoint=checkpoint)
     outcomes = run_checks(ctx, all_checks())
     t4 = time.perf_counter()
@@ -128,7 +128,7 @@ def build_report(opts: Options, err: TextIO | None = None):
     return report, config, facts, plan
 
 
-def run(opts: Options, out: TextIO | None = None, err: TextIO | None = None) -> int:
+def run(opts: DoctorOptions, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """Run doctor and print its report; returns the exit code (0 ok, 1 a check failed)."""
     from hostctl.doctor import report as rep
 

@@ -1,5 +1,5 @@
 """Log diagnosis: a runtime log (and what else is known: the kernel log's OOM and Xid lines, the
-container's exit) classified against the failure catalogue in hostctl.diagnosis.
+container's exit) classified against the failure catalogue in hostctl.failures.
 
 `doctor --log FILE` calls diagnose_file(); `up` calls diagnose() on a failed start with the
 container's log and state, then prints diagnosis_text(). Evidence lines are redacted.
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hostctl.diagnosis import Evidence, Finding, classify
+from hostctl.failures import StartEvidence, Finding, classify
 from hostctl.doctor.redact import redact
 from hostctl.errors import InputError
 from hostctl.facts.model import HostFacts
@@ -44,7 +44,7 @@ def kernel_text(facts: HostFacts | None) -> str:
 
 def diagnose(log: str, *, source: str = "log", kernel_log: str = "", oom_killed: bool | None = None,
              exit_code: int | None = None, stalled_s: float | None = None) -> Diagnosis:
-    findings = classify(Evidence(log=log, kernel_log=kernel_log, oom_killed=oom_killed, exit_code=exit_code,
+    findings = classify(StartEvidence(log=log, kernel_log=kernel_log, oom_killed=oom_killed, exit_code=exit_code,
                                  stalled_s=stalled_s))
     clean = [Finding(f.id, f.title, f.cause, f.fix, [redact(line) for line in f.lines]) for f in findings]
     return Diagnosis(source=source, lines=len(log.splitlines()), findings=clean,

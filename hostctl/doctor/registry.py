@@ -3,7 +3,7 @@
 A check has a stable id (`gpu.power.limit`), a title, an area (how reports group it) and a
 level: `quick` checks only read facts and the plan (no GPU load, no slow commands) and run
 at both levels; `full` checks run functional tests and only at `--level full`. A check is a
-function over a Context (Config or None, HostFacts, Plan or None) returning a Result: pass,
+function over a CheckContext (Config or None, HostFacts, Plan or None) returning a CheckResult: pass,
 warn, fail or skip, with evidence (observed, expected, the command or file it came from)
 and a fix. What cannot be judged is a skip that says why — never an exception.
 """
@@ -36,34 +36,34 @@ class Evidence:
 
 
 @dataclass(frozen=True)
-class Result:
+class CheckResult:
     status: Status
     summary: str  # one line: what was found
     evidence: Evidence | None = None
     fix: str | None = None
 
 
-def passed(summary: str, observed: str | None = None, expected: str | None = None, source: str | None = None) -> Result:
-    return Result("pass", summary, Evidence(observed or summary, expected, source))
+def passed(summary: str, observed: str | None = None, expected: str | None = None, source: str | None = None) -> CheckResult:
+    return CheckResult("pass", summary, Evidence(observed or summary, expected, source))
 
 
 def warned(summary: str, fix: str, observed: str | None = None, expected: str | None = None,
-           source: str | None = None) -> Result:
-    return Result("warn", summary, Evidence(observed or summary, expected, source), fix)
+           source: str | None = None) -> CheckResult:
+    return CheckResult("warn", summary, Evidence(observed or summary, expected, source), fix)
 
 
 def failed(summary: str, fix: str, observed: str | None = None, expected: str | None = None,
-           source: str | None = None) -> Result:
-    return Result("fail", summary, Evidence(observed or summary, expected, source), fix)
+           source: str | None = None) -> CheckResult:
+    return CheckResult("fail", summary, Evidence(observed or summary, expected, source), fix)
 
 
-def skipped(reason: str, source: str | None = None) -> Result:
+def skipped(reason: str, source: str | None = None) -> CheckResult:
     """Not applicable or not knowable here; `reason` completes "skip, because ..."."""
-    return Result("skip", reason, Evidence(reason, None, source) if source else None)
+    return CheckResult("skip", reason, Evidence(reason, None, source) if source else None)
 
 
 @dataclass
-class Context:
+class CheckContext:
     facts: HostFacts
     config: Config | None = None
     plan: Plan | None = None
@@ -82,7 +82,7 @@ class Context:
             return []
         return [p for p in self.plan.problems if p.code in codes]
 
-    def no_profile(self, what: str = "") -> Result:
+    def no_profile(self, what: str = "") -> CheckResult:
         return skipped(f"{self.no_config_reason}" + (f": {what}" if what else ""))
 
     def runtime_containers(self) -> list[ContainerFacts]:
@@ -94,7 +94,7 @@ class Context:
         return ours
 
 
-CheckFn = Callable[[Context], Result]
+CheckFn = Callable[[CheckContext], CheckResult]
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,7 @@ class Check:
     codes: tuple[str, ...] = ()
     area: str = ""
 
-    def __call__(self, ctx: Context) -> Result:
+    def __call__(self, ctx: CheckContext) -> CheckResult:
         return self.fn(ctx)
 
 
@@ -124,18 +124,18 @@ def check(id: str, title: str, *, level: Level = "quick", codes: tuple[str, ...]
 
 
 @dataclass(frozen=True)
-class Outcome:
+class CheckRun:
     check: Check
-    result: Result
+    result: CheckResult
     seconds: float
 
 
-def run_checks(ctx: Context, checks: Sequence[Check]) -> list[Outcome]:
+def run_checks(ctx: CheckContext, checks: Sequence[Check]) -> list[CheckRun]:
     """Run the given checks (hostctl.doctor.checks.all_checks() for every one) in order."""
-    outcomes: list[Outcome] = []
+    outcomes: list[CheckRun] = []
     for c in checks:
         if c.level == "full" and ctx.level != "full":
-            outcomes.append(Outcome(c, skipped("a full-level check: run `hostctl doctor --level full`"), 0.0))
+            outcomes.append(CheckRun(c, skipped("a full-level check: run `hostctl doctor --level full`"), 0.0))
             continue
         start = time.perf_counter()
         try:
@@ -143,5 +143,5 @@ def run_checks(ctx: Context, checks: Sequence[Check]) -> list[Outcome]:
         except Exception as exc:  # a bug in one check must not hide the others
             result = failed(f"the check itself broke: {exc.__class__.__name__}: {exc}",
                             fix="this is a hostctl bug: report it with `hostctl doctor --bundle FILE`")
-        outcomes.append(Outcome(c, result, time.perf_counter() - start))
+        outcomes.append(CheckRun(c, result, time.perf_counter() - start))
     return outcomes

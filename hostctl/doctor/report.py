@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from hostctl import __version__
 from hostctl.doctor.diagnose import Diagnosis, diagnosis_text
 from hostctl.doctor.redact import redact
-from hostctl.doctor.registry import STATUSES, Outcome
+from hostctl.doctor.registry import STATUSES, CheckRun
 from hostctl.errors import EXIT_FAILED, EXIT_OK
 
 DOCTOR_SCHEMA = "hostctl.doctor/v1"
@@ -35,7 +35,7 @@ class Report:
     strict: bool
     facts_source: str
     collected_at: str
-    outcomes: list[Outcome]
+    outcomes: list[CheckRun]
     profile: str | None = None
     recipe: str | None = None
     phase: str | None = None

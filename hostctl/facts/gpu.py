@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from hostctl.facts.model import Gpu, GpuFacts, GpuPair, PcieLink, PowerLimits
-from hostctl.units import parse_cpulist
+from hostctl.cpulists import parse_cpulist
 
 PCI_DEVICES = Path("/sys/bus/pci/devices")
 NVIDIA_VERSION = Path("/proc/driver/nvidia/version")

@@ -1,5 +1,5 @@
 """Kernel log facts: the OOM kills and GPU Xid errors since boot, classified by
-`hostctl.diagnosis.kernel_events`.
+`hostctl.failures.kernel_events`.
 
 The log is read from /dev/kmsg directly (one non-blocking pass, no subprocess: doctor's quick
 level must stay fast), else from `dmesg`, else from `journalctl -k -b`. The kernel's ring
@@ -67,7 +67,7 @@ def read_kmsg(path: Path = KMSG) -> tuple[list[str], int | None]:
 
 
 def _events(text: str) -> list[KernelEvent]:
-    from hostctl.diagnosis import kernel_events  # its patterns compile in ~10 ms: only when a log is read
+    from hostctl.failures import kernel_events  # its patterns compile in ~10 ms: only when a log is read
 
     return [KernelEvent(kind=e.kind, line=e.line, time_s=e.time_s, process=e.process, cgroup=e.cgroup, xid=e.xid,
                         pci_bus_id=e.pci_bus_id, severity=e.severity) for e in kernel_events(text)]

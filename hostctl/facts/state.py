@@ -1,7 +1,7 @@
 """State facts: what earlier hostctl runs left in the state directory (/var/lib/hostctl): the
 functional P2P verdict and the qualify verdict with what each was measured under, the provision parts that converged on
 this host (provisioned.json, written by hostctl/provision/record.py), what the last `up` or
-`down` left (service.json, written by hostctl/service/state.py) and the supervisor's endings
+`down` left (service.json, written by hostctl/service/saved.py) and the supervisor's endings
 (restarts.json, written by hostctl/service/restarts.py)."""
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from hostctl.facts.model import (P2PVerdict, ProvisionedPart, QualifyVerdict, Se
                                  SupervisedEnding)
 
 P2P_FILE = "p2p.json"
-QUALIFY_FILE = "qualify.json"  # written by hostctl.service.state.save_qualify
+QUALIFY_FILE = "qualify.json"  # written by hostctl.service.saved.save_qualify
 PROVISIONED_FILE = "provisioned.json"
-SERVICE_FILE = "service.json"  # hostctl.service.state.SERVICE_FILE
+SERVICE_FILE = "service.json"  # hostctl.service.saved.SERVICE_FILE
 RESTARTS_FILE = "restarts.json"  # hostctl.service.restarts.HISTORY_FILE
 
 

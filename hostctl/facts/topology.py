@@ -9,7 +9,7 @@ from pathlib import Path
 
 from hostctl import runner
 from hostctl.facts.model import IommuFacts, KernelFacts, NumaFacts, NumaNode
-from hostctl.units import parse_cpulist
+from hostctl.cpulists import parse_cpulist
 
 NODE_DIR = Path("/sys/devices/system/node")
 IOMMU_CLASS = Path("/sys/class/iommu")

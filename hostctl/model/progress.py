@@ -8,7 +8,7 @@ import threading
 import time
 from typing import TextIO
 
-from hostctl.units import fmt_bytes
+from hostctl.bytesizes import fmt_bytes
 
 REFRESH_S = 0.25
 

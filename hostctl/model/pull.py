@@ -32,7 +32,7 @@ from hostctl.model.hashing import digests
 from hostctl.model.manifest import MARKER_NAME, Manifest, ManifestFile, now_iso, write_manifest, write_marker
 from hostctl.model.progress import Progress
 from hostctl.model.resolve import ModelRef, load_ref
-from hostctl.units import fmt_bytes
+from hostctl.bytesizes import fmt_bytes
 
 MODEL_SCHEMA = "hostctl.model/v1"
 PULL_LOCK = ".hostctl-pull.lock"

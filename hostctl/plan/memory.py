@@ -12,7 +12,7 @@ from hostctl.config import Config
 from hostctl.facts.model import HostFacts
 from hostctl.plan import codes
 from hostctl.plan.model import MemoryPlan
-from hostctl.units import GIB, docker_size, fmt_gib
+from hostctl.bytesizes import GIB, docker_size, fmt_gib
 
 # "GB" in recipes is the vendor's decimal figure; MemTotal sits a few percent below the installed RAM
 # (the kernel and firmware keep their share), so a recipe's host_ram_gb is met at 93% of it.

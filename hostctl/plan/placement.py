@@ -11,7 +11,7 @@ from hostctl.config import Config
 from hostctl.facts.model import Gpu, HostFacts
 from hostctl.plan import codes
 from hostctl.plan.model import PlacementPlan, Plan, SelectedGpu
-from hostctl.units import format_cpulist
+from hostctl.cpulists import format_cpulist
 
 # A recipe's vram_gb is the vendor's decimal figure. NVML's total reads above it on the reference
 # GPUs (RTX PRO 6000 "96 GB": 102.6e9 bytes in runtime/hosts/pro6000x2-desktop.facts.json; H200

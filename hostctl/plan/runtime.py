@@ -11,7 +11,7 @@ from __future__ import annotations
 from hostctl.config import PLACEHOLDER_RE, SECRET_FLAGS_TO_ENV, Config, ServeArgs
 from hostctl.plan import codes
 from hostctl.plan.model import MemoryPlan, NcclPlan, PlacementPlan, RuntimeSpec, StoragePlan, Volume
-from hostctl.units import docker_size
+from hostctl.bytesizes import docker_size
 
 SERVER = ["python3", "-m", "vllm.entrypoints.openai.api_server"]
 MODEL_IN_CONTAINER = "/model"

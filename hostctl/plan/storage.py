@@ -16,7 +16,7 @@ from hostctl.facts.model import HostFacts
 from hostctl.plan import codes
 from hostctl.plan.model import RankStore, RoleTarget, StoragePlan
 from hostctl.storage_roles import CONVERSION_ROLES, ROLES
-from hostctl.units import GIB, fmt_gib
+from hostctl.bytesizes import GIB, fmt_gib
 
 CONTAINER_PATHS = {"planes_cache": "/planes", "expert_store": "/packs", "compile_cache": "/root/.cache"}
 ROLE_DIRS = {"planes_cache": "moet-planes", "expert_store": "moet-store", "compile_cache": "compile-cache"}

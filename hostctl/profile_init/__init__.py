@@ -20,7 +20,7 @@ from hostctl.facts.model import HostFacts
 from hostctl.profile_init.model import INIT_SCHEMA, InitOptions, Proposal, RecipeSource
 from hostctl.profile_init.propose import path_requests, propose
 from hostctl.profile_init.render import render_profile
-from hostctl.units import fmt_bytes
+from hostctl.bytesizes import fmt_bytes
 
 __all__ = ["INIT_SCHEMA", "InitOptions", "InitResult", "Proposal", "init_profile", "propose", "render_profile"]
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from hostctl import marks
 from hostctl.config import Drive, DriveIdentity
 from hostctl.facts.model import Disk, HostFacts, Partition
-from hostctl.provision.storage import DriveVerdict, Options, identity_matches, plan_drive, required_bytes
-from hostctl.units import MIB, fmt_bytes
+from hostctl.provision.storage import DriveVerdict, StorageOptions, identity_matches, plan_drive, required_bytes
+from hostctl.bytesizes import MIB, fmt_bytes
 
 DEFAULT_PRIORITY = 100  # every drive's swap at one priority: the kernel stripes pages over them (README)
 PROBE_NAME = "candidate"  # the name a disk is judged under before it is given its own
@@ -33,7 +33,7 @@ def storage_verdict(drive: Drive, facts: HostFacts) -> DriveVerdict:
     if len(matches) != 1:
         return DriveVerdict(drive, None, "refused", "not found" if not matches else "ambiguous",
                             [f"identity {drive.identity} matches {len(matches)} disks"])
-    return plan_drive(drive, matches[0], facts, [], Options())
+    return plan_drive(drive, matches[0], facts, [], StorageOptions())
 
 
 def verdict_problem(v: DriveVerdict) -> str | None:

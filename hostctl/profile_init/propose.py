@@ -41,7 +41,7 @@ from hostctl.profile_init.model import (
     SwapArithmetic,
 )
 from hostctl.provision.storage import identity_matches
-from hostctl.units import GIB, MIB, fmt_bytes, fmt_gib
+from hostctl.bytesizes import GIB, MIB, fmt_bytes, fmt_gib
 
 API_HOST = "127.0.0.1"
 API_PORT = 8000

@@ -7,7 +7,7 @@ from hostctl.config import Recipe
 from hostctl.facts.model import HostFacts
 from hostctl.plan.memory import HOST_RAM_SLACK
 from hostctl.plan.placement import VRAM_SLACK
-from hostctl.units import fmt_gib
+from hostctl.bytesizes import fmt_gib
 
 
 def recipe_fit(recipe: Recipe, facts: HostFacts) -> tuple[bool, str]:

@@ -12,7 +12,7 @@ from typing import Any
 
 from hostctl import __version__
 from hostctl.profile_init.model import DriveChoice, Proposal
-from hostctl.units import fmt_bytes
+from hostctl.bytesizes import fmt_bytes
 
 WIDTH = 100
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")

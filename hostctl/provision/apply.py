@@ -22,19 +22,19 @@ from hostctl.provision.executor import MAX_ROUNDS, run_actions  # noqa: F401  (t
 from hostctl.provision.storage import (
     STATUS_WORDS,
     DriveVerdict,
-    Options,
+    StorageOptions,
     StorageProvision,
     SystemFiles,
     dir_requests,
     layout,
     role_dirs,
 )
-from hostctl.units import fmt_bytes
+from hostctl.bytesizes import fmt_bytes
 
 
 
 @dataclass
-class Outcome:
+class StorageOutcome:
     changed: int  # actions run
     rounds: int
     final: StorageProvision
@@ -154,20 +154,20 @@ def provision_storage(
     stdin: TextIO | None = None,
     out: TextIO | None = None,
     err: TextIO | None = None,
-    opts: Options | None = None,
+    opts: StorageOptions | None = None,
     read_facts: Callable[[Config], HostFacts] = storage_facts,
-) -> Outcome:
+) -> StorageOutcome:
     """`provision --only storage` from Python: the storage part alone through the one executor.
-    Raises what the run raised (a refusal, a failed action); the Outcome otherwise."""
+    Raises what the run raised (a refusal, a failed action); the StorageOutcome otherwise."""
     from hostctl.provision.executor import Executor
     from hostctl.provision.parts import StoragePart
     from hostctl.provision.record import record_converged
 
-    opts = opts or Options(erase=tuple(erase), owner=sudo_owner())
+    opts = opts or StorageOptions(erase=tuple(erase), owner=sudo_owner())
     part = StoragePart(config, opts, read_facts=read_facts)
     executor = Executor(dry_run=dry_run, yes=yes, stdin=stdin, out=out, err=err,
                         record=lambda name: record_converged(name, config) and None)
     report = executor.run([part])
     report.raise_for_error()
     done = report.parts[0]
-    return Outcome(done.changed, done.rounds, done.final.detail)
+    return StorageOutcome(done.changed, done.rounds, done.final.detail)

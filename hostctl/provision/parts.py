@@ -25,7 +25,7 @@ from hostctl.facts.sysfiles import LocalReader
 from hostctl.provision import consent
 from hostctl.provision.actions import Action, Decision
 from hostctl.provision.executor import Context, Executor, Report
-from hostctl.units import fmt_bytes
+from hostctl.bytesizes import fmt_bytes
 
 ORDER = ("storage", "system", "gpu")
 
@@ -222,7 +222,7 @@ def provision(config: Config, *, only: str | None = None, dry_run: bool = False,
     what the run stopped at (the caller raises it after presenting the report)."""
     from hostctl.provision.apply import sudo_owner
     from hostctl.provision.record import record_converged
-    from hostctl.provision.storage import Options
+    from hostctl.provision.storage import StorageOptions
 
     names = [only] if only else list(ORDER)
     cached: dict[str, HostFacts] = {}
@@ -235,7 +235,7 @@ def provision(config: Config, *, only: str | None = None, dry_run: bool = False,
     parts: list[Any] = []
     for name in names:
         if name == "storage":
-            parts.append(StoragePart(config, Options(erase=tuple(erase), owner=sudo_owner())))
+            parts.append(StoragePart(config, StorageOptions(erase=tuple(erase), owner=sudo_owner())))
         elif name == "system":
             parts.append(SystemPart(config, facts=fresh))
         else:

@@ -24,7 +24,7 @@ from hostctl.errors import FailedError, InputError, RefusedError
 from hostctl.facts.model import HostFacts
 from hostctl.plan.storage import RANK_FILE_EXTS, plan_storage, rank_files
 from hostctl.provision.storage import tensor_parallel
-from hostctl.units import MIB, fmt_bytes
+from hostctl.bytesizes import MIB, fmt_bytes
 
 CHUNK = 8 * MIB
 PARTIAL_PREFIX = ".hostctl-partial."

@@ -16,7 +16,7 @@ The promise (systemd-repart's and cloud-init's rule): hostctl only adds. It form
   hostctl's marks under any drive name (a rename relabels; a filesystem change or a swap
   resize is refused with the manual commands that would do it).
 
-Deciding is pure: (Config, HostFacts, SystemFiles, Options) -> StorageProvision. Nothing here
+Deciding is pure: (Config, HostFacts, SystemFiles, StorageOptions) -> StorageProvision. Nothing here
 touches the host; an Action's `run` does, when apply.py calls it. Every decision compares the
 desired state with the facts, so a host in any half-provisioned state gets only the actions it
 still needs. Destructive actions also re-check the device just before they act (the guards,
@@ -44,7 +44,7 @@ from hostctl.facts.sysfiles import DirState, SystemFiles  # noqa: F401  (the sna
 from hostctl.plan.storage import plan_storage
 from hostctl.provision import files, fstab, sysctl
 from hostctl.provision.actions import Action, Decision, Note, Refusal, Settled, command
-from hostctl.units import MIB, fmt_bytes
+from hostctl.bytesizes import MIB, fmt_bytes
 
 SWAP_TYPE = ("8200", "0657fd6d-a4ab-43c4-84e5-0933c84b4f4f")
 LINUX_TYPE = ("8300", "0fc63daf-8483-4772-8e79-3d69d8477de4")
@@ -119,7 +119,7 @@ def names_drive(erase_arg: str, drive: Drive) -> bool:
 
 
 @dataclass
-class Options:
+class StorageOptions:
     erase: tuple[str, ...] = ()  # the --erase arguments
     owner: tuple[int, int] | None = None  # SUDO_UID/SUDO_GID: who owns the cache directories
     new_uuid: Callable[[], str] = field(default=lambda: str(uuid.uuid4()))
@@ -399,7 +399,7 @@ def _refuse(v: DriveVerdict, found: str, reasons: list[str], fix: str | None) ->
     return v
 
 
-def plan_drive(drive: Drive, disk: Disk, facts: HostFacts, dirs: list[tuple[str, str]], opts: Options, *,
+def plan_drive(drive: Drive, disk: Disk, facts: HostFacts, dirs: list[tuple[str, str]], opts: StorageOptions, *,
                defer_mount: bool = False, unmount_first: tuple[str, ...] = ()) -> DriveVerdict:
     """dirs: (role, directory) the roles need on this drive's data filesystem. defer_mount: the
     mountpoint lies inside another drive's filesystem that is not mounted yet. unmount_first:
@@ -468,7 +468,7 @@ def _manual_reformat(p: Partition, spec: PartSpec, mount: str) -> str:
             f"{mkfs}` yourself and re-run")
 
 
-def _plan_own(v: DriveVerdict, specs: list[PartSpec], ours: list[Partition], foreign: list[str], opts: Options,
+def _plan_own(v: DriveVerdict, specs: list[PartSpec], ours: list[Partition], foreign: list[str], opts: StorageOptions,
               dirs: list[tuple[str, str]], facts: HostFacts, erase_named: bool, defer_mount: bool,
               unmount_first: tuple[str, ...]) -> DriveVerdict:
     """The drive holds partitions with hostctl's marks: converge them, relabel them, remake those
@@ -631,7 +631,7 @@ def _read_only_check(v: DriveVerdict) -> DriveVerdict:
     return v
 
 
-def _lay_out(v: DriveVerdict, specs: list[PartSpec], parts: list[Partition | None], opts: Options,
+def _lay_out(v: DriveVerdict, specs: list[PartSpec], parts: list[Partition | None], opts: StorageOptions,
              dirs: list[tuple[str, str]], facts: HostFacts, *, new_table: Callable[[], None] | None, wipe_new: bool,
              make: dict[str, tuple[tuple[str | None, str | None] | None, str]] | None = None, defer_mount: bool = False,
              unmount_first: tuple[str, ...] = ()) -> DriveVerdict:
@@ -836,7 +836,7 @@ def resolve_drives(config: Config, facts: HostFacts) -> tuple[dict[str, Disk], l
     return found, refused
 
 
-def plan_storage_provision(config: Config, facts: HostFacts, system: SystemFiles, opts: Options) -> StorageProvision:
+def plan_storage_provision(config: Config, facts: HostFacts, system: SystemFiles, opts: StorageOptions) -> StorageProvision:
     profile = config.profile
     sp = StorageProvision(profile=profile.name, phase=profile.phase, drives=[])
     on_drive, plain = role_dirs(config, facts)
@@ -917,7 +917,7 @@ def _explained(v: DriveVerdict, a: Action) -> Action:
     return replace(a, why=why, changes=changes, consent=level)
 
 
-def decide(config: Config, facts: HostFacts, system: SystemFiles, opts: Options) -> Decision:
+def decide(config: Config, facts: HostFacts, system: SystemFiles, opts: StorageOptions) -> Decision:
     """The storage part in the act protocol: the actions still needed (none when the host has the
     profile's layout), each drive that needs nothing as settled, each refused drive as a refusal."""
     sp = plan_storage_provision(config, facts, system, opts)

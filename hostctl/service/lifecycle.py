@@ -6,7 +6,7 @@ with max_model_len equal to the recipe's context, and every smoke test returns t
 answer. Until then it watches three things at once: the engine's events for the container
 (an `oom` event, a `die` with its exit code), the log (named phases shown as progress; the
 no-progress watchdog), and the clock (the load timeout). Any failure is classified against
-the failure catalogue (hostctl.diagnosis), printed with its cause, fix and log lines, and
+the failure catalogue (hostctl.failures), printed with its cause, fix and log lines, and
 the project is taken down (unless --keep-on-failure), so nothing is left half-running.
 """
 
@@ -24,12 +24,12 @@ import httpx
 
 from hostctl import paths
 from hostctl.config import Config
-from hostctl.diagnosis import Evidence, Finding, classify
+from hostctl.failures import StartEvidence, Finding, classify
 from hostctl.errors import FailedError
 from hostctl.plan.model import Plan
-from hostctl.service import identity, preflight, state
+from hostctl.service import identity, preflight, saved
 from hostctl.service.compose import compose_down, compose_up
-from hostctl.service.engine import Feed, container_state
+from hostctl.service.container import Feed, container_state
 from hostctl.service.lock import LifecycleLock
 from hostctl.service.progress import Tracker
 from hostctl.service.smoke import SmokeReport, _headers, check_models, run_suite
@@ -83,7 +83,7 @@ def watchdog_s(config: Config) -> int:
 
 
 @dataclass
-class Outcome:
+class StartOutcome:
     ready: bool
     endpoint: str
     cause: Finding | None = None
@@ -103,7 +103,7 @@ def _finding(id_: str, title: str, cause: str, fix: str, lines: list[str] | None
 
 
 def up(config: Config, plan: Plan, facts, *, timeout: int | None, keep_on_failure: bool, say: Say,
-       hostctl_bin: str = "/usr/local/bin/hostctl") -> Outcome:
+       hostctl_bin: str = "/usr/local/bin/hostctl") -> StartOutcome:
     from hostctl.interrupt import Interrupted, Interruptible
 
     with LifecycleLock("up"), Interruptible() as guard:
@@ -130,7 +130,7 @@ def interrupted(config: Config, plan: Plan, exc, guard, *, keep_on_failure: bool
            "project_dir": str(target), "interrupted_at": _now_iso(), "signal": exc.name, "kept": keep_on_failure}
     with guard.cleaning_up():
         try:
-            state.save_service(doc)
+            saved.save_service(doc)
         except OSError as err:
             say(f"warning: could not record the interruption: {err}")
         if keep_on_failure:
@@ -144,7 +144,7 @@ def interrupted(config: Config, plan: Plan, exc, guard, *, keep_on_failure: bool
             res = compose_down(target, plan.runtime.project, stop_timeout_s=0, new_session=True)
         left = container_state(name).exists
         try:
-            state.save_service({**doc, "taken_down": res.ok and not left})
+            saved.save_service({**doc, "taken_down": res.ok and not left})
         except OSError:
             pass
         say(f"took the project down ({'ok' if res.ok else res.why()})"
@@ -152,7 +152,7 @@ def interrupted(config: Config, plan: Plan, exc, guard, *, keep_on_failure: bool
 
 
 def _up(config: Config, plan: Plan, facts, *, timeout: int | None, keep_on_failure: bool, say: Say,
-        hostctl_bin: str, started: list[bool]) -> Outcome:
+        hostctl_bin: str, started: list[bool]) -> StartOutcome:
     from hostctl.service.render import compose_checked, render_files, write_project
 
     t_start = time.monotonic()
@@ -208,13 +208,13 @@ def _up(config: Config, plan: Plan, facts, *, timeout: int | None, keep_on_failu
 
     if outcome.ready:
         _record_cache_use(config, plan, outcome.log_tail, say)
-        state.save_service({"state": "ready", "profile": config.profile.name, "recipe": config.recipe.id,
+        saved.save_service({"state": "ready", "profile": config.profile.name, "recipe": config.recipe.id,
                             "endpoint": ep, "container": name, "project": plan.runtime.project,
                             "project_dir": str(target), "ready_at": _now_iso(), "kv": outcome.kv,
                             "timings": outcome.timings})
         return outcome
 
-    state.save_service({"state": "failed", "profile": config.profile.name, "recipe": config.recipe.id,
+    saved.save_service({"state": "failed", "profile": config.profile.name, "recipe": config.recipe.id,
                         "endpoint": ep, "container": name, "project": plan.runtime.project,
                         "project_dir": str(target), "failed_at": _now_iso(),
                         "cause": outcome.cause.id if outcome.cause else None,
@@ -238,7 +238,7 @@ def _record_cache_use(config: Config, plan: Plan, log: list[str], say: Say) -> N
         say(f"warning: cache use not recorded: {exc.__class__.__name__}: {exc}")
 
 
-def _watch(config: Config, plan: Plan, name: str, since: float, timeout: int, say: Say) -> Outcome:
+def _watch(config: Config, plan: Plan, name: str, since: float, timeout: int, say: Say) -> StartOutcome:
     recipe = config.recipe
     ep = preflight.endpoint(plan)
     t0 = time.monotonic()
@@ -254,7 +254,7 @@ def _watch(config: Config, plan: Plan, name: str, since: float, timeout: int, sa
     next_health = next_state = t0
     feed.start_events()
     feed.start_logs()
-    outcome = Outcome(ready=False, endpoint=ep)
+    outcome = StartOutcome(ready=False, endpoint=ep)
     # With an API key the runtime answers /v1/models only with it (401 without).
     client = httpx.Client(timeout=3.0, trust_env=False, headers=_headers(plan.runtime.api_key_env))
 
@@ -301,7 +301,7 @@ def _watch(config: Config, plan: Plan, name: str, since: float, timeout: int, sa
                 st = container_state(name)
                 oom = oom or bool(st.oom_killed)
                 outcome.died_ns = died[1]
-                ev = Evidence(log="\n".join(log), kernel_log=_kernel_events_since(uptime_at_start),
+                ev = StartEvidence(log="\n".join(log), kernel_log=_kernel_events_since(uptime_at_start),
                               oom_killed=oom, exit_code=died[0])
                 phase = tracker.last_phase or "before any phase"
                 fallback = _finding(
@@ -323,7 +323,7 @@ def _watch(config: Config, plan: Plan, name: str, since: float, timeout: int, sa
             if healthy_at is not None:
                 ok, expected, got = check_models(client, ep, recipe.served_name, recipe.context)
                 if not ok:
-                    return _fail(outcome, Evidence(log="\n".join(log)), _finding(
+                    return _fail(outcome, StartEvidence(log="\n".join(log)), _finding(
                         "models-mismatch", "/v1/models does not list the recipe's model as configured",
                         f"expected {expected}; the runtime lists {got}",
                         "the served name and context come from the recipe (served_name, context): check that the "
@@ -335,7 +335,7 @@ def _watch(config: Config, plan: Plan, name: str, since: float, timeout: int, sa
                 report = run_suite(ep, recipe, api_key_env=plan.runtime.api_key_env)
                 outcome.timings["smoke_s"] = time.monotonic() - t_smoke
                 outcome.timings["ready_s"] = time.monotonic() - t0
-                state.save_smoke(report.to_dict())
+                saved.save_smoke(report.to_dict())
                 outcome.smoke = report
                 for line in report.text().splitlines()[1:]:
                     say(line)
@@ -347,7 +347,7 @@ def _watch(config: Config, plan: Plan, name: str, since: float, timeout: int, sa
                     continue  # diagnosed as a death above, not as wrong answers
                 if not report.ok:
                     bad = report.failures
-                    return _fail(outcome, Evidence(log="\n".join(log)), _finding(
+                    return _fail(outcome, StartEvidence(log="\n".join(log)), _finding(
                         "smoke-failed", f"the smoke gate failed: {len(bad)} of {len(report.results)} test(s) wrong",
                         "the runtime loaded and answers, but not correctly: "
                         + "; ".join(f"{r.name}: expected {r.expected}, got {r.got}" for r in bad),
@@ -359,7 +359,7 @@ def _watch(config: Config, plan: Plan, name: str, since: float, timeout: int, sa
                 return outcome
             stalled = tracker.stalled_for(now)
             if stalled > limit:
-                ev = Evidence(log="\n".join(log), stalled_s=stalled)
+                ev = StartEvidence(log="\n".join(log), stalled_s=stalled)
                 return _fail(outcome, ev, _finding(
                     "no-progress", f"no progress for {stalled:.0f} s while the container was alive",
                     f"the last phase was {tracker.last_phase or 'none'}; nothing new appeared in the log since "
@@ -367,7 +367,7 @@ def _watch(config: Config, plan: Plan, name: str, since: float, timeout: int, sa
                     "look at the last phase and the log below; if this step legitimately runs silent for longer, "
                     "raise watchdog_s in the recipe"), log)
             if now > deadline:
-                return _fail(outcome, Evidence(log="\n".join(log)), _finding(
+                return _fail(outcome, StartEvidence(log="\n".join(log)), _finding(
                     "load-timeout", f"not ready after {timeout} s (the load timeout)",
                     f"it was still making progress (last phase: {tracker.last_phase or 'none'}) but did not become "
                     "ready in time", "raise load_timeout_s in the recipe or `hostctl up --timeout S`"), log)
@@ -396,7 +396,7 @@ def root_errors(log, limit: int = 3) -> list[str]:
     return seen
 
 
-def _fail(outcome: Outcome, ev: Evidence, fallback: Finding, log) -> Outcome:
+def _fail(outcome: StartOutcome, ev: StartEvidence, fallback: Finding, log) -> StartOutcome:
     found = classify(ev)
     if not found:
         errors = root_errors(log)
@@ -409,7 +409,7 @@ def _fail(outcome: Outcome, ev: Evidence, fallback: Finding, log) -> Outcome:
     return outcome
 
 
-def failure_error(outcome: Outcome) -> FailedError:
+def failure_error(outcome: StartOutcome) -> FailedError:
     """The failure as the user sees it; log lines are redacted (by pattern and by value)."""
     from hostctl.doctor.redact import redact
 
@@ -443,9 +443,9 @@ def down(config: Config, say: Say) -> str:
         if after.exists:
             raise FailedError(f"{name} still exists after docker compose down",
                               fix=f"remove it by hand: docker rm -f {name}")
-        doc = state.load_service() or {}
+        doc = saved.load_service() or {}
         if doc.get("container") == name:
-            state.save_service({**doc, "state": "down", "down_at": _now_iso()})
+            saved.save_service({**doc, "state": "down", "down_at": _now_iso()})
         if before.exists:
             say(f"caches kept: {', '.join(before.rw_binds) or 'none bound'}")
             return f"stopped and removed {name}"
@@ -456,7 +456,7 @@ def stream_logs(name: str, follow: bool, write: Callable[[bytes], None]) -> None
     """The container's logs (`hostctl logs`: the name comes from the profile, hostctl.service.identity)."""
     import docker.errors
 
-    from hostctl.service.engine import client
+    from hostctl.service.container import client
 
     dc = client()
     try:

@@ -19,7 +19,7 @@ from hostctl.facts.ports import probe_port
 from hostctl.plan.model import Plan
 from hostctl.plan.storage import NOT_A_REAL_FS
 from hostctl.service import identity
-from hostctl.units import GIB, fmt_gib
+from hostctl.bytesizes import GIB, fmt_gib
 
 MIN_FREE_WRITABLE = 1 * GIB  # compile caches and logs need some room even when serving
 
@@ -74,7 +74,7 @@ def check_image(image: str) -> list[Failure]:
     import docker.errors
 
     from hostctl.images import DEMO_REPO, demo_staleness
-    from hostctl.service.engine import client
+    from hostctl.service.container import client
 
     dc = client()
     try:

@@ -1,6 +1,6 @@
 """The restart history of a supervised runtime (`hostctl up --foreground`, README "Supervision"):
 each time the supervisor ended on a death or a hang it records when, the cause (a failure
-catalogue id, hostctl/diagnosis.py), the runtime's exit code and the log lines that matched; the
+catalogue id, hostctl/failures.py), the runtime's exit code and the log lines that matched; the
 next supervised start marks that entry restarted. `status` summarises it
 ("restarted 2 times in the last hour: container-oom at ..."). Kept in state_dir()/restarts.json,
 the last KEEP entries; summary() is pure, for tests on recorded data.

@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
-from hostctl.service import identity, state
+from hostctl.service import identity, saved
 
 if TYPE_CHECKING:
     from hostctl.config import Config
@@ -40,7 +40,7 @@ def _healthy(endpoint: str) -> bool:
 
 def status(config: Config) -> dict:
     from hostctl.facts.engine import probe_container
-    from hostctl.service.engine import parse_timestamp
+    from hostctl.service.container import parse_timestamp
 
     rt = identity.of_config(config)
     found, engine_problem = probe_container(rt.container)
@@ -58,7 +58,7 @@ def status(config: Config) -> dict:
         if not running:
             doc["exit_code"], doc["oom_killed"] = found.exit_code, found.oom_killed
     doc["healthy"] = _healthy(rt.endpoint) if running else None
-    service = state.load_service()
+    service = saved.load_service()
     if service and service.get("container") == rt.container:
         doc["last_up"] = {k: service.get(k) for k in ("state", "ready_at", "failed_at", "interrupted_at", "signal",
                                                       "down_at", "cause", "kv") if service.get(k) is not None}
@@ -72,7 +72,7 @@ def status(config: Config) -> dict:
 
     current = fingerprint.of_project(rt.project_dir, found.image_id) if running else None
     doc["qualify"] = qualify.status_part(current)
-    smoke = state.load_smoke()
+    smoke = saved.load_smoke()
     if smoke:
         doc["last_smoke"] = {"at": smoke.get("started_at"), "ok": smoke.get("ok"), "url": smoke.get("url"),
                              "results": [{"name": r["name"], "ok": r["ok"], "latency_s": round(r["latency_s"], 3)}

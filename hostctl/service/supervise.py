@@ -6,7 +6,7 @@ While supervising it watches the engine's events for this one container (`die`, 
 state (polled, in case the event stream hiccups) and /health every HEALTH_EVERY_S. Watcher (pure)
 turns that sequence into a verdict:
 
-- a death: the cause is classified against the failure catalogue (hostctl.diagnosis) on the
+- a death: the cause is classified against the failure catalogue (hostctl.failures) on the
   container's log, the kernel log and its exit/OOM state, recorded (hostctl.service.restarts) and
   the command fails (exit 1) naming it, so the unit's Restart=on-failure starts it again through
   the whole gate; the unit's StartLimitBurst/StartLimitIntervalSec stop a crash loop;
@@ -37,9 +37,9 @@ import httpx
 from hostctl import paths
 from hostctl.atomic import write_atomic
 from hostctl.config import Config
-from hostctl.diagnosis import Evidence, Finding, classify
+from hostctl.failures import StartEvidence, Finding, classify
 from hostctl.plan.model import Plan
-from hostctl.service import restarts, sdnotify, state
+from hostctl.service import restarts, sdnotify, saved
 
 Say = Callable[[str], None]
 HEALTH_EVERY_S = 2.0
@@ -128,7 +128,7 @@ class Watcher:
         return Verdict("watch")
 
 
-def death_finding(verdict: Verdict, ev: Evidence, hang_timeout_s: float) -> tuple[Finding, list[Finding]]:
+def death_finding(verdict: Verdict, ev: StartEvidence, hang_timeout_s: float) -> tuple[Finding, list[Finding]]:
     """The cause: the catalogue's first match, else what is known (a death or a hang after ready)."""
     found = classify(ev)
     if found:
@@ -259,7 +259,7 @@ def supervise(config: Config, plan: Plan, stop: Stop, say: Say, notify=sdnotify.
 
     from hostctl.service import lifecycle, preflight
     from hostctl.service.compose import compose_down
-    from hostctl.service.engine import Feed, container_state
+    from hostctl.service.container import Feed, container_state
 
     name = lifecycle.container_name(plan)
     hang_s = float(config.recipe.hang_timeout_s)
@@ -323,7 +323,7 @@ def supervise(config: Config, plan: Plan, stop: Stop, say: Say, notify=sdnotify.
         say(f"stopped {name} ({'ok' if res.ok else res.why()})")
     else:
         say(f"{name} died (exit code {verdict.exit_code}{', OOM' if verdict.oom else ''})")
-    ev = Evidence(log="\n".join(log), kernel_log=lifecycle._kernel_events_since(uptime0),
+    ev = StartEvidence(log="\n".join(log), kernel_log=lifecycle._kernel_events_since(uptime0),
                   oom_killed=verdict.oom or bool(s.oom_killed),
                   exit_code=verdict.exit_code if verdict.exit_code is not None else s.exit_code)
     cause, also = death_finding(verdict, ev, hang_s)
@@ -331,7 +331,7 @@ def supervise(config: Config, plan: Plan, stop: Stop, say: Say, notify=sdnotify.
 
 
 def _log_tail(name: str) -> list[str]:
-    from hostctl.service.engine import client
+    from hostctl.service.container import client
 
     try:
         dc = client()
@@ -372,8 +372,8 @@ def foreground(config: Config, plan: Plan, facts, *, timeout: int | None, keep_o
     finally:
         _clear_supervisor()
     if ended.verdict.action == "stopped":
-        doc = state.load_service() or {}
-        state.save_service({**doc, "state": "down", "down_at": lifecycle._now_iso(),
+        doc = saved.load_service() or {}
+        saved.save_service({**doc, "state": "down", "down_at": lifecycle._now_iso(),
                             "signal": ended.verdict.signal})
         return 0
     c = ended.cause
@@ -381,10 +381,10 @@ def foreground(config: Config, plan: Plan, facts, *, timeout: int | None, keep_o
     ended_at = _now_iso()
     restarts.record_end({"ended_at": ended_at, "kind": ended.verdict.action, "cause": c.id, "title": c.title,
                          "exit_code": ended.verdict.exit_code, "lines": c.lines[:10]})
-    doc = state.load_service() or {}
-    state.save_service({**doc, "state": "failed", "failed_at": ended_at, "cause": c.id, "after_ready": True})
+    doc = saved.load_service() or {}
+    saved.save_service({**doc, "state": "failed", "failed_at": ended_at, "cause": c.id, "after_ready": True})
     notify(f"STATUS=ended: {c.id}")
-    out = lifecycle.Outcome(ready=False, endpoint=outcome.endpoint, cause=c, also=ended.also, log_tail=ended.log_tail)
+    out = lifecycle.StartOutcome(ready=False, endpoint=outcome.endpoint, cause=c, also=ended.also, log_tail=ended.log_tail)
     err = lifecycle.failure_error(out)
     err.message = f"the runtime {'hung' if ended.verdict.action == 'hung' else 'died'} after it was ready [{c.id}]: {c.title}"
     raise err

@@ -74,13 +74,13 @@ def decide(before: Before) -> RefusedError | None:
 def observe(cfg, plan, *, hostctl_bin: str) -> Before:
     """The container of the profile's project, hostctl's record of it, and both fingerprints."""
     from hostctl.bench.qualify import running_fingerprint
-    from hostctl.service import state
-    from hostctl.service.engine import container_state
+    from hostctl.service import saved
+    from hostctl.service.container import container_state
     from hostctl.service.lifecycle import container_name, project_dir
 
     name = container_name(plan)
     st = container_state(name)
-    doc = state.load_service() or {}
+    doc = saved.load_service() or {}
     mine = doc.get("container") == name
     running_fp = running_fingerprint(project_dir(cfg), name) if st.running else None
     profile_fp = profile_fingerprint(cfg, plan, hostctl_bin=hostctl_bin) if st.running else None
@@ -95,7 +95,7 @@ def profile_fingerprint(cfg, plan, *, hostctl_bin: str) -> ServiceFingerprint | 
     id the engine resolves the plan's image to (None when the engine does not have it)."""
     import docker.errors
 
-    from hostctl.service.engine import client
+    from hostctl.service.container import client
     from hostctl.service.render import render_files
 
     files = render_files(plan, hostctl_bin=hostctl_bin, config_path=str(Path(cfg.source).resolve()))

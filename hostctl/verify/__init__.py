@@ -22,7 +22,7 @@ from typing import Any
 from hostctl import __version__
 from hostctl.config import Config
 from hostctl.errors import EXIT_FAILED, EXIT_OK, FailedError, InputError
-from hostctl.verify.suite import PARTS, Check, Ctx, Result, suite
+from hostctl.verify.suite import PARTS, VerifyCheck, Ctx, VerifyResult, suite
 
 SCHEMA = "hostctl.verify/v1"
 
@@ -40,8 +40,8 @@ def parse_only(only: str | None) -> tuple[str, ...]:
 
 @dataclass
 class CheckResult:
-    check: Check
-    result: Result
+    check: VerifyCheck
+    result: VerifyResult
     seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
@@ -161,7 +161,7 @@ def verify(config: Config, *, host: str | None = None, only: str | None = None, 
                            f"not expected to run: the last `up`/`down` left it {svc.state}"
                            + (f" ({svc.at})" if svc.at else ""))
                     report.parts.append(PartResult(part, "not-expected", why))
-                    report.checks += [CheckResult(c, Result("not-run", why)) for c in checks]
+                    report.checks += [CheckResult(c, VerifyResult("not-run", why)) for c in checks]
                     continue
                 reason = f"expected up (ready since {state.service.at})"
             else:
@@ -169,7 +169,7 @@ def verify(config: Config, *, host: str | None = None, only: str | None = None, 
                 if record is None:
                     why = "not provisioned (no converged `hostctl provision` recorded on this host)"
                     report.parts.append(PartResult(part, "not-provisioned", why))
-                    report.checks += [CheckResult(c, Result("not-run", why)) for c in checks]
+                    report.checks += [CheckResult(c, VerifyResult("not-run", why)) for c in checks]
                     continue
                 reason = f"provisioned {record.converged_at} with profile {record.profile}"
                 from hostctl.provision.record import profile_digest
@@ -184,7 +184,7 @@ def verify(config: Config, *, host: str | None = None, only: str | None = None, 
                 try:
                     result = c.run(ctx)
                 except Exception as exc:  # a check that cannot read what it needs fails, naming why
-                    result = Result("fail", f"could not check: {exc.__class__.__name__}: {exc}")
+                    result = VerifyResult("fail", f"could not check: {exc.__class__.__name__}: {exc}")
                 report.checks.append(CheckResult(c, result, time.monotonic() - c0))
             if any(cr.result.status == "fail" for cr in report.checks if cr.check.part == part):
                 part_result.status = "fail"

@@ -21,7 +21,7 @@ from hostctl.config import Config
 from hostctl.errors import HostctlError
 from hostctl.facts.model import HostFacts
 from hostctl.plan.model import Plan
-from hostctl.units import docker_size, parse_size
+from hostctl.bytesizes import docker_size, parse_size
 
 Status = Literal["pass", "fail", "skip", "not-run"]
 PARTS = ("storage", "system", "gpu", "runtime")
@@ -29,32 +29,32 @@ HIDDEN_OPTIONS = {"defaults", "auto", "noauto", "nofail", "rw", "user_xattr", "a
 
 
 @dataclass
-class Result:
+class VerifyResult:
     status: Status
     found: str
     expected: str | None = None
     fix: str | None = None
 
 
-def ok(found: str) -> Result:
-    return Result("pass", found)
+def ok(found: str) -> VerifyResult:
+    return VerifyResult("pass", found)
 
 
-def bad(found: str, expected: str | None = None, fix: str | None = None) -> Result:
-    return Result("fail", found, expected, fix)
+def bad(found: str, expected: str | None = None, fix: str | None = None) -> VerifyResult:
+    return VerifyResult("fail", found, expected, fix)
 
 
-def skip(why: str) -> Result:
-    return Result("skip", why)
+def skip(why: str) -> VerifyResult:
+    return VerifyResult("skip", why)
 
 
 @dataclass
-class Check:
+class VerifyCheck:
     id: str
     part: str
     kind: Literal["convergence", "testinfra", "nvml"]
     title: str
-    run: Callable[["Ctx"], Result] = field(repr=False)
+    run: Callable[["Ctx"], VerifyResult] = field(repr=False)
 
 
 @dataclass
@@ -74,14 +74,14 @@ class Ctx:
             from hostctl.provision.apply import read_system_files
 
             files = read_system_files(self.config, self.facts, self.target)
-            self._cache["storage"] = storage.decide(self.config, self.facts, files, storage.Options())
+            self._cache["storage"] = storage.decide(self.config, self.facts, files, storage.StorageOptions())
         return self._cache["storage"]
 
 
 # ---------------------------------------------------------------- convergence
 
 
-def _actions_left(d) -> Result:
+def _actions_left(d) -> VerifyResult:
     if d.refusals:
         return bad("; ".join(f"{r.id}: {r.reason}" for r in d.refusals), "no drive refused",
                    "see `hostctl provision --dry-run`")
@@ -95,8 +95,8 @@ def _actions_left(d) -> Result:
     return ok(f"a fresh decide on this host's facts yields no action ({len(d.settled)} item(s) as desired)")
 
 
-def _converged(part: str) -> Callable[[Ctx], Result]:
-    def run(ctx: Ctx) -> Result:
+def _converged(part: str) -> Callable[[Ctx], VerifyResult]:
+    def run(ctx: Ctx) -> VerifyResult:
         try:
             if part == "storage":
                 d = ctx.storage()
@@ -132,8 +132,8 @@ def _same_device(ctx: Ctx, a: str, b: str) -> bool:
     return r.rc == 0 and len(lines) == 2 and lines[0] == lines[1]
 
 
-def _mount(name: str) -> Callable[[Ctx], Result]:
-    def run(ctx: Ctx) -> Result:
+def _mount(name: str) -> Callable[[Ctx], VerifyResult]:
+    def run(ctx: Ctx) -> VerifyResult:
         drive = ctx.config.profile.drive(name)
         v = _verdict(ctx, name)
         if v.refused or "data" not in v.fs_facts:
@@ -169,8 +169,8 @@ def _swaps(ctx: Ctx) -> dict[str, int]:
     return ctx._cache["swaps"]
 
 
-def _swap(name: str) -> Callable[[Ctx], Result]:
-    def run(ctx: Ctx) -> Result:
+def _swap(name: str) -> Callable[[Ctx], VerifyResult]:
+    def run(ctx: Ctx) -> VerifyResult:
         drive = ctx.config.profile.drive(name)
         v = _verdict(ctx, name)
         want = f"swap on hostctl-swap-{name} at priority {drive.swap_priority}"
@@ -189,7 +189,7 @@ def _swap(name: str) -> Callable[[Ctx], Result]:
     return run
 
 
-def _fstab(ctx: Ctx) -> Result:
+def _fstab(ctx: Ctx) -> VerifyResult:
     from hostctl.provision import fstab
 
     sp = ctx.storage().detail
@@ -207,7 +207,7 @@ def _fstab(ctx: Ctx) -> Result:
     return ok(f"{fstab.FSTAB}: hostctl's block holds {len(want)} line(s), by UUID with nofail")
 
 
-def _sysctl_file(ctx: Ctx) -> Result:
+def _sysctl_file(ctx: Ctx) -> VerifyResult:
     from hostctl.provision import sysctl
 
     profile = ctx.config.profile
@@ -221,8 +221,8 @@ def _sysctl_file(ctx: Ctx) -> Result:
     return ok(f"{sysctl.SYSCTL_FILE} holds the swap sysctls for phase {profile.phase}")
 
 
-def _sysctl_live(key: str) -> Callable[[Ctx], Result]:
-    def run(ctx: Ctx) -> Result:
+def _sysctl_live(key: str) -> Callable[[Ctx], VerifyResult]:
+    def run(ctx: Ctx) -> VerifyResult:
         from hostctl.provision import sysctl
 
         want = sysctl.desired(ctx.config.profile)[key]
@@ -234,10 +234,10 @@ def _sysctl_live(key: str) -> Callable[[Ctx], Result]:
     return run
 
 
-def _dir(directory: str, mount: str | None) -> Callable[[Ctx], Result]:
+def _dir(directory: str, mount: str | None) -> Callable[[Ctx], VerifyResult]:
     """A role's directory: on its drive's filesystem (mount), or a plain one under the sysroot."""
 
-    def run(ctx: Ctx) -> Result:
+    def run(ctx: Ctx) -> VerifyResult:
         st = ctx.target.stat(directory) if mount is None else ctx.target.stat_real(directory)
         if st is None or not st.is_dir:
             return bad(f"{directory} does not exist", "a directory", "hostctl provision --only storage")
@@ -256,8 +256,8 @@ def _dir(directory: str, mount: str | None) -> Callable[[Ctx], Result]:
 # ---------------------------------------------------------------- system
 
 
-def _file(host_path: str, data: bytes) -> Callable[[Ctx], Result]:
-    def run(ctx: Ctx) -> Result:
+def _file(host_path: str, data: bytes) -> Callable[[Ctx], VerifyResult]:
+    def run(ctx: Ctx) -> VerifyResult:
         import hashlib
 
         got = ctx.target.read_bytes(host_path)
@@ -272,8 +272,8 @@ def _file(host_path: str, data: bytes) -> Callable[[Ctx], Result]:
     return run
 
 
-def _enabled(unit: str) -> Callable[[Ctx], Result]:
-    def run(ctx: Ctx) -> Result:
+def _enabled(unit: str) -> Callable[[Ctx], VerifyResult]:
+    def run(ctx: Ctx) -> VerifyResult:
         from hostctl.facts.sysfiles import systemctl_argv
 
         rc, out = ctx.target.run(systemctl_argv(ctx.target.sysroot, "is-enabled", unit))
@@ -301,7 +301,7 @@ def _power_unit_bin(ctx: Ctx) -> str | None:
     return None
 
 
-def _power_unit(ctx: Ctx) -> Result:
+def _power_unit(ctx: Ctx) -> VerifyResult:
     from hostctl.provision.gpu import UNIT_NAME, UNIT_PATH, WANTS_LINK, render_power_unit
     from hostctl.service.render import INSTALLED_PROFILE
 
@@ -328,8 +328,8 @@ def _power_unit(ctx: Ctx) -> Result:
     return ok(f"{UNIT_PATH} is current and enabled; it calls {binary}")
 
 
-def _power(index: int) -> Callable[[Ctx], Result]:
-    def run(ctx: Ctx) -> Result:
+def _power(index: int) -> Callable[[Ctx], VerifyResult]:
+    def run(ctx: Ctx) -> VerifyResult:
         from hostctl.plan.power import TOLERANCE_W, desired_limit
 
         gpus = ctx.facts.gpus
@@ -379,7 +379,7 @@ def _get(ctx: Ctx, path: str) -> dict:
         return {"url": url, "status": None, "error": (r.stderr or r.stdout).strip()[-300:] or f"exit {r.rc}"}
 
 
-def _inspect(ctx: Ctx) -> dict | Result:
+def _inspect(ctx: Ctx) -> dict | VerifyResult:
     from hostctl.service.lifecycle import container_name
 
     if "inspect" not in ctx._cache:
@@ -395,9 +395,9 @@ def _inspect(ctx: Ctx) -> dict | Result:
     return ctx._cache["inspect"]
 
 
-def _container(ctx: Ctx) -> Result:
+def _container(ctx: Ctx) -> VerifyResult:
     doc = _inspect(ctx)
-    if isinstance(doc, Result):
+    if isinstance(doc, VerifyResult):
         return doc
     st = doc.get("State", {})
     health = (st.get("Health") or {}).get("Status")
@@ -410,9 +410,9 @@ def _container(ctx: Ctx) -> Result:
     return ok(found)
 
 
-def _caps(ctx: Ctx) -> Result:
+def _caps(ctx: Ctx) -> VerifyResult:
     doc = _inspect(ctx)
-    if isinstance(doc, Result):
+    if isinstance(doc, VerifyResult):
         return doc
     rt, hc = ctx.plan.runtime, doc.get("HostConfig", {})
     want = {"Memory": parse_size(rt.mem_limit) if rt.mem_limit else 0,
@@ -437,14 +437,14 @@ def _caps(ctx: Ctx) -> Result:
     return ok(shown)
 
 
-def _health(ctx: Ctx) -> Result:
+def _health(ctx: Ctx) -> VerifyResult:
     r = _get(ctx, "/health")
     if r.get("status") != 200:
         return bad(f"{r['url']}: {r.get('error') or r.get('status')}", "HTTP 200", "hostctl status; hostctl logs")
     return ok(f"{r['url']}: HTTP 200")
 
 
-def _models(ctx: Ctx) -> Result:
+def _models(ctx: Ctx) -> VerifyResult:
     recipe = ctx.config.recipe
     r = _get(ctx, "/v1/models")
     if r.get("status") != 200:
@@ -468,74 +468,74 @@ def _models(ctx: Ctx) -> Result:
 # ---------------------------------------------------------------- the suite
 
 
-def suite(config: Config, facts: HostFacts, plan: Plan, parts: tuple[str, ...] = PARTS) -> list[Check]:
+def suite(config: Config, facts: HostFacts, plan: Plan, parts: tuple[str, ...] = PARTS) -> list[VerifyCheck]:
     """Every check for these parts, from the profile and the plan (listing reads nothing)."""
     from hostctl.provision import storage, sysctl
 
-    checks: list[Check] = []
+    checks: list[VerifyCheck] = []
     profile = config.profile
     if "storage" in parts:
-        checks.append(Check("storage/converged", "storage", "convergence",
+        checks.append(VerifyCheck("storage/converged", "storage", "convergence",
                             "the storage part decides no action on fresh facts", _converged("storage")))
         for d in profile.drives:
-            checks.append(Check(f"storage/{d.name}/mount", "storage", "testinfra",
+            checks.append(VerifyCheck(f"storage/{d.name}/mount", "storage", "testinfra",
                                 f"hostctl-data-{d.name} ({d.filesystem}) mounted at {d.mount} with noatime",
                                 _mount(d.name)))
             if d.swap > 0:
-                checks.append(Check(f"storage/{d.name}/swap", "storage", "testinfra",
+                checks.append(VerifyCheck(f"storage/{d.name}/swap", "storage", "testinfra",
                                     f"hostctl-swap-{d.name} active at priority {d.swap_priority}", _swap(d.name)))
         if profile.drives:
-            checks.append(Check("storage/fstab", "storage", "testinfra",
+            checks.append(VerifyCheck("storage/fstab", "storage", "testinfra",
                                 "/etc/fstab: hostctl's block, every filesystem by UUID with nofail", _fstab))
         if any(d.swap > 0 for d in profile.drives):
-            checks.append(Check("storage/sysctl", "storage", "testinfra", f"{sysctl.SYSCTL_FILE} as rendered",
+            checks.append(VerifyCheck("storage/sysctl", "storage", "testinfra", f"{sysctl.SYSCTL_FILE} as rendered",
                                 _sysctl_file))
             for key, value in sysctl.desired(profile).items():
-                checks.append(Check(f"storage/sysctl/{key}", "storage", "testinfra", f"live {key} = {value}",
+                checks.append(VerifyCheck(f"storage/sysctl/{key}", "storage", "testinfra", f"live {key} = {value}",
                                     _sysctl_live(key)))
         on_drive, plain = storage.role_dirs(config, facts)
         for name, dirs in on_drive.items():
             mount = profile.drive(name).mount
             for role, directory in dirs:
-                checks.append(Check(f"storage/dirs/{role.replace(' ', '-')}", "storage", "testinfra",
+                checks.append(VerifyCheck(f"storage/dirs/{role.replace(' ', '-')}", "storage", "testinfra",
                                     f"{directory} exists on drive {name} ({mount})", _dir(directory, mount)))
         for role, directory in plain:
-            checks.append(Check(f"storage/dirs/{role}", "storage", "testinfra", f"{directory} exists",
+            checks.append(VerifyCheck(f"storage/dirs/{role}", "storage", "testinfra", f"{directory} exists",
                                 _dir(directory, None)))
     if "system" in parts:
         from hostctl.provision import system
 
-        checks.append(Check("system/converged", "system", "convergence",
+        checks.append(VerifyCheck("system/converged", "system", "convergence",
                             "the system part decides no action on fresh files", _converged("system")))
         if not plan.errors:
             for host_path, data in system.desired_files(config, plan).items():
-                checks.append(Check(f"system/file{host_path}", "system", "testinfra", f"{host_path} as rendered",
+                checks.append(VerifyCheck(f"system/file{host_path}", "system", "testinfra", f"{host_path} as rendered",
                                     _file(str(host_path), data)))
             for unit in system.UNITS:
-                checks.append(Check(f"system/enabled/{unit}", "system", "testinfra", f"{unit} enabled",
+                checks.append(VerifyCheck(f"system/enabled/{unit}", "system", "testinfra", f"{unit} enabled",
                                     _enabled(unit)))
     if "gpu" in parts:
         from hostctl.provision import gpu
 
-        checks.append(Check("gpu/converged", "gpu", "convergence",
+        checks.append(VerifyCheck("gpu/converged", "gpu", "convergence",
                             "the gpu part decides no action on fresh facts", _converged("gpu")))
         if gpu.configured(config):
-            checks.append(Check("gpu/power-unit", "gpu", "testinfra", f"{gpu.UNIT_PATH} as rendered, enabled",
+            checks.append(VerifyCheck("gpu/power-unit", "gpu", "testinfra", f"{gpu.UNIT_PATH} as rendered, enabled",
                                 _power_unit))
             indices = [s.index for s in plan.power.gpus] or [g.index for g in facts.gpus.devices] or [0]
             for index in indices:
-                checks.append(Check(f"gpu/power/{index}", "gpu", "nvml",
+                checks.append(VerifyCheck(f"gpu/power/{index}", "gpu", "nvml",
                                     f"GPU {index}: the profile's power limit enforced", _power(index)))
     if "runtime" in parts:
         from hostctl.service.lifecycle import container_name
 
         name = container_name(plan)
-        checks.append(Check("runtime/container", "runtime", "testinfra", f"container {name} running, not unhealthy",
+        checks.append(VerifyCheck("runtime/container", "runtime", "testinfra", f"container {name} running, not unhealthy",
                             _container))
-        checks.append(Check("runtime/caps", "runtime", "testinfra",
+        checks.append(VerifyCheck("runtime/caps", "runtime", "testinfra",
                             "memory caps, capabilities, host network, not privileged, no Docker socket", _caps))
-        checks.append(Check("runtime/health", "runtime", "testinfra", "/health answers 200", _health))
-        checks.append(Check("runtime/models", "runtime", "testinfra",
+        checks.append(VerifyCheck("runtime/health", "runtime", "testinfra", "/health answers 200", _health))
+        checks.append(VerifyCheck("runtime/models", "runtime", "testinfra",
                             f"/v1/models serves {config.recipe.served_name} (max_model_len {config.recipe.context})",
                             _models))
     return checks

@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from hostctl import runner
-from hostctl.doctor import Options, build_report
+from hostctl.doctor import DoctorOptions, build_report
 
 pytestmark = pytest.mark.gpu
 
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.gpu
 def doctor():
     if shutil.which("nvidia-smi") is None:
         pytest.skip("no nvidia-smi: no NVIDIA driver on this machine")
-    report, _, facts, _ = build_report(Options())
+    report, _, facts, _ = build_report(DoctorOptions())
     return {o.check.id: o.result for o in report.outcomes}, facts
 
 

@@ -96,9 +96,9 @@ def test_p2p_ladder_with_the_gpus_here(host, tmp_path):
 
 def _doctor(facts, check_id: str, level: str = "quick"):
     from hostctl.doctor.checks import all_checks
-    from hostctl.doctor.registry import Context, run_checks
+    from hostctl.doctor.registry import CheckContext, run_checks
 
-    ctx = Context(facts=facts, level=level, facts_source="live")
+    ctx = CheckContext(facts=facts, level=level, facts_source="live")
     return run_checks(ctx, [c for c in all_checks() if c.id == check_id])[0].result
 
 

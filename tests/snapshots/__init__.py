@@ -8,7 +8,7 @@ from hostctl.config import Config
 from hostctl.facts.model import BlankProof, GpuPair, HostFacts, NumaNode, Partition
 from hostctl.provision import fstab, sysctl
 from hostctl.facts.sysfiles import SystemFiles
-from hostctl.units import GIB
+from hostctl.bytesizes import GIB
 
 
 def reference(name: str) -> tuple[Config, HostFacts]:

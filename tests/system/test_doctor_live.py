@@ -23,7 +23,7 @@ import pytest
 from conftest import IN_CI
 from hostctl import paths, runner
 from hostctl.doctor.checks import all_checks
-from hostctl.doctor.registry import Context, run_checks
+from hostctl.doctor.registry import CheckContext, run_checks
 from hostctl.facts import collect
 from need import needs
 
@@ -162,7 +162,7 @@ def test_container_killed_by_its_memory_cap_is_explained(container):
     # other containers on this engine may carry hostctl labels too: judge this one
     facts.engine.containers = [c for c in facts.engine.containers if c.name == name]
     assert facts.engine.containers and facts.engine.containers[0].oom_killed is True
-    (outcome,) = run_checks(Context(facts=facts), [c for c in all_checks() if c.id == "logs.runtime"])
+    (outcome,) = run_checks(CheckContext(facts=facts), [c for c in all_checks() if c.id == "logs.runtime"])
     assert outcome.result.status == "fail" and "its own memory cap" in outcome.result.summary
     assert "2 GiB steps" in outcome.result.fix
     kernel = facts.kernel_log

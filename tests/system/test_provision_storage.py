@@ -18,7 +18,7 @@ from hostctl.facts.memory import read_swaps
 from hostctl.facts.mounts import read_mountinfo
 from hostctl.provision import fstab, sysctl
 from hostctl.provision.apply import provision_storage, read_system_files, run_actions, storage_facts
-from hostctl.provision.storage import Options, plan_storage_provision
+from hostctl.provision.storage import StorageOptions, plan_storage_provision
 
 from loopdrives import SWAP_PRIORITY, check, drive_toml, on_device, sha256, wait_for, write_profile
 from loopdrives import host, restore_sysctls, sysroot  # noqa: F401  (fixtures)
@@ -46,7 +46,7 @@ def cli_run(argv: list[str], capsys) -> tuple[int, str, str]:
 
 def fresh_plan(cfg, erase=()):
     facts = storage_facts(cfg)
-    return plan_storage_provision(cfg, facts, read_system_files(cfg, facts), Options(erase=tuple(erase)))
+    return plan_storage_provision(cfg, facts, read_system_files(cfg, facts), StorageOptions(erase=tuple(erase)))
 
 
 def swaps_of(drive) -> dict[str, int]:

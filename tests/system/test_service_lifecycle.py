@@ -208,7 +208,7 @@ def test_store_directory_missing(demo_image, host_factory, tmp_path):
 
 def test_events_of_an_earlier_container_with_the_same_name_are_ignored(demo_image):
     from hostctl import images
-    from hostctl.service.engine import Feed, container_state
+    from hostctl.service.container import Feed, container_state
 
     name = "hc5-feed-runtime"
     base = images.base_tag()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from hostctl import examples
 from hostctl.doctor.checks import all_checks
-from hostctl.doctor.registry import Context, run_checks
+from hostctl.doctor.registry import CheckContext, run_checks
 from hostctl.facts import load_snapshot
 from hostctl.facts.acs import probe_acs
 from hostctl.facts.gpu import probe_gpus
@@ -49,7 +49,7 @@ def desktop(tmp_path, lspci: tuple[str | None, str]):
 
 def ladder(config, facts):
     check = next(c for c in all_checks() if c.id == "nccl.p2p.ladder")
-    ctx = Context(facts=facts, config=config, plan=build_plan(config, facts) if config else None, facts_source="x")
+    ctx = CheckContext(facts=facts, config=config, plan=build_plan(config, facts) if config else None, facts_source="x")
     return run_checks(ctx, [check])[0].result
 
 

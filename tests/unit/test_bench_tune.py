@@ -310,9 +310,9 @@ def _sweep(tmp_path, up, down):
 
 def test_a_failed_boot_is_recorded_and_the_sweep_goes_on(tmp_path):
     # The lifecycle is up's own in the system tests; here a stand-in with its signature fails every boot.
-    from hostctl.diagnosis import Finding
+    from hostctl.failures import Finding
     from hostctl.errors import FailedError
-    from hostctl.service.lifecycle import Outcome
+    from hostctl.service.lifecycle import StartOutcome
 
     seen, downs = [], []
 
@@ -320,7 +320,7 @@ def test_a_failed_boot_is_recorded_and_the_sweep_goes_on(tmp_path):
         seen.append(cfg.recipe.args().get("--max-num-seqs"))
         if len(seen) == 2:
             raise FailedError("preflight: the API port 127.0.0.1:8000 is already taken", fix="stop it")
-        return Outcome(ready=False, endpoint="http://127.0.0.1:8000",
+        return StartOutcome(ready=False, endpoint="http://127.0.0.1:8000",
                        cause=Finding("container-oom", "OOM", "the cap", "raise it in 2 GiB steps", []))
 
     sweep = _sweep(tmp_path, up, lambda cfg, say: downs.append(1))

@@ -13,7 +13,7 @@ from hostctl import examples
 from hostctl.config import Config
 from hostctl.doctor import functional
 from hostctl.doctor.checks import all_checks
-from hostctl.doctor.registry import Check, Context, Result, run_checks
+from hostctl.doctor.registry import Check, CheckContext, CheckResult, run_checks
 from hostctl.facts import load_snapshot
 from hostctl.facts.model import (
     ContainerFacts,
@@ -31,7 +31,7 @@ from hostctl.facts.model import (
     SwapDevice,
 )
 from hostctl.plan import build_plan
-from hostctl.units import GIB, MIB
+from hostctl.bytesizes import GIB, MIB
 
 H200 = Path(__file__).resolve().parent.parent / "gpu" / "h200-facts.json"
 NAMES = ["demo-cpu", "pro6000x1-mapped", "pro6000x1-resident", "pro6000x2-desktop"]
@@ -46,16 +46,16 @@ REQUIRED_IDS = {
 }
 
 
-def result(check_id: str, facts: HostFacts, config: Config | None = None, level: str = "quick") -> Result:
+def result(check_id: str, facts: HostFacts, config: Config | None = None, level: str = "quick") -> CheckResult:
     plan = build_plan(config, facts) if config is not None else None
-    ctx = Context(facts=facts, config=config, plan=plan, level=level, facts_source="snapshot")
+    ctx = CheckContext(facts=facts, config=config, plan=plan, level=level, facts_source="snapshot")
     check = next(c for c in all_checks() if c.id == check_id)
     return run_checks(ctx, [check])[0].result
 
 
 def statuses(facts: HostFacts, config: Config | None = None, level: str = "quick") -> dict[str, str]:
     plan = build_plan(config, facts) if config is not None else None
-    ctx = Context(facts=facts, config=config, plan=plan, level=level, facts_source="snapshot")
+    ctx = CheckContext(facts=facts, config=config, plan=plan, level=level, facts_source="snapshot")
     return {o.check.id: o.result.status for o in run_checks(ctx, all_checks())}
 
 
@@ -104,7 +104,7 @@ def test_every_check_answers_on_every_snapshot(name, with_config):
         config, facts = examples.load(name)
     config = config if with_config else None
     plan = build_plan(config, facts) if config else None
-    ctx = Context(facts=facts, config=config, plan=plan, facts_source="snapshot")
+    ctx = CheckContext(facts=facts, config=config, plan=plan, facts_source="snapshot")
     for o in run_checks(ctx, all_checks()):
         r = o.result
         assert "the check itself broke" not in r.summary, (o.check.id, r.summary)
@@ -119,7 +119,7 @@ def test_every_check_answers_on_every_snapshot(name, with_config):
 def test_a_broken_check_is_reported_not_raised():
     boom = Check("test.boom", "raises", "quick", lambda ctx: 1 / 0, area="system")
     _, facts = desktop()
-    (outcome,) = run_checks(Context(facts=facts), [boom])
+    (outcome,) = run_checks(CheckContext(facts=facts), [boom])
     assert outcome.result.status == "fail" and "ZeroDivisionError" in outcome.result.summary
 
 

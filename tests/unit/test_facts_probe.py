@@ -30,7 +30,7 @@ from hostctl.facts.model import TOPOLOGY_ORDER, HostFacts, StateFacts
 from hostctl.facts.mounts import mount_for, parse_mountinfo, probe_paths
 from hostctl.facts.state import probe_state
 from hostctl.facts.topology import kernel_args, probe_iommu
-from hostctl.units import parse_cpulist
+from hostctl.cpulists import parse_cpulist
 from need import need, need_module, needs
 
 # ---------------------------------------------------------------- collect() on this machine

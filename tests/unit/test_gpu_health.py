@@ -10,14 +10,14 @@ import pytest
 from hostctl import examples
 from hostctl.doctor import functional
 from hostctl.doctor.checks import all_checks
-from hostctl.doctor.registry import Context, Result, run_checks
+from hostctl.doctor.registry import CheckContext, CheckResult, run_checks
 from hostctl.facts.model import GpuFacts
 from hostctl.gpu.health import COPY_FRACTION_WARN, link_capability_gbps
 from hostctl.plan import build_plan
 
 
-def result(check_id: str, facts, config=None, level="quick") -> Result:
-    ctx = Context(facts=facts, config=config, plan=build_plan(config, facts) if config else None, level=level,
+def result(check_id: str, facts, config=None, level="quick") -> CheckResult:
+    ctx = CheckContext(facts=facts, config=config, plan=build_plan(config, facts) if config else None, level=level,
                   facts_source="snapshot")
     return run_checks(ctx, [c for c in all_checks() if c.id == check_id])[0].result
 

@@ -22,8 +22,8 @@ from hostctl.facts.model import BlankProof, Disk, HostFacts
 from hostctl.plan import build_plan
 from hostctl.profile_init import bundled_recipes, check_loads, propose, render_profile
 from hostctl.profile_init.model import InitOptions
-from hostctl.provision.storage import Options, SystemFiles, plan_storage_provision
-from hostctl.units import GIB, MIB
+from hostctl.provision.storage import StorageOptions, SystemFiles, plan_storage_provision
+from hostctl.bytesizes import GIB, MIB
 
 HOSTS = paths.hosts_dir()
 EXAMPLES = {"demo-cpu": "demo-cpu-tiny-moe", "pro6000x1-mapped": "dsv4-flash-0731-mapped-1m",
@@ -71,7 +71,7 @@ def provisioned(facts: HostFacts, proposal) -> HostFacts:
 
 
 def drive_verdicts(config, facts) -> dict[str, str]:
-    sp = plan_storage_provision(config, facts, SystemFiles(), Options(new_uuid=lambda: "00000000-0000-4000-8000-0"))
+    sp = plan_storage_provision(config, facts, SystemFiles(), StorageOptions(new_uuid=lambda: "00000000-0000-4000-8000-0"))
     return {v.drive.name: v.status for v in sp.drives}
 
 

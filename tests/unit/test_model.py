@@ -16,7 +16,7 @@ import pytest
 from hostctl import paths
 from hostctl.config import load_config
 from hostctl.doctor.checks.model import checkpoint as checkpoint_check
-from hostctl.doctor.registry import Context
+from hostctl.doctor.registry import CheckContext
 from hostctl.errors import InputError
 from hostctl.facts import load_snapshot
 from hostctl.model import hashing
@@ -256,7 +256,7 @@ def test_preflight_fails_on_a_missing_shard_and_passes_a_whole_checkpoint(tmp_pa
 
 def _doctor(cfg, cp=None):
     facts = load_snapshot(HOSTS / "demo-cpu.facts.json")
-    return checkpoint_check(Context(facts=facts, config=cfg, checkpoint=cp))
+    return checkpoint_check(CheckContext(facts=facts, config=cfg, checkpoint=cp))
 
 
 def test_doctor_model_checkpoint(tmp_path):

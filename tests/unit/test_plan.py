@@ -13,7 +13,7 @@ from hostctl.plan.nccl import plan_nccl
 from hostctl.plan.placement import plan_placement
 from hostctl.plan.power import plan_power
 from hostctl.plan.storage import plan_storage
-from hostctl.units import GIB
+from hostctl.bytesizes import GIB
 
 NAMES = ["demo-cpu", "pro6000x1-mapped", "pro6000x1-resident", "pro6000x2-desktop"]
 

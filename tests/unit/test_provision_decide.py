@@ -21,15 +21,15 @@ from hostctl.plan import build_plan
 from hostctl.provision import fstab, gpu, parts, storage, sysctl, system
 from hostctl.provision.actions import Action, Refusal, Settled, Skipped
 from hostctl.service.render import INSTALLED_PROFILE
-from hostctl.units import GIB
+from hostctl.bytesizes import GIB
 
 EXAMPLES = ["demo-cpu", "pro6000x1-mapped", "pro6000x1-resident", "pro6000x2-desktop"]
 
 
-def opts(**kw) -> storage.Options:
+def opts(**kw) -> storage.StorageOptions:
     counter = itertools.count(1)
     kw.setdefault("new_uuid", lambda: f"00000000-0000-4000-8000-{next(counter):012d}")
-    return storage.Options(**kw)
+    return storage.StorageOptions(**kw)
 
 
 desktop_files = snapshots.desktop_files

@@ -19,7 +19,7 @@ from hostctl.facts.model import BlankProof, Disk, FsCheck, MountEntry, Partition
 from hostctl.provision import consent, fstab, sysctl
 from hostctl.provision.apply import plan_text, sudo_owner
 from hostctl.provision.storage import (
-    Options,
+    StorageOptions,
     SystemFiles,
     identity_matches,
     layout,
@@ -48,10 +48,10 @@ def uuids():
     return lambda: f"00000000-0000-4000-8000-{next(counter):012d}"
 
 
-def opts(**kw) -> Options:
+def opts(**kw) -> StorageOptions:
     kw.setdefault("owner", (1000, 1000))
     kw.setdefault("new_uuid", uuids())
-    return Options(**kw)
+    return StorageOptions(**kw)
 
 
 # the user's own root filesystem line, above hostctl's block

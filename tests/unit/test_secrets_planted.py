@@ -133,13 +133,13 @@ def test_a_bad_input_error_never_echoes_a_secret_value(tmp_path, capsys, monkeyp
 
 
 def test_up_failure_report_and_logs_stream_hide_known_secrets(monkeypatch):
-    from hostctl.diagnosis import Finding
+    from hostctl.failures import Finding
     from hostctl.service import lifecycle
 
     monkeypatch.setattr(secrets, "_known", set())
     token = "Q7planted-uplog-4c4c"
     secrets.remember([token])
-    outcome = lifecycle.Outcome(ready=False, endpoint="http://127.0.0.1:1",
+    outcome = lifecycle.StartOutcome(ready=False, endpoint="http://127.0.0.1:1",
                                 cause=Finding("x", "t", "c", "f", [f"log:3: api_key={token}"]),
                                 log_tail=[f"INFO non-default args: {{'api_key': ['{token}']}}", f"bare {token} here"])
     assert token not in lifecycle.failure_error(outcome).render()

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from hostctl.config import SmokeTest, load_config
-from hostctl.diagnosis import Evidence, classify
+from hostctl.failures import StartEvidence, classify
 from hostctl.errors import FailedError, InputError
 from hostctl.facts import load_snapshot
 from hostctl.plan import build_plan
@@ -99,12 +99,12 @@ def test_repeating_lines_are_not_progress():
 
 def test_a_stalled_nccl_start_is_classified_as_the_deadlock():
     log = "(Worker pid=9) INFO PyNcclCommunicator initialised\nNCCL INFO comm 0x1 rank 0 nRanks 2 - Init COMPLETE\n"
-    found = classify(Evidence(log=log, stalled_s=700))
+    found = classify(StartEvidence(log=log, stalled_s=700))
     assert found and found[0].id == "nccl-p2p-deadlock"
 
 
 def test_container_oom_from_engine_events():
-    found = classify(Evidence(log="INFO Loading weights took 1 s\n", oom_killed=True, exit_code=137))
+    found = classify(StartEvidence(log="INFO Loading weights took 1 s\n", oom_killed=True, exit_code=137))
     assert found[0].id == "container-oom" and "OOMKilled=True, exit code 137" in found[0].lines[0]
 
 
@@ -198,8 +198,8 @@ def test_preflight_store_missing_and_not_on_a_real_filesystem(tmp_path):
 
 
 def test_failure_report_has_cause_fix_and_log_lines():
-    out = lifecycle.Outcome(ready=False, endpoint="http://127.0.0.1:1")
-    out = lifecycle._fail(out, Evidence(log="a\nb\nERROR boom\n"), lifecycle._finding(
+    out = lifecycle.StartOutcome(ready=False, endpoint="http://127.0.0.1:1")
+    out = lifecycle._fail(out, StartEvidence(log="a\nb\nERROR boom\n"), lifecycle._finding(
         "exit-during-load", "the runtime exited with code 3 before it was ready", "it ended", "fix it", ["engine: die"]),
         ["a", "b", "ERROR boom"])
     err = lifecycle.failure_error(out)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hostctl.diagnosis import Evidence
+from hostctl.failures import StartEvidence
 from hostctl.service import restarts, sdnotify
 from hostctl.service.supervise import Observation, Verdict, Watcher, death_finding
 
@@ -48,11 +48,11 @@ def test_a_verdict_is_final():
 
 def test_the_cause_comes_from_the_catalogue_when_a_signature_matches():
     v = Verdict("died", exit_code=137, oom=True)
-    cause, _ = death_finding(v, Evidence(log="INFO serving", oom_killed=True, exit_code=137), 60)
+    cause, _ = death_finding(v, StartEvidence(log="INFO serving", oom_killed=True, exit_code=137), 60)
     assert cause.id == "container-oom"
-    cause, _ = death_finding(Verdict("died", exit_code=137), Evidence(log="INFO serving", exit_code=137), 60)
+    cause, _ = death_finding(Verdict("died", exit_code=137), StartEvidence(log="INFO serving", exit_code=137), 60)
     assert cause.id == "runtime-died" and "exit code 137" in cause.lines[0]
-    cause, _ = death_finding(Verdict("hung", failing_s=7.5, status="paused"), Evidence(log=""), 6)
+    cause, _ = death_finding(Verdict("hung", failing_s=7.5, status="paused"), StartEvidence(log=""), 6)
     assert cause.id == "runtime-hang" and "paused" in cause.title
 
 
@@ -131,12 +131,12 @@ def test_watchdog_interval_is_ours_only():
 def _doctor(supervised: list[dict]):
     from hostctl import examples
     from hostctl.doctor.checks import all_checks
-    from hostctl.doctor.registry import Context, run_checks
+    from hostctl.doctor.registry import CheckContext, run_checks
     from hostctl.facts.model import SupervisedEnding
 
     config, facts = examples.load("demo-cpu")
     facts.state.supervised = [SupervisedEnding.model_validate(e) for e in supervised]
-    ctx = Context(facts=facts, config=config, plan=None, level="quick", facts_source="snapshot")
+    ctx = CheckContext(facts=facts, config=config, plan=None, level="quick", facts_source="snapshot")
     check = next(c for c in all_checks() if c.id == "service.supervision")
     return run_checks(ctx, [check])[0].result
 

@@ -4,18 +4,18 @@ read EngineFacts and PortFacts."""
 
 from __future__ import annotations
 
-from hostctl.doctor.registry import Context, Result, check, failed, passed, skipped, warned
+from hostctl.doctor.registry import CheckContext, CheckResult, check, failed, passed, skipped, warned
 
 ENGINE = "Docker Engine API (/info) over the engine's socket"
 
 
-def _needs_engine(ctx: Context):
+def _needs_engine(ctx: CheckContext):
     """fail with a profile (the runtime runs in Docker); warn without one (nothing is known to need it)."""
     return failed if ctx.config is not None else warned
 
 
 @check("docker.engine", "Docker engine reachable")
-def engine(ctx: Context) -> Result:
+def engine(ctx: CheckContext) -> CheckResult:
     e = ctx.facts.engine
     if e.available:
         return passed(f"engine {e.version} (API {e.api_version}), cgroup v{e.cgroup_version or '?'} "
@@ -25,7 +25,7 @@ def engine(ctx: Context) -> Result:
                               expected="a reachable engine", source=ENGINE)
 
 
-def _no_gpu_container(ctx: Context, why_not: str) -> Result | None:
+def _no_gpu_container(ctx: CheckContext, why_not: str) -> CheckResult | None:
     """The skip of a check about GPU containers where there is none to judge, or None."""
     if ctx.plan is not None and not ctx.plan.runtime.gpu_uuids:
         return skipped("the runtime uses no GPU")
@@ -37,7 +37,7 @@ def _no_gpu_container(ctx: Context, why_not: str) -> Result | None:
 
 
 @check("docker.runtime.nvidia", "the engine has the nvidia runtime")
-def nvidia_runtime(ctx: Context) -> Result:
+def nvidia_runtime(ctx: CheckContext) -> CheckResult:
     e = ctx.facts.engine
     if (skip := _no_gpu_container(ctx, "so containers need no nvidia runtime")) is not None:
         return skip
@@ -51,7 +51,7 @@ def nvidia_runtime(ctx: Context) -> Result:
 
 
 @check("docker.cgroup_driver", "the engine's cgroup driver and the daemon-reload risk")
-def cgroup_driver(ctx: Context) -> Result:
+def cgroup_driver(ctx: CheckContext) -> CheckResult:
     """Under the systemd cgroup driver a `systemctl daemon-reload` can take a running GPU
     container's devices away ("Failed to initialize NVML: Unknown Error" inside it;
     NVIDIA/nvidia-container-toolkit#48 and the toolkit's troubleshooting guide)."""
@@ -75,7 +75,7 @@ def cgroup_driver(ctx: Context) -> Result:
 
 
 @check("docker.compose", "Compose v2 installed")
-def compose(ctx: Context) -> Result:
+def compose(ctx: CheckContext) -> CheckResult:
     e = ctx.facts.engine
     source = "docker compose version --short (the CLI plugin)"
     if e.compose_version:
@@ -90,7 +90,7 @@ def compose(ctx: Context) -> Result:
 
 
 @check("docker.api_port", "API port free or held by our runtime")
-def api_port(ctx: Context) -> Result:
+def api_port(ctx: CheckContext) -> CheckResult:
     if ctx.plan is None:
         return ctx.no_profile("the API address is unknown")
     rt = ctx.plan.runtime

@@ -8,14 +8,15 @@ from __future__ import annotations
 import re
 
 from hostctl.doctor import functional
-from hostctl.doctor.registry import Context, Result, check, failed, passed, skipped, warned
+from hostctl.doctor.registry import CheckContext, CheckResult, check, failed, passed, skipped, warned
 from hostctl.facts.model import Gpu, P2PVerdict
 from hostctl.gpu.acs import AcsReading, judge_paths
 from hostctl.gpu.health import COPY_FRACTION_WARN
 from hostctl.plan import codes
 from hostctl.plan.nccl import IOMMU_COST, verdict_stale
 from hostctl.plan.placement import VRAM_SLACK, serving_gpus
-from hostctl.units import fmt_gib, format_cpulist
+from hostctl.bytesizes import fmt_gib
+from hostctl.cpulists import format_cpulist
 
 NVML = "NVML"
 COUNT_CODES = (codes.PLACEMENT_NO_GPU, codes.PLACEMENT_UNKNOWN_DEVICE, codes.PLACEMENT_TOO_FEW_GPUS,
@@ -28,7 +29,7 @@ FUNCTIONAL_CODES = (codes.NCCL_P2P_UNVERIFIED, codes.NCCL_P2P_FAILED)
 NEEDS_OPEN_MODULE = re.compile(r"Blackwell|\bG?B[123]00\b|RTX PRO [2-6]\d{3}\b|RTX 50[5-9]0")
 
 
-def _no_gpu(ctx: Context) -> Result | None:
+def _no_gpu(ctx: CheckContext) -> CheckResult | None:
     """Skip (or fail, when the recipe needs GPUs) when no GPU can be read."""
     g = ctx.facts.gpus
     if g.available and g.devices:
@@ -40,13 +41,13 @@ def _no_gpu(ctx: Context) -> Result | None:
     return skipped(f"no GPU here: {why}", source=NVML)
 
 
-def _gpus(ctx: Context) -> list[Gpu]:
+def _gpus(ctx: CheckContext) -> list[Gpu]:
     """The GPUs that matter: the serving ones with a plan, else every GPU on the host."""
     return serving_gpus(ctx.facts, ctx.plan if ctx.plan is not None and ctx.plan.placement.gpus else None)
 
 
 @check("gpu.driver", "NVIDIA driver loaded")
-def driver(ctx: Context) -> Result:
+def driver(ctx: CheckContext) -> CheckResult:
     g = ctx.facts.gpus
     if g.driver_version:
         return passed(f"driver {g.driver_version} (CUDA {g.cuda_driver_version or '?'}), "
@@ -55,7 +56,7 @@ def driver(ctx: Context) -> Result:
 
 
 @check("gpu.kernel_module", "open NVIDIA kernel module")
-def kernel_module(ctx: Context) -> Result:
+def kernel_module(ctx: CheckContext) -> CheckResult:
     g = ctx.facts.gpus
     if not g.driver_version:
         return _no_gpu(ctx) or skipped("no NVIDIA driver")
@@ -74,7 +75,7 @@ def kernel_module(ctx: Context) -> Result:
 
 
 @check("gpu.count", "GPUs visible vs the recipe", codes=COUNT_CODES)
-def count(ctx: Context) -> Result:
+def count(ctx: CheckContext) -> CheckResult:
     g = ctx.facts.gpus
     visible = len(g.devices)
     names = ", ".join(f"{d.index}: {d.name} ({fmt_gib(d.memory_total_bytes)})" for d in g.devices)
@@ -103,7 +104,7 @@ def count(ctx: Context) -> Result:
 
 
 @check("gpu.persistence", "persistence mode on")
-def persistence(ctx: Context) -> Result:
+def persistence(ctx: CheckContext) -> CheckResult:
     if (r := _no_gpu(ctx)) is not None:
         return r
     gpus = _gpus(ctx)
@@ -121,7 +122,7 @@ def persistence(ctx: Context) -> Result:
 
 
 @check("gpu.power.limit", "power limit matches the profile", codes=POWER_CODES)
-def power_limit(ctx: Context) -> Result:
+def power_limit(ctx: CheckContext) -> CheckResult:
     if (r := _no_gpu(ctx)) is not None:
         unread = [p for p in ctx.problems(POWER_CODES) if p.code == codes.POWER_NO_GPU]
         if unread and r.status == "skip":
@@ -159,7 +160,7 @@ def power_limit(ctx: Context) -> Result:
 
 
 @check("gpu.pcie.link", "PCIe link at full width")
-def pcie_link(ctx: Context) -> Result:
+def pcie_link(ctx: CheckContext) -> CheckResult:
     if (r := _no_gpu(ctx)) is not None:
         return r
     source = "NVML nvmlDeviceGetCurr/MaxPcieLinkWidth, Curr/MaxPcieLinkGeneration"
@@ -188,7 +189,7 @@ def pcie_link(ctx: Context) -> Result:
 
 
 @check("gpu.pcie.bandwidth", "pinned host<->device copy bandwidth", level="full")
-def pcie_bandwidth(ctx: Context) -> Result:
+def pcie_bandwidth(ctx: CheckContext) -> CheckResult:
     if (r := _no_gpu(ctx)) is not None:
         return r
     results, errors = functional.measure_bandwidth(ctx.facts)
@@ -221,7 +222,7 @@ def pcie_bandwidth(ctx: Context) -> Result:
 # ---------------------------------------------------------------- P2P and NUMA
 
 
-def _pairs_text(ctx: Context, indices: list[int]) -> tuple[list[str], list[str]]:
+def _pairs_text(ctx: CheckContext, indices: list[int]) -> tuple[list[str], list[str]]:
     """(one text per pair, the pairs the driver refuses)."""
     texts, refused = [], []
     for i, a in enumerate(indices):
@@ -238,7 +239,7 @@ def _pairs_text(ctx: Context, indices: list[int]) -> tuple[list[str], list[str]]
     return texts, refused
 
 
-def _iommu_text(ctx: Context) -> str:
+def _iommu_text(ctx: CheckContext) -> str:
     i = ctx.facts.iommu
     if not i.enabled:
         flags = " ".join(f"{k}={v}" for k, v in i.cmdline_flags.items())
@@ -247,12 +248,12 @@ def _iommu_text(ctx: Context) -> str:
     return f"IOMMU on ({mode}, {i.group_count} groups)"
 
 
-def _iommu_translates(ctx: Context) -> bool:
+def _iommu_translates(ctx: CheckContext) -> bool:
     i = ctx.facts.iommu
     return i.enabled and (i.default_domain_type or "").lower() != "identity"
 
 
-def _acs(ctx: Context) -> tuple[AcsReading | None, str]:
+def _acs(ctx: CheckContext) -> tuple[AcsReading | None, str]:
     """(the ACS reading over the serving GPUs, or None when the facts carry none; its text)."""
     acs = ctx.facts.acs
     if acs is None:
@@ -262,12 +263,12 @@ def _acs(ctx: Context) -> tuple[AcsReading | None, str]:
         f" ({'; '.join(e.strip() for e in reading.evidence[:4])})" if reading.evidence else "")
 
 
-def _serving_indices(ctx: Context) -> list[int]:
+def _serving_indices(ctx: CheckContext) -> list[int]:
     return [g.index for g in _gpus(ctx)]
 
 
 @check("nccl.p2p.ladder", "P2P ladder: topology, driver P2P, IOMMU/ACS", codes=LADDER_CODES)
-def p2p_ladder(ctx: Context) -> Result:
+def p2p_ladder(ctx: CheckContext) -> CheckResult:
     if (r := _no_gpu(ctx)) is not None:
         return r
     indices = _serving_indices(ctx)
@@ -310,7 +311,7 @@ def p2p_ladder(ctx: Context) -> Result:
                   source=source)
 
 
-def _judge_verdict(ctx: Context, v: P2PVerdict, source: str, fresh: bool) -> Result:
+def _judge_verdict(ctx: CheckContext, v: P2PVerdict, source: str, fresh: bool) -> CheckResult:
     bw = (f"; {v.busbw_gbps:g} GB/s with P2P vs {v.control_busbw_gbps:g} GB/s without"
           if v.busbw_gbps and v.control_busbw_gbps else "")
     observed = f"{v.verdict} (measured {v.measured_at}, driver {v.driver_version or '?'}){bw}"
@@ -333,7 +334,7 @@ def _judge_verdict(ctx: Context, v: P2PVerdict, source: str, fresh: bool) -> Res
 
 
 @check("nccl.p2p.functional", "P2P works in a real all-reduce", codes=FUNCTIONAL_CODES)
-def p2p_functional(ctx: Context) -> Result:
+def p2p_functional(ctx: CheckContext) -> CheckResult:
     stored = ctx.facts.state.p2p
     source = "/var/lib/hostctl/p2p.json (stored by `hostctl provision --only gpu`)"
     if not (ctx.facts.gpus.available and ctx.facts.gpus.devices) and stored is None:
@@ -354,7 +355,7 @@ def p2p_functional(ctx: Context) -> Result:
 
 
 @check("numa.placement", "NUMA node known, placement consistent", codes=NUMA_CODES)
-def numa_placement(ctx: Context) -> Result:
+def numa_placement(ctx: CheckContext) -> CheckResult:
     nodes = {n.id: n for n in ctx.facts.numa.nodes}
     source = "/sys/bus/pci/devices/<bus id>/numa_node, local_cpulist; /sys/devices/system/node"
     gpus = _gpus(ctx) if ctx.facts.gpus.available else []

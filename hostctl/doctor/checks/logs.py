@@ -1,17 +1,17 @@
 """Log checks: OOM kills and GPU Xid errors in the kernel log since boot, and the state of
 hostctl's runtime container (an exit, an OOM kill of its cgroup or of one of its processes by
-the host's OOM killer), each explained through the failure catalogue (hostctl.diagnosis)."""
+the host's OOM killer), each explained through the failure catalogue (hostctl.failures)."""
 
 from __future__ import annotations
 
-from hostctl.diagnosis import SIGNATURES, XID_MEANINGS, Evidence, classify
-from hostctl.doctor.registry import Context, Result, check, failed, passed, skipped, warned
+from hostctl.failures import SIGNATURES, XID_MEANINGS, StartEvidence, classify
+from hostctl.doctor.registry import CheckContext, CheckResult, check, failed, passed, skipped, warned
 from hostctl.facts.model import KernelLogFacts
 
 FIX = {s.id: s.fix for s in SIGNATURES}
 
 
-def _kernel_log(ctx: Context) -> tuple[KernelLogFacts | None, Result | None]:
+def _kernel_log(ctx: CheckContext) -> tuple[KernelLogFacts | None, CheckResult | None]:
     k = ctx.facts.kernel_log
     if k is None:
         return None, skipped("the facts carry no kernel log (a snapshot, or one made before doctor read it)")
@@ -31,7 +31,7 @@ def _when(t: float | None) -> str:
 
 
 @check("logs.kernel.oom", "no OOM kills since boot")
-def kernel_oom(ctx: Context) -> Result:
+def kernel_oom(ctx: CheckContext) -> CheckResult:
     k, skip = _kernel_log(ctx)
     if skip is not None:
         return skip
@@ -55,7 +55,7 @@ def kernel_oom(ctx: Context) -> Result:
 
 
 @check("logs.kernel.xid", "no GPU Xid errors since boot")
-def kernel_xid(ctx: Context) -> Result:
+def kernel_xid(ctx: CheckContext) -> CheckResult:
     k, skip = _kernel_log(ctx)
     if skip is not None:
         return skip
@@ -77,7 +77,7 @@ def kernel_xid(ctx: Context) -> Result:
 
 
 @check("logs.runtime", "the runtime container did not die")
-def runtime(ctx: Context) -> Result:
+def runtime(ctx: CheckContext) -> CheckResult:
     e = ctx.facts.engine
     if not e.available:
         return skipped(f"the Docker engine is unreachable: {e.reason}")
@@ -103,7 +103,7 @@ def runtime(ctx: Context) -> Result:
             return warned(f"{c.name} is running but unhealthy", fix="hostctl logs; hostctl doctor --log FILE classifies "
                           "a saved log", observed=observed, source=source)
         return passed(f"{c.name} running" + (f" ({c.health})" if c.health else ""), observed=observed, source=source)
-    findings = classify(Evidence(log="", kernel_log="\n".join(ev.line for ev in host_kills),
+    findings = classify(StartEvidence(log="", kernel_log="\n".join(ev.line for ev in host_kills),
                                  oom_killed=c.oom_killed, exit_code=c.exit_code))
     if findings:
         f = findings[0]

@@ -5,10 +5,10 @@ EngineFacts.daemon and the plan's memory section."""
 
 from __future__ import annotations
 
-from hostctl.doctor.registry import Context, Result, check, failed, passed, skipped, warned
+from hostctl.doctor.registry import CheckContext, CheckResult, check, failed, passed, skipped, warned
 from hostctl.plan import codes
 from hostctl.plan.model import Problem
-from hostctl.units import GIB, MIB, fmt_bytes, fmt_gib
+from hostctl.bytesizes import GIB, MIB, fmt_bytes, fmt_gib
 
 MEMINFO = "/proc/meminfo (MemTotal, SwapTotal)"
 # Under host IPC NCCL and vLLM's shared-memory broadcast live in the host's /dev/shm.
@@ -28,7 +28,7 @@ CONTAINER_CODES = (codes.MEMORY_CONTAINER_RAM_LOW, codes.MEMORY_CONTAINER_RAM_OV
                    codes.MEMORY_CONTAINER_SWAP_BELOW_RAM, codes.MEMORY_CONTAINER_SWAP_OVER_HOST)
 
 
-def _from_problems(problems: list[Problem], observed: str, expected: str | None, source: str) -> Result | None:
+def _from_problems(problems: list[Problem], observed: str, expected: str | None, source: str) -> CheckResult | None:
     if not problems:
         return None
     worst = next((p for p in problems if p.severity == "error"), problems[0])
@@ -37,7 +37,7 @@ def _from_problems(problems: list[Problem], observed: str, expected: str | None,
 
 
 @check("memory.ram_swap", "host RAM+swap covers the recipe", codes=HOST_CODES)
-def ram_swap(ctx: Context) -> Result:
+def ram_swap(ctx: CheckContext) -> CheckResult:
     m = ctx.facts.memory
     observed = f"RAM {fmt_gib(m.mem_total_bytes)} + swap {_size(m.swap_total_bytes)} = {fmt_gib(m.ram_plus_swap)}"
     if ctx.plan is None:
@@ -54,7 +54,7 @@ def ram_swap(ctx: Context) -> Result:
 
 
 @check("memory.swap", "swap active, equal priorities")
-def swap(ctx: Context) -> Result:
+def swap(ctx: CheckContext) -> CheckResult:
     m = ctx.facts.memory
     source = "/proc/swaps"
     want = [d for d in ctx.config.profile.drives if d.swap > 0] if ctx.config is not None else []
@@ -90,7 +90,7 @@ def swap(ctx: Context) -> Result:
 
 
 @check("memory.swappiness", "swap sysctls for the phase")
-def swappiness(ctx: Context) -> Result:
+def swappiness(ctx: CheckContext) -> CheckResult:
     m = ctx.facts.memory
     source = "/proc/sys/vm/swappiness, /proc/sys/vm/page-cluster"
     observed = f"vm.swappiness={m.swappiness}, vm.page-cluster={m.page_cluster}"
@@ -117,7 +117,7 @@ def swappiness(ctx: Context) -> Result:
 
 
 @check("memory.memlock", "memlock for GPU containers")
-def memlock(ctx: Context) -> Result:
+def memlock(ctx: CheckContext) -> CheckResult:
     e, m = ctx.facts.engine, ctx.facts.memory
     own = "unlimited" if m.memlock_limit_bytes is None else fmt_bytes(m.memlock_limit_bytes)
     gpu_runtime = ctx.plan is not None and bool(ctx.plan.runtime.gpu_uuids)
@@ -149,7 +149,7 @@ def memlock(ctx: Context) -> Result:
 
 
 @check("memory.container_caps", "container caps leave the host reserve", codes=CONTAINER_CODES)
-def container_caps(ctx: Context) -> Result:
+def container_caps(ctx: CheckContext) -> CheckResult:
     if ctx.plan is None:
         return ctx.no_profile("no container caps to check")
     mp, m = ctx.plan.memory, ctx.facts.memory
@@ -173,7 +173,7 @@ def container_caps(ctx: Context) -> Result:
 
 
 @check("memory.shm.size", "/dev/shm size for host IPC")
-def shm_size(ctx: Context) -> Result:
+def shm_size(ctx: CheckContext) -> CheckResult:
     shm = ctx.facts.shm
     total = shm.total_bytes if shm is not None and shm.available else ctx.facts.memory.shm_total_bytes
     free = shm.free_bytes if shm is not None and shm.available else None
@@ -196,7 +196,7 @@ def shm_size(ctx: Context) -> Result:
 
 
 @check("memory.shm.stale", "no stale runtime segments in /dev/shm")
-def shm_stale(ctx: Context) -> Result:
+def shm_stale(ctx: CheckContext) -> CheckResult:
     shm = ctx.facts.shm
     if shm is None:
         return skipped("the facts carry no /dev/shm scan (a snapshot from before it existed, or another host)")

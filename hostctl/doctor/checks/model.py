@@ -5,12 +5,12 @@ hostctl's manifest; hostctl/model/facts.py) and the models file the recipe resol
 
 from __future__ import annotations
 
-from hostctl.doctor.registry import Context, Result, check, failed, passed, skipped, warned
+from hostctl.doctor.registry import CheckContext, CheckResult, check, failed, passed, skipped, warned
 from hostctl.errors import InputError
 
 
 @check("model.checkpoint", "the checkpoint is present, pinned and verified")
-def checkpoint(ctx: Context) -> Result:
+def checkpoint(ctx: CheckContext) -> CheckResult:
     if ctx.config is None:
         return ctx.no_profile("no checkpoint to check")
     # Imported only with a profile: the models file's YAML reader and the manifest's schema

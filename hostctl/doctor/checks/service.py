@@ -6,7 +6,7 @@ nothing about this one."""
 
 from __future__ import annotations
 
-from hostctl.doctor.registry import Context, Result, check, failed, passed, skipped, warned
+from hostctl.doctor.registry import CheckContext, CheckResult, check, failed, passed, skipped, warned
 from hostctl.service import fingerprint
 
 SOURCE = "/var/lib/hostctl/qualify.json (stored by `hostctl bench --suite qualify`)"
@@ -14,7 +14,7 @@ RUN_QUALIFY = "with the service up (`hostctl up`), run `hostctl bench --suite qu
 
 
 @check("service.qualified", "the served context is proven (qualify verdict)")
-def qualified(ctx: Context) -> Result:
+def qualified(ctx: CheckContext) -> CheckResult:
     if ctx.config is None or ctx.plan is None:
         return ctx.no_profile("the qualify verdict is judged against this profile's plan")
     verdict = ctx.facts.state.qualify
@@ -61,7 +61,7 @@ SUPERVISION_SOURCE = "/var/lib/hostctl/restarts.json (written by `hostctl up --f
 
 
 @check("service.supervision", "the supervised runtime has not died or hung recently")
-def supervision(ctx: Context) -> Result:
+def supervision(ctx: CheckContext) -> CheckResult:
     from datetime import datetime, timezone
 
     from hostctl.service.restarts import summary

@@ -5,16 +5,16 @@ section, whose problems already judge the directories, and the facts' mounts and
 
 from __future__ import annotations
 
-from hostctl.doctor.registry import Check, Context, Result, check, failed, passed, skipped, warned
+from hostctl.doctor.registry import Check, CheckContext, CheckResult, check, failed, passed, skipped, warned
 from hostctl.plan import codes
 from hostctl.plan.model import Problem
 from hostctl.storage_roles import CONVERSION_ROLES, ROLES
-from hostctl.units import GIB, fmt_gib
+from hostctl.bytesizes import GIB, fmt_gib
 
 PROVISION = "hostctl provision --only storage"
 
 
-def _result(problems: list[Problem], observed: str, expected: str | None, source: str) -> Result | None:
+def _result(problems: list[Problem], observed: str, expected: str | None, source: str) -> CheckResult | None:
     if not problems:
         return None
     worst = next((p for p in problems if p.severity == "error"), problems[0])
@@ -24,7 +24,7 @@ def _result(problems: list[Problem], observed: str, expected: str | None, source
 
 
 @check("storage.mounts", "the mounts the plan needs are present")
-def mounts(ctx: Context) -> Result:
+def mounts(ctx: CheckContext) -> CheckResult:
     if ctx.plan is None:
         return ctx.no_profile("no mounts to check")
     required = ctx.plan.storage.required_mounts
@@ -53,7 +53,7 @@ def _role_check(role: str) -> Check:
     mine_codes = _role_codes(role)
     unnamed_code = codes.role_code(role, "unnamed")
 
-    def run(ctx: Context) -> Result:
+    def run(ctx: CheckContext) -> CheckResult:
         if ctx.plan is None:
             return ctx.no_profile(f"no {label} to check")
         target = ctx.plan.storage.role(role)
@@ -94,7 +94,7 @@ RANK_CODES = (codes.RANK_STALE_COPY, codes.RANK_NOT_SPLIT)
 
 
 @check("storage.rank_stores", "rank stores on distinct filesystems, copies matching", codes=RANK_CODES)
-def rank_stores(ctx: Context) -> Result:
+def rank_stores(ctx: CheckContext) -> CheckResult:
     if ctx.plan is None:
         return ctx.no_profile("no rank stores to check")
     stores = ctx.plan.storage.rank_stores

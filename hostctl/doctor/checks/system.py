@@ -4,14 +4,14 @@ a virtual machine, where GPU topology, P2P and NUMA may not describe the hardwar
 
 from __future__ import annotations
 
-from hostctl.doctor.registry import Context, Result, check, failed, passed, skipped, warned
+from hostctl.doctor.registry import CheckContext, CheckResult, check, failed, passed, skipped, warned
 from hostctl.plan import codes
 
 RUNTIME_CODES = (codes.RUNTIME_NO_IMAGE, codes.RUNTIME_NO_MODEL_DIR)
 
 
 @check("system.config", "profile, recipe and plan", codes=RUNTIME_CODES)
-def config(ctx: Context) -> Result:
+def config(ctx: CheckContext) -> CheckResult:
     if ctx.config is None or ctx.plan is None:
         return skipped(f"{ctx.no_config_reason}: profile-dependent checks skip (pass --config PATH)")
     cfg, plan = ctx.config, ctx.plan
@@ -33,7 +33,7 @@ def config(ctx: Context) -> Result:
 
 
 @check("system.virtualization", "readings come from the host itself")
-def virtualization(ctx: Context) -> Result:
+def virtualization(ctx: CheckContext) -> CheckResult:
     k = ctx.facts.kernel
     source = k.virtualization_evidence or "systemd-detect-virt, DMI, /proc/cpuinfo"
     if not k.virtualization:

@@ -60,32 +60,3 @@ def fmt_bytes(n_bytes: int | float) -> str:
 def fmt_gib(n_bytes: int | float) -> str:
     value = n_bytes / GIB
     return f"{value:.0f} GiB" if abs(value - round(value)) < 0.05 else f"{value:.1f} GiB"
-
-
-def parse_cpulist(text: str) -> list[int]:
-    """Parse a kernel CPU list ('0-3,8,10-11') into sorted CPU numbers."""
-    cpus: set[int] = set()
-    for part in text.strip().split(","):
-        part = part.strip()
-        if not part:
-            continue
-        if "-" in part:
-            lo, hi = part.split("-", 1)
-            cpus.update(range(int(lo), int(hi) + 1))
-        else:
-            cpus.add(int(part))
-    return sorted(cpus)
-
-
-def format_cpulist(cpus: list[int]) -> str:
-    """Inverse of parse_cpulist, compressed into ranges ('0-3,8')."""
-    out: list[str] = []
-    ordered = sorted(set(cpus))
-    i = 0
-    while i < len(ordered):
-        j = i
-        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
-            j += 1
-        out.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
-        i = j + 1
-    return ",".join(out)

@@ -20,7 +20,7 @@ MAX_LINES = 6  # evidence lines kept per finding
 
 
 @dataclass(frozen=True)
-class Evidence:
+class StartEvidence:
     """What is known about a failed or stuck start. Only `log` is required."""
 
     log: str = ""
@@ -45,14 +45,14 @@ class Signature:
     title: str
     cause: str
     fix: str
-    match: Callable[[Evidence], list[str] | None]
+    match: Callable[[StartEvidence], list[str] | None]
 
 
 def _grep(text: str, pattern: re.Pattern, source: str) -> list[str]:
     return [f"{source}:{i}: {line.strip()}" for i, line in enumerate(text.splitlines(), 1) if pattern.search(line)]
 
 
-def _log(pattern: str, flags: int = 0) -> Callable[[Evidence], list[str] | None]:
+def _log(pattern: str, flags: int = 0) -> Callable[[StartEvidence], list[str] | None]:
     rx = re.compile(pattern, flags)
     return lambda ev: _grep(ev.log, rx, "log") or None
 
@@ -81,7 +81,7 @@ P2P_UNSUPPORTED = re.compile(r"peer access is not supported between these two de
 NCCL_SYSTEM = re.compile(r"NCCL error[^\n]*unhandled system error|ncclSystemError")
 
 
-def _host_oom(ev: Evidence) -> list[str] | None:
+def _host_oom(ev: StartEvidence) -> list[str] | None:
     store = _grep(ev.log, TCPSTORE, "log")
     pipe = _grep(ev.log, BROKEN_PIPE, "log")
     # The store's own socket must be the broken one (one line says both): a TCPStore line and an
@@ -97,7 +97,7 @@ def _host_oom(ev: Evidence) -> list[str] | None:
     return kernel + both
 
 
-def _container_oom(ev: Evidence) -> list[str] | None:
+def _container_oom(ev: StartEvidence) -> list[str] | None:
     memcg = _grep(ev.kernel_log, MEMCG_OOM, "kernel")
     if ev.oom_killed or (ev.exit_code == 137 and memcg):
         last_phase = _grep(ev.log, re.compile(r"moe_w2 delta tier|delta tier|Loading|converted layer"), "log")[-2:]
@@ -105,7 +105,7 @@ def _container_oom(ev: Evidence) -> list[str] | None:
     return None
 
 
-def _deadlock(ev: Evidence) -> list[str] | None:
+def _deadlock(ev: StartEvidence) -> list[str] | None:
     watchdog = _grep(ev.log, WATCHDOG, "log")
     if watchdog:
         return watchdog
@@ -115,7 +115,7 @@ def _deadlock(ev: Evidence) -> list[str] | None:
     return None
 
 
-def _oom_context(ev: Evidence) -> tuple[list[str], str]:
+def _oom_context(ev: StartEvidence) -> tuple[list[str], str]:
     """The GPU OOM lines and the 30 log lines before the first one."""
     oom = _grep(ev.log, GPU_OOM, "log")
     if not oom:
@@ -125,39 +125,39 @@ def _oom_context(ev: Evidence) -> tuple[list[str], str]:
     return oom, "\n".join(lines[max(0, first - 30):first + 1])
 
 
-def _autotune_oom(ev: Evidence) -> list[str] | None:
+def _autotune_oom(ev: StartEvidence) -> list[str] | None:
     oom, context = _oom_context(ev)
     return oom[:2] if oom and TUNING.search(context) and not GRAPH_CAPTURE.search(context) else None
 
 
-def _graph_capture_oom(ev: Evidence) -> list[str] | None:
+def _graph_capture_oom(ev: StartEvidence) -> list[str] | None:
     oom, context = _oom_context(ev)
     if not oom or not GRAPH_CAPTURE.search(context) or GRAPH_DONE.search(context):
         return None
     return _grep(context, GRAPH_CAPTURE, "log")[-1:] + oom[:2]
 
 
-def _xids(ev: Evidence, wanted) -> list[str] | None:
+def _xids(ev: StartEvidence, wanted) -> list[str] | None:
     found = [f"kernel:{i}: {line.strip()}" for i, line in enumerate(ev.kernel_log.splitlines(), 1)
              if (m := XID.search(line)) and wanted(int(m.group(2)))]
     return found or None
 
 
-def _xid(ev: Evidence) -> list[str] | None:
+def _xid(ev: StartEvidence) -> list[str] | None:
     return _xids(ev, lambda n: n not in XID_FALLEN_OFF | XID_ECC)
 
 
-def _fallen_off(ev: Evidence) -> list[str] | None:
+def _fallen_off(ev: StartEvidence) -> list[str] | None:
     return (_xids(ev, lambda n: n in XID_FALLEN_OFF) or []) + _grep(
         ev.log, re.compile(r"GPU has fallen off the bus|cudaErrorDevicesUnavailable"), "log")[:2] or None
 
 
-def _ecc(ev: Evidence) -> list[str] | None:
+def _ecc(ev: StartEvidence) -> list[str] | None:
     return (_xids(ev, lambda n: n in XID_ECC) or []) + _grep(
         ev.log, re.compile(r"uncorrectable ECC error encountered|cudaErrorECCUncorrectable"), "log")[:2] or None
 
 
-def _nccl_system(ev: Evidence) -> list[str] | None:
+def _nccl_system(ev: StartEvidence) -> list[str] | None:
     """The generic NCCL system error, when no more specific cause (shm segment, P2P) is in the log."""
     if NCCL_SHM_SEGMENT.search(ev.log) or P2P_UNSUPPORTED.search(ev.log):
         return None
@@ -167,7 +167,7 @@ def _nccl_system(ev: Evidence) -> list[str] | None:
 ROOT_ERROR = re.compile(r"(?:^|\] )\s*([A-Z][A-Za-z0-9_.]*(?:Error|Exception)): ")
 
 
-def _engine_core(ev: Evidence) -> list[str] | None:
+def _engine_core(ev: StartEvidence) -> list[str] | None:
     """vLLM's "engine core failed to start": the parent's words; the child's own first errors are
     the evidence (they name the real cause when no other signature knows it)."""
     head = _grep(ev.log, re.compile(r"Engine core initialization failed|EngineCore failed to start"), "log")
@@ -438,7 +438,7 @@ _KERNEL_TIME = re.compile(r"^\s*\[\s*(?P<t>\d+\.\d+)\]")
 
 
 @dataclass(frozen=True)
-class KernelEvent:
+class KernelLogMatch:
     """One OOM kill or Xid error in a kernel log."""
 
     kind: str  # "host_oom", "memcg_oom" or "xid"
@@ -451,10 +451,10 @@ class KernelEvent:
     severity: str | None = None  # Xid: hardware, contained or application
 
 
-def kernel_events(text: str) -> list[KernelEvent]:
+def kernel_events(text: str) -> list[KernelLogMatch]:
     """Every OOM kill (host-wide vs a memory cgroup's own limit) and every Xid error in a kernel
     log (dmesg lines, with or without their [time] prefix), in log order."""
-    events: list[KernelEvent] = []
+    events: list[KernelLogMatch] = []
     constraints: dict[str, tuple[str, str | None]] = {}  # pid -> (constraint, memcg) from the line before the kill
     for raw in text.splitlines():
         # A plain substring test first: a boot's log holds thousands of lines and the three
@@ -470,17 +470,17 @@ def kernel_events(text: str) -> list[KernelEvent]:
         if (m := KILLED.search(line)) is not None:
             constraint, memcg = constraints.pop(m.group("pid"), (None, None))
             in_cgroup = bool(m.group("memcg")) or constraint == "CONSTRAINT_MEMCG"
-            events.append(KernelEvent("memcg_oom" if in_cgroup else "host_oom", line, t,
+            events.append(KernelLogMatch("memcg_oom" if in_cgroup else "host_oom", line, t,
                                       process=f"{m.group('comm')} (pid {m.group('pid')})", cgroup=memcg or None))
             continue
         if (m := XID.search(line)) is not None:
             code = int(m.group(2))
-            events.append(KernelEvent("xid", line, t, xid=code, pci_bus_id=m.group(1),
+            events.append(KernelLogMatch("xid", line, t, xid=code, pci_bus_id=m.group(1),
                                       severity=XID_MEANINGS.get(code, ("", "unknown"))[1]))
     return events
 
 
-def classify(evidence: Evidence) -> list[Finding]:
+def classify(evidence: StartEvidence) -> list[Finding]:
     """Every signature that matches, most specific first (catalogue order)."""
     findings = []
     for sig in SIGNATURES:

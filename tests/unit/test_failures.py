@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from hostctl.diagnosis import SIGNATURES, Evidence, classify
+from hostctl.failures import SIGNATURES, StartEvidence, classify
 
 TCPSTORE_LOG = """\
 (VllmWorker rank=1 pid=311) INFO 08-02 21:14:05 [parallel_state.py:1076] rank 1 in world size 2 is assigned as DP rank 0, PP rank 0, TP rank 1
@@ -32,7 +32,7 @@ IDS = [s.id for s in SIGNATURES]
 
 
 def ids(**kw):
-    return [f.id for f in classify(Evidence(**kw))]
+    return [f.id for f in classify(StartEvidence(**kw))]
 
 
 def test_catalogue_ids_are_unique_and_every_entry_explains_itself():
@@ -42,7 +42,7 @@ def test_catalogue_ids_are_unique_and_every_entry_explains_itself():
 
 
 def test_tcpstore_broken_pipe_is_a_host_oom():
-    findings = classify(Evidence(log=TCPSTORE_LOG, kernel_log=KERNEL_HOST_OOM))
+    findings = classify(StartEvidence(log=TCPSTORE_LOG, kernel_log=KERNEL_HOST_OOM))
     assert [f.id for f in findings] == ["host-oom-tcpstore"]
     assert any(line.startswith("kernel:") and "Killed process 310" in line for line in findings[0].lines)
 
@@ -62,7 +62,7 @@ def test_tcpstore_near_misses(log, kernel):
 
 def test_container_oom_from_engine_state():
     log = "INFO building moe_w2 delta tier: 24.0 GiB pool, 2048 slots\n"
-    findings = classify(Evidence(log=log, oom_killed=True, exit_code=137))
+    findings = classify(StartEvidence(log=log, oom_killed=True, exit_code=137))
     assert [f.id for f in findings] == ["container-oom"]
     assert "moe_w2 delta tier" in findings[0].lines[-1]
     assert ids(log=log, exit_code=137, kernel_log=KERNEL_MEMCG_OOM) == ["container-oom"]
@@ -110,14 +110,14 @@ def test_gpu_oom_during_autotune_but_not_during_serving():
 def test_enospc_and_xid():
     assert ids(log="OSError: [Errno 28] No space left on device: '/planes/layer17.plane'\n") == ["enospc"]
     assert ids(log="INFO /planes has 2.1 TiB of space left on device nvme1n1p2\n") == []
-    findings = classify(Evidence(kernel_log="[99.1] NVRM: Xid (PCI:0000:01:00): 79, pid=0, GPU has fallen off the bus.\n"))
+    findings = classify(StartEvidence(kernel_log="[99.1] NVRM: Xid (PCI:0000:01:00): 79, pid=0, GPU has fallen off the bus.\n"))
     assert [f.id for f in findings] == ["gpu-fallen-off-bus"] and "79" in findings[0].lines[0]
     assert ids(kernel_log=JOURNAL_XID) == ["gpu-xid"]  # an application Xid is the generic entry
 
 
 # ---------------------------------------------------------------- kernel log events (doctor's logs.kernel.*)
 
-from hostctl.diagnosis import XID_MEANINGS, kernel_events  # noqa: E402
+from hostctl.failures import XID_MEANINGS, kernel_events  # noqa: E402
 
 # Captured on this CI machine: a 16 MiB container that allocated 64 MiB (cgroup v1, kernel 6.18).
 KERNEL_MEMCG_OOM_REAL = """\
@@ -172,7 +172,7 @@ def test_up_reads_only_kernel_events_since_it_began(monkeypatch):
     text = lifecycle._kernel_events_since(500.0)
     assert "process 310" in text and "process 7 " not in text
     # With that line, the TCPStore broken pipe of a dead rank is a host OOM; the kernel line is evidence.
-    findings = classify(Evidence(log=TCPSTORE_LOG, kernel_log=text))
+    findings = classify(StartEvidence(log=TCPSTORE_LOG, kernel_log=text))
     assert findings[0].id == "host-oom-tcpstore" and any("process 310" in ln for ln in findings[0].lines)
 
 
@@ -184,8 +184,8 @@ FIXTURES = load_yaml(Path(__file__).resolve().parent / "data" / "failures.yaml",
 EVIDENCE_KEYS = ("log", "kernel_log", "oom_killed", "exit_code", "stalled_s")
 
 
-def _evidence(case: dict) -> Evidence:
-    return Evidence(**{k: case[k] for k in EVIDENCE_KEYS if k in case})
+def _evidence(case: dict) -> StartEvidence:
+    return StartEvidence(**{k: case[k] for k in EVIDENCE_KEYS if k in case})
 
 
 def test_the_catalogue_has_twenty_signatures_each_with_a_fixture_and_a_near_miss():
