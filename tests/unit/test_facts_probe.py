@@ -184,23 +184,20 @@ def test_iommu_flags_from_kernel_arguments_only():
 # ---------------------------------------------------------------- GPU mapping (no GPU needed)
 
 
-def test_topology_and_p2p_tables():
-    assert set(TOPOLOGY_LEVELS.values()) == set(TOPOLOGY_ORDER) - {"NVLINK"}
-    assert TOPOLOGY_LEVELS == {0: "SELF", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
-    assert P2P_STATUS == {
-        0: "ok",
-        1: "chipset_not_supported",
-        2: "gpu_not_supported",
-        3: "ioh_topology_not_supported",
-        4: "disabled_by_regkey",
-        5: "not_supported",
-        6: "unknown",
-    }
+def test_topology_and_p2p_tables_are_nvmls():
+    """hostctl's tables against pynvml's own constants, not a copy of them."""
     pynvml = need_module("pynvml")  # the numbers are NVML's, not ours
-    assert TOPOLOGY_LEVELS[pynvml.NVML_TOPOLOGY_HOSTBRIDGE] == "PHB"
-    assert TOPOLOGY_LEVELS[pynvml.NVML_TOPOLOGY_SYSTEM] == "SYS"
-    assert P2P_STATUS[pynvml.NVML_P2P_STATUS_CHIPSET_NOT_SUPPORTED] == "chipset_not_supported"
-    assert P2P_STATUS[pynvml.NVML_P2P_STATUS_UNKNOWN] == "unknown"
+    # nvmlGpuTopologyLevel_t, named as nvidia-smi topo -m prints them
+    nvml_levels = {pynvml.NVML_TOPOLOGY_INTERNAL: "SELF", pynvml.NVML_TOPOLOGY_SINGLE: "PIX",
+                   pynvml.NVML_TOPOLOGY_MULTIPLE: "PXB", pynvml.NVML_TOPOLOGY_HOSTBRIDGE: "PHB",
+                   pynvml.NVML_TOPOLOGY_NODE: "NODE", pynvml.NVML_TOPOLOGY_SYSTEM: "SYS"}
+    assert TOPOLOGY_LEVELS == nvml_levels
+    assert set(TOPOLOGY_LEVELS.values()) == set(TOPOLOGY_ORDER) - {"NVLINK"}
+    # nvmlGpuP2PStatus_t: every NVML_P2P_STATUS_* value, by its name (pynvml also keeps NVML's
+    # misspelt CHIPSET_NOT_SUPPORED, with the same value)
+    nvml_status = {getattr(pynvml, n): n.removeprefix("NVML_P2P_STATUS_").lower()
+                   for n in sorted(dir(pynvml)) if n.startswith("NVML_P2P_STATUS_") and not n.endswith("SUPPORED")}
+    assert P2P_STATUS == nvml_status
 
 
 def test_small_conversions():
