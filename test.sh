@@ -188,7 +188,7 @@ if [[ -z ${HOSTCTL_TORCH_WHEEL:-} ]]; then
     export HOSTCTL_TORCH_WHEEL
 fi
 tag=$("$PY" -m hostctl.images build)
-# The router image (vllm-router from PyPI on the same base, for tests/system/test_cluster.py):
+# The router image (vllm-router from PyPI on the same base, for tests/system/test_cluster_live.py):
 # ~40 s cold, reused by input hash.
 router=$("$PY" -m hostctl.images router)
 end "ok ($tag, $router)"
