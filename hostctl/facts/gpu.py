@@ -20,6 +20,10 @@ from hostctl.units import parse_cpulist
 
 PCI_DEVICES = Path("/sys/bus/pci/devices")
 NVIDIA_VERSION = Path("/proc/driver/nvidia/version")
+# The nvidia kernel module creates both while it is loaded (a container given the GPUs sees both
+# too). Neither there means NVML can only answer "driver not loaded", and importing pynvml for
+# that costs ~80 ms (pynvml + ctypes; benchmarks/results/doctor_quick-2vcpu-shared.txt).
+NVIDIA_CTL = Path("/dev/nvidiactl")
 
 # nvmlGpuTopologyLevel_t values -> TOPOLOGY_ORDER names (NVLink is found separately)
 TOPOLOGY_LEVELS = {0: "SELF", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
@@ -56,6 +60,8 @@ class NvmlAdapter:
         self.max_nvlinks = 18
 
     def init(self) -> None:
+        if not (NVIDIA_VERSION.exists() or NVIDIA_CTL.exists()):
+            raise NvmlUnavailable(f"NVIDIA driver not loaded: neither {NVIDIA_VERSION} nor {NVIDIA_CTL} exists")
         try:
             import pynvml
         except ImportError as exc:
