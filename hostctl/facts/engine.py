@@ -169,7 +169,7 @@ def read_daemon_limits(pid: int, proc: Path = PROC) -> DaemonLimits:
     """The engine daemon's memlock and open-file limits and whether it may raise them: a
     container's `ulimits` are set by the engine's runc, which needs CAP_SYS_RESOURCE to go
     above the limits it inherited ("error setting rlimit" otherwise)."""
-    limits = DaemonLimits(pid=pid)
+    limits = DaemonLimits.model_construct(pid=pid)
     for line in (proc / str(pid) / "limits").read_text().splitlines():
         fields = re.split(r"\s{2,}", line.strip())
         if len(fields) >= 3 and fields[0] == "Max locked memory":
@@ -203,7 +203,7 @@ def _container(summary: dict, inspect: dict | None) -> ContainerFacts:
     labels = summary.get("Labels") or {}
     state = (inspect or {}).get("State") or {}
     names = summary.get("Names") or []
-    return ContainerFacts(
+    return ContainerFacts.model_construct(
         id=summary.get("Id", ""),
         name=(names[0].lstrip("/") if names else summary.get("Id", "")[:12]),
         image=summary.get("Image"),
@@ -224,9 +224,9 @@ def _image(api: "EngineApi", ref: str) -> ImageFacts:
     from urllib.parse import quote
 
     try:
-        return ImageFacts(ref=ref, id=api.json(f"/images/{quote(ref, safe='')}/json").get("Id"))
+        return ImageFacts.model_construct(ref=ref, id=api.json(f"/images/{quote(ref, safe='')}/json").get("Id"))
     except EngineApiError as exc:
-        return ImageFacts(ref=ref, reason=_one_line(str(exc)))
+        return ImageFacts.model_construct(ref=ref, reason=_one_line(str(exc)))
 
 
 def _probe_local(path: str, image_refs: tuple[str, ...] = ()) -> EngineFacts:
@@ -246,8 +246,8 @@ def _probe_local(path: str, image_refs: tuple[str, ...] = ()) -> EngineFacts:
                 containers.append(_container(summary, inspect))
             images = [_image(api, ref) for ref in image_refs]
     except (OSError, EngineApiError, ValueError) as exc:
-        return EngineFacts(available=False, reason=f"Docker engine unreachable at {path}: {_one_line(str(exc) or type(exc).__name__)}")
-    facts = EngineFacts(
+        return EngineFacts.model_construct(available=False, reason=f"Docker engine unreachable at {path}: {_one_line(str(exc) or type(exc).__name__)}")
+    facts = EngineFacts.model_construct(
         version=info.get("ServerVersion"),
         api_version=version.get("ApiVersion"),
         runtimes=sorted(info.get("Runtimes") or {}),
@@ -271,7 +271,7 @@ def _probe_local(path: str, image_refs: tuple[str, ...] = ()) -> EngineFacts:
 def probe_docker(image_refs: tuple[str, ...] = ()) -> EngineFacts:
     problem = _socket_problem()
     if problem:
-        return EngineFacts(available=False, reason=problem)
+        return EngineFacts.model_construct(available=False, reason=problem)
     path = local_socket()
     if path is not None:
         return _probe_local(path, image_refs)
@@ -285,16 +285,16 @@ def probe_docker(image_refs: tuple[str, ...] = ()) -> EngineFacts:
             images = []
             for ref in image_refs:
                 try:
-                    images.append(ImageFacts(ref=ref, id=client.images.get(ref).id))
+                    images.append(ImageFacts.model_construct(ref=ref, id=client.images.get(ref).id))
                 except Exception as exc:  # NotFound or an API error: the reason is kept
-                    images.append(ImageFacts(ref=ref, reason=_one_line(str(exc))))
+                    images.append(ImageFacts.model_construct(ref=ref, reason=_one_line(str(exc))))
         finally:
             client.close()
     except ImportError as exc:
-        return EngineFacts(available=False, reason=f"the docker SDK is not installed: {exc}")
+        return EngineFacts.model_construct(available=False, reason=f"the docker SDK is not installed: {exc}")
     except Exception as exc:  # the SDK wraps socket, HTTP and API errors in several types
-        return EngineFacts(available=False, reason=f"Docker engine unreachable: {_one_line(str(exc))}")
-    return EngineFacts(
+        return EngineFacts.model_construct(available=False, reason=f"Docker engine unreachable: {_one_line(str(exc))}")
+    return EngineFacts.model_construct(
         version=info.get("ServerVersion"),
         api_version=api_version,
         runtimes=sorted(info.get("Runtimes") or {}),

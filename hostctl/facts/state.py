@@ -23,7 +23,7 @@ def probe_state(state_dir: Path | None = None) -> tuple[StateFacts, list[str]]:
     """(state, notes); a file that cannot be read is ignored with a note, never fatal."""
     state_dir = state_dir or paths.state_dir()
     notes: list[str] = []
-    state = StateFacts()
+    state = StateFacts.model_construct()
     state.p2p = _load(state_dir / P2P_FILE, notes, P2PVerdict.model_validate)
     state.qualify = _load(state_dir / QUALIFY_FILE, notes, QualifyVerdict.model_validate)
     provisioned = _load(state_dir / PROVISIONED_FILE, notes,
