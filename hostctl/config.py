@@ -717,9 +717,9 @@ def find_profile(explicit: Path | None) -> Path:
             raise InputError(f"config file {str(explicit)[:200]} does not exist" + (f" ({problem})" if problem else ""),
                              fix="pass --config PATH to a host profile (TOML)")
         return explicit
-    for candidate in paths.PROFILE_SEARCH:
-        if _is_file(candidate):
-            return candidate
+    found = paths.searched_profile()
+    if found is not None:
+        return found
     raise NoProfileError(
         "no host profile found",
         details=[f"looked for {', '.join(str(p) for p in paths.PROFILE_SEARCH)}"],
