@@ -731,12 +731,9 @@ def main(argv: list[str] | None = None) -> int:
     stdout and stderr pass through hostctl.secrets for the whole command: every value known to be
     secret (the environment's at start, the config's once loaded) is hidden in everything printed.
     """
-    from hostctl import secrets
+    from hostctl import noplugins, secrets
 
-    # No third-party pydantic plugin observes or alters hostctl's validation (typer disables them
-    # for its own parsing too), and pydantic need not scan every installed package's entry points
-    # for one: ~15 ms of every command that reads a profile or facts on this 2-CPU machine.
-    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+    noplugins.disable()  # no pydantic plugin, and no scan of the installed packages for one
     secrets.remember(secrets.from_environment())
     real_out, real_err = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = secrets.RedactingStream(real_out), secrets.RedactingStream(real_err)
