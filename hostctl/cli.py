@@ -129,6 +129,10 @@ class Context:
         return Context(config or self.config_path, facts or self.facts_path)
 
     def config(self) -> Config:
+        from hostctl import paths
+
+        if self.config_path is None and paths.searched_profile() is None:
+            raise paths.no_profile_error()  # as load_config would, without importing the config models
         from hostctl.config import load_config
 
         cfg = load_config(self.config_path)

@@ -38,6 +38,18 @@ def searched_profile() -> Path | None:
     return None
 
 
+def no_profile_error():
+    """What finding no host profile raises (config.find_profile, and the commands that learn it
+    from searched_profile without importing the config models)."""
+    from hostctl.errors import NoProfileError
+
+    return NoProfileError(
+        "no host profile found",
+        details=[f"looked for {', '.join(str(p) for p in PROFILE_SEARCH)}"],
+        fix="pass --config PATH, or start from a bundled example: runtime/hosts/demo-cpu.toml",
+    )
+
+
 def sysroot() -> Path:
     return Path(os.environ.get(SYSROOT_ENV) or "/")
 
