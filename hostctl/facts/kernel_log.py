@@ -66,8 +66,15 @@ def read_kmsg(path: Path = KMSG) -> tuple[list[str], int | None]:
     return lines, first_seq
 
 
+# Every line hostctl.diagnosis.kernel_events can turn into an event holds one of these (it tests
+# the same substrings before its patterns): a log without any has no event.
+EVENT_MARKERS = ("oom-kill:", "Killed process", "NVRM: Xid")
+
+
 def _events(text: str) -> list[KernelEvent]:
-    from hostctl.diagnosis import kernel_events  # its patterns compile in ~10 ms: only when a log is read
+    if not any(marker in text for marker in EVENT_MARKERS):
+        return []  # the usual log: the catalogue's patterns (~10 ms to compile) are not needed
+    from hostctl.diagnosis import kernel_events
 
     return [KernelEvent.model_construct(kind=e.kind, line=e.line, time_s=e.time_s, process=e.process, cgroup=e.cgroup, xid=e.xid,
                         pci_bus_id=e.pci_bus_id, severity=e.severity) for e in kernel_events(text)]
