@@ -134,6 +134,10 @@ class GlobalOptions:
         return GlobalOptions(config or self.config_path, facts or self.facts_path)
 
     def config(self) -> Config:
+        from hostctl import paths
+
+        if self.config_path is None and paths.searched_profile() is None:
+            raise paths.no_profile_error()  # as load_config would, without importing the config models
         from hostctl.config import load_config
 
         cfg = load_config(self.config_path)
@@ -149,7 +153,7 @@ class GlobalOptions:
         if config is None:
             return collect()
         from hostctl.plan import alias_requests
-        from hostctl.provision.apply import fact_requests
+        from hostctl.provision.requests import fact_requests
 
         # every directory a provision part decides on, so `facts --json` (read by `verify --host`
         # on another machine) holds what the parts' decisions need
@@ -796,12 +800,9 @@ def main(argv: list[str] | None = None) -> int:
     stdout and stderr pass through hostctl.secrets for the whole command: every value known to be
     secret (the environment's at start, the config's once loaded) is hidden in everything printed.
     """
-    from hostctl import secrets
+    from hostctl import noplugins, secrets
 
-    # No third-party pydantic plugin observes or alters hostctl's validation (typer disables them
-    # for its own parsing too), and pydantic need not scan every installed package's entry points
-    # for one: ~15 ms of every command that reads a profile or facts on this 2-CPU machine.
-    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+    noplugins.disable()  # no pydantic plugin, and no scan of the installed packages for one
     secrets.remember(secrets.from_environment())
     real_out, real_err = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = secrets.RedactingStream(real_out), secrets.RedactingStream(real_err)

@@ -18,7 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from hostctl import paths, safepaths, safetext
-from hostctl.errors import InputError, NoProfileError
+from hostctl.errors import InputError
 from hostctl.storage_roles import ROLES, Role
 from hostctl.bytesizes import GIB, MIB, TIB, parse_size
 
@@ -720,14 +720,10 @@ def find_profile(explicit: Path | None) -> Path:
             raise InputError(f"config file {str(explicit)[:200]} does not exist" + (f" ({problem})" if problem else ""),
                              fix="pass --config PATH to a host profile (TOML)")
         return explicit
-    for candidate in paths.PROFILE_SEARCH:
-        if _is_file(candidate):
-            return candidate
-    raise NoProfileError(
-        "no host profile found",
-        details=[f"looked for {', '.join(str(p) for p in paths.PROFILE_SEARCH)}"],
-        fix="pass --config PATH, or start from a bundled example: runtime/hosts/demo-cpu.toml",
-    )
+    found = paths.searched_profile()
+    if found is not None:
+        return found
+    raise paths.no_profile_error()
 
 
 def load_profile(path: Path) -> HostProfile:

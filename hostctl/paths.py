@@ -26,6 +26,30 @@ def hostctl_for_units(explicit: str | None = None) -> str:
     return explicit or INSTALLED_HOSTCTL
 
 
+def searched_profile() -> Path | None:
+    """The first host profile in PROFILE_SEARCH that is a file (config.find_profile's search, here
+    so that doctor can tell "no profile" without importing the config models)."""
+    for candidate in PROFILE_SEARCH:
+        try:
+            if candidate.is_file():
+                return candidate
+        except OSError:  # a permission denied on the way
+            continue
+    return None
+
+
+def no_profile_error():
+    """What finding no host profile raises (config.find_profile, and the commands that learn it
+    from searched_profile without importing the config models)."""
+    from hostctl.errors import NoProfileError
+
+    return NoProfileError(
+        "no host profile found",
+        details=[f"looked for {', '.join(str(p) for p in PROFILE_SEARCH)}"],
+        fix="pass --config PATH, or start from a bundled example: runtime/hosts/demo-cpu.toml",
+    )
+
+
 def sysroot() -> Path:
     return Path(os.environ.get(SYSROOT_ENV) or "/")
 

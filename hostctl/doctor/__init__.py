@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+from hostctl import paths
 from hostctl.errors import InputError, NoProfileError
 
 LEVELS = ("quick", "full")
@@ -33,6 +34,8 @@ class DoctorOptions:
 
 def _load_config(opts: DoctorOptions):
     """(config or None, why there is none)."""
+    if opts.config_path is None and paths.searched_profile() is None:
+        return None, "no host profile"  # what load_config would raise, without importing the config models
     from hostctl.config import load_config
 
     try:
@@ -63,7 +66,6 @@ def image_requests(config) -> list[str]:
 def build_report(opts: DoctorOptions, err: TextIO | None = None):
     """Everything but printing: (report, config, facts, plan)."""
     from hostctl.doctor.checks import all_checks
-    from hostctl.doctor.diagnose import diagnose_file
     from hostctl.doctor.registry import CheckContext, run_checks
     from hostctl.doctor.report import Report
 
@@ -117,7 +119,11 @@ def build_report(opts: DoctorOptions, err: TextIO | None = None):
     outcomes = run_checks(ctx, all_checks())
     t4 = time.perf_counter()
     timings["checks"] = t4 - t3
-    log = diagnose_file(opts.log, facts) if opts.log is not None else None
+    log = None
+    if opts.log is not None:  # the log's classifier is imported only for a log
+        from hostctl.doctor.diagnose import diagnose_file
+
+        log = diagnose_file(opts.log, facts)
     timings["log"] = time.perf_counter() - t4
     report = Report(
         host=facts.hostname, level=opts.level, strict=opts.strict, facts_source=source, collected_at=facts.collected_at,

@@ -13,12 +13,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from hostctl.config import Config
-from hostctl.facts.model import ContainerFacts, HostFacts
-from hostctl.model.facts import CheckpointFacts
-from hostctl.plan.model import Plan, Problem
+if TYPE_CHECKING:  # annotations only: importing config, plan and the model manifest costs ~50 ms
+    from hostctl.config import Config
+    from hostctl.facts.model import ContainerFacts, HostFacts
+    from hostctl.model.facts import CheckpointFacts
+    from hostctl.plan.model import Plan, Problem
 
 Status = Literal["pass", "warn", "fail", "skip"]
 Level = Literal["quick", "full"]

@@ -15,12 +15,15 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from hostctl import __version__
-from hostctl.doctor.diagnose import Diagnosis, diagnosis_text
 from hostctl.doctor.redact import redact
 from hostctl.doctor.registry import STATUSES, CheckRun
 from hostctl.errors import EXIT_FAILED, EXIT_OK
+
+if TYPE_CHECKING:  # a log is diagnosed only with --log: the failure catalogue is imported then
+    from hostctl.doctor.diagnose import Diagnosis
 
 DOCTOR_SCHEMA = "hostctl.doctor/v1"
 LABEL = {"pass": "PASS", "warn": "WARN", "fail": "FAIL", "skip": "SKIP"}
@@ -130,6 +133,8 @@ def text(r: Report, colour: bool = False) -> str:
                 if res.evidence and res.evidence.source:
                     out.append(dim(f"        from: {res.evidence.source}"))
     if r.log is not None:
+        from hostctl.doctor.diagnose import diagnosis_text
+
         out.append("")
         out.append(diagnosis_text(r.log).rstrip("\n"))
     c = r.counts()

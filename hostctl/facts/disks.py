@@ -2,8 +2,8 @@
 (serial, WWN, /dev/disk/by-id), what is on them (partition table, GPT names, filesystems) and
 what is using them (mounts, holders, active swap, the root filesystem).
 
-Identities and contents come from the udev database when udevd has populated it; without
-udevd (containers, CI) the database is empty, so identities come from sysfs attributes and
+Identities and contents come from the udev database (its files, read directly) when udevd has
+populated it; without udevd (containers, CI) the database is empty, so identities come from sysfs attributes and
 contents from a low-level `blkid -p` probe of the device itself.
 """
 
@@ -27,6 +27,7 @@ SYS_BLOCK = Path("/sys/block")
 SYS_DEV_BLOCK = Path("/sys/dev/block")
 SYS_CLASS_BLOCK = Path("/sys/class/block")
 BY_ID = Path("/dev/disk/by-id")
+UDEV_DATA = Path("/run/udev/data")
 ROOT_MOUNTS = ("/", "/boot")
 # stacking devices (dm, md) are reported as holders of the disks they sit on, not as disks
 SKIP_PREFIXES = ("ram", "zram", "dm-", "md", "sr", "fd")
@@ -84,21 +85,32 @@ def partition_names(disk: str, sys_block: Path = SYS_BLOCK) -> list[str]:
 # ---------------------------------------------------------------- udev
 
 
-def udev_properties(names: Iterable[str]) -> tuple[dict[str, dict[str, str]], str | None]:
-    """name -> udev properties for the devices udev has initialised, and why there are none."""
-    try:
-        import pyudev
+def read_udev_db(path: Path) -> dict[str, str]:
+    """The E: lines (KEY=VALUE, the device's properties) of one udev database file. Its other lines
+    (S: symlinks, I: the time of initialisation, G:/Q: tags, W:, L:, V:) hostctl does not use."""
+    props: dict[str, str] = {}
+    for line in path.read_text(encoding="utf-8", errors="surrogateescape").splitlines():
+        if line.startswith("E:"):
+            key, eq, value = line[2:].partition("=")
+            if eq and key:
+                props[key] = value
+    return props
 
-        context = pyudev.Context()
-    except Exception as exc:  # ImportError, or libudev.so.1 missing (OSError / ImportError)
-        return {}, f"pyudev unavailable ({exc.__class__.__name__}: {exc})"
+
+def udev_properties(names: Iterable[str], data_dir: Path = UDEV_DATA,
+                    class_block: Path = SYS_CLASS_BLOCK) -> tuple[dict[str, dict[str, str]], str | None]:
+    """name -> udev properties for the devices udev has initialised, and why there are none.
+
+    Read from udev's database directly, /run/udev/data/b<major>:<minor> (what libudev reads; pyudev
+    and ctypes cost ~40 ms to import, benchmarks/results/doctor_quick-2vcpu-shared.txt). As in
+    libudev, a device is initialised exactly when its database file exists: udevd writes it once
+    its rules have run (the file's I: line records when)."""
     out: dict[str, dict[str, str]] = {}
     for name in names:
         try:
-            dev = pyudev.Devices.from_name(context, "block", name)
-            if dev.is_initialized:
-                out[name] = dict(dev.properties)
-        except Exception:  # a device that vanished between listing and reading
+            devnum = (class_block / name / "dev").read_text().strip()
+            out[name] = read_udev_db(data_dir / f"b{devnum}")
+        except OSError:  # not initialised (no file), or a device that vanished between listing and reading
             continue
     if not out:
         return out, "the udev database has no block devices (udevd is not running here)"
@@ -164,7 +176,7 @@ def wipefs_signatures(path: str) -> tuple[list[str], str | None]:
 def blank_proof(path: str, size_bytes: int) -> BlankProof:
     """Read what a blank disk must not hold: non-zero bytes in the first or last MiB, an MBR or
     GPT header, any signature wipefs knows. Needs read access to the device (root)."""
-    proof = BlankProof()
+    proof = BlankProof.model_construct()
     try:
         with open(path, "rb", buffering=0) as f:
             head = f.read(MIB)
@@ -232,7 +244,7 @@ def ext4_backup_superblock(path: str) -> str | None:
 def fs_check(path: str, fs_type: str | None) -> FsCheck:
     """Did mkfs finish, and is the filesystem sound: read-only checks of one of hostctl's own
     partitions that nothing uses (never of a user's, never of a mounted one)."""
-    check = FsCheck()
+    check = FsCheck.model_construct()
     if fs_type is None:
         check.backup_superblock = ext4_backup_superblock(path)
         try:
@@ -433,7 +445,7 @@ class _Probe:
         if (disk in self.check_disks and marks.role_of(c["part_label"], c["fs_label"]) is not None
                 and not mountpoints and swap is None and not _holders(sysdir)):
             checked = fs_check(f"/dev/{name}", c["fs_type"])
-        return Partition(
+        return Partition.model_construct(
             name=name,
             path=f"/dev/{name}",
             dev=dev or None,
@@ -468,7 +480,7 @@ class _Probe:
             # where a partition deleted by hand would have started: right after each one that remains
             ends = sorted({-(-(_part_end(sysdir / p.name)) // MIB) * MIB for p in parts})
             after, _ = nonzero_samples(f"/dev/{name}", size, [e for e in ends if e + SAMPLE <= size - MIB])
-        return Disk(
+        return Disk.model_construct(
             name=name,
             path=f"/dev/{name}",
             dev=dev or None,
@@ -513,7 +525,7 @@ def probe_disks(mounts: Sequence[MountLine] | None = None, swaps: Sequence[SwapD
     try:
         names = disk_names()
     except OSError as exc:
-        return DiskFacts(available=False, reason=f"cannot list {SYS_BLOCK}: {exc}")
+        return DiskFacts.model_construct(available=False, reason=f"cannot list {SYS_BLOCK}: {exc}")
     probe = _Probe(read_mountinfo() if mounts is None else mounts, read_swaps() if swaps is None else swaps)
     all_names = [n for d in names for n in (d, *partition_names(d))]
     probe.udev, no_udev = udev_properties(all_names)
@@ -531,14 +543,14 @@ def probe_disks(mounts: Sequence[MountLine] | None = None, swaps: Sequence[SwapD
     if blkid_error:
         failed = f"{blkid_error} (contents of those devices unknown)"
         reason = f"{reason}; {failed}" if reason else failed
-    return DiskFacts(source=source, source_reason=reason, devices=[probe.disk(n) for n in names], aliases=aliases)
+    return DiskFacts.model_construct(source=source, source_reason=reason, devices=[probe.disk(n) for n in names], aliases=aliases)
 
 
 def _identities(probe: "_Probe", name: str) -> Disk:
     """Just the identity fields of a disk, for matching before the full probe."""
     sysdir = SYS_BLOCK / name
     u = probe.udev.get(name, {})
-    return Disk(name=name, path=f"/dev/{name}", by_id=probe.by_id.get(name, []),
+    return Disk.model_construct(name=name, path=f"/dev/{name}", by_id=probe.by_id.get(name, []),
                 serial=u.get("ID_SERIAL_SHORT") or _read(sysdir / "device" / "serial") or _read(sysdir / "serial") or None,
                 wwn=u.get("ID_WWN_WITH_EXTENSION") or u.get("ID_WWN") or _read(sysdir / "wwid")
                 or _read(sysdir / "device" / "wwid") or None)

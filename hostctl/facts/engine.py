@@ -1,9 +1,9 @@
 """Container engine facts: the Docker engine (reachable, version, runtimes, cgroup setup, the
 daemon's own limits, hostctl's runtime containers) and the Compose v2 CLI plugin.
 
-A local engine is asked over its unix socket with http.client: the docker SDK costs ~0.15 s
-to import, most of doctor's quick-level budget. A remote engine (DOCKER_HOST=tcp://, ssh://)
-goes through the SDK, which knows TLS and SSH.
+A local engine is asked over its unix socket with hostctl.http10: the docker SDK costs ~0.15 s
+to import, most of doctor's quick-level budget, and http.client ~35 ms (ssl, email). A remote
+engine (DOCKER_HOST=tcp://, ssh://) goes through the SDK, which knows TLS and SSH.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import struct
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from hostctl import runner
+from hostctl import http10, runner
 from hostctl.facts.model import ContainerFacts, DaemonLimits, EngineFacts, ImageFacts
 
 DEFAULT_SOCKET = "/var/run/docker.sock"
@@ -40,35 +40,17 @@ class EngineApiError(Exception):
         self.status = status  # the HTTP status the engine answered with (404: no such object)
 
 
-def _connection(socket_path: str, timeout: float):
-    """An http.client connection over a unix socket. http.client is imported here, not at the top:
-    it pulls in ssl and email (~10 ms), which every hostctl command would pay for importing facts."""
-    import http.client
-
-    class UnixConnection(http.client.HTTPConnection):
-        def connect(self) -> None:
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            sock.settimeout(self.timeout)
-            try:
-                sock.connect(socket_path)
-            except OSError:
-                sock.close()
-                raise
-            self.sock = sock
-
-    return UnixConnection("localhost", timeout=timeout)
-
-
 class EngineApi:
-    """GET requests to a local Docker engine's API; one connection, reused."""
+    """GET requests to a local Docker engine's API over its unix socket (hostctl.http10: one
+    HTTP/1.0 connection per request, which on a local socket costs microseconds)."""
 
     def __init__(self, socket_path: str, timeout: float = API_TIMEOUT_S):
-        self._conn = _connection(socket_path, timeout)
+        self._path = socket_path
+        self._timeout = timeout
 
     def get(self, url: str) -> bytes:
-        self._conn.request("GET", url, headers={"Host": "docker"})
-        resp = self._conn.getresponse()
-        body = resp.read()
+        resp = http10.get(url, unix_socket=self._path, host_header="docker", timeout=self._timeout)
+        body = resp.body
         if resp.status != 200:
             try:
                 message = json.loads(body).get("message", "")
@@ -81,7 +63,7 @@ class EngineApi:
         return json.loads(self.get(url))
 
     def close(self) -> None:
-        self._conn.close()
+        pass  # nothing stays open between requests
 
     def __enter__(self) -> "EngineApi":
         return self
@@ -187,7 +169,7 @@ def read_daemon_limits(pid: int, proc: Path = PROC) -> DaemonLimits:
     """The engine daemon's memlock and open-file limits and whether it may raise them: a
     container's `ulimits` are set by the engine's runc, which needs CAP_SYS_RESOURCE to go
     above the limits it inherited ("error setting rlimit" otherwise)."""
-    limits = DaemonLimits(pid=pid)
+    limits = DaemonLimits.model_construct(pid=pid)
     for line in (proc / str(pid) / "limits").read_text().splitlines():
         fields = re.split(r"\s{2,}", line.strip())
         if len(fields) >= 3 and fields[0] == "Max locked memory":
@@ -221,7 +203,7 @@ def _container(summary: dict, inspect: dict | None) -> ContainerFacts:
     labels = summary.get("Labels") or {}
     state = (inspect or {}).get("State") or {}
     names = summary.get("Names") or []
-    return ContainerFacts(
+    return ContainerFacts.model_construct(
         id=summary.get("Id", ""),
         name=(names[0].lstrip("/") if names else summary.get("Id", "")[:12]),
         image=summary.get("Image"),
@@ -242,13 +224,12 @@ def _image(api: "EngineApi", ref: str) -> ImageFacts:
     from urllib.parse import quote
 
     try:
-        return ImageFacts(ref=ref, id=api.json(f"/images/{quote(ref, safe='')}/json").get("Id"))
+        return ImageFacts.model_construct(ref=ref, id=api.json(f"/images/{quote(ref, safe='')}/json").get("Id"))
     except EngineApiError as exc:
-        return ImageFacts(ref=ref, reason=_one_line(str(exc)))
+        return ImageFacts.model_construct(ref=ref, reason=_one_line(str(exc)))
 
 
 def _probe_local(path: str, image_refs: tuple[str, ...] = ()) -> EngineFacts:
-    import http.client
     from urllib.parse import quote
 
     try:
@@ -264,9 +245,9 @@ def _probe_local(path: str, image_refs: tuple[str, ...] = ()) -> EngineFacts:
                     inspect = None  # removed between the two requests
                 containers.append(_container(summary, inspect))
             images = [_image(api, ref) for ref in image_refs]
-    except (OSError, EngineApiError, http.client.HTTPException, ValueError) as exc:
-        return EngineFacts(available=False, reason=f"Docker engine unreachable at {path}: {_one_line(str(exc) or type(exc).__name__)}")
-    facts = EngineFacts(
+    except (OSError, EngineApiError, ValueError) as exc:
+        return EngineFacts.model_construct(available=False, reason=f"Docker engine unreachable at {path}: {_one_line(str(exc) or type(exc).__name__)}")
+    facts = EngineFacts.model_construct(
         version=info.get("ServerVersion"),
         api_version=version.get("ApiVersion"),
         runtimes=sorted(info.get("Runtimes") or {}),
@@ -290,7 +271,7 @@ def _probe_local(path: str, image_refs: tuple[str, ...] = ()) -> EngineFacts:
 def probe_docker(image_refs: tuple[str, ...] = ()) -> EngineFacts:
     problem = _socket_problem()
     if problem:
-        return EngineFacts(available=False, reason=problem)
+        return EngineFacts.model_construct(available=False, reason=problem)
     path = local_socket()
     if path is not None:
         return _probe_local(path, image_refs)
@@ -304,16 +285,16 @@ def probe_docker(image_refs: tuple[str, ...] = ()) -> EngineFacts:
             images = []
             for ref in image_refs:
                 try:
-                    images.append(ImageFacts(ref=ref, id=client.images.get(ref).id))
+                    images.append(ImageFacts.model_construct(ref=ref, id=client.images.get(ref).id))
                 except Exception as exc:  # NotFound or an API error: the reason is kept
-                    images.append(ImageFacts(ref=ref, reason=_one_line(str(exc))))
+                    images.append(ImageFacts.model_construct(ref=ref, reason=_one_line(str(exc))))
         finally:
             client.close()
     except ImportError as exc:
-        return EngineFacts(available=False, reason=f"the docker SDK is not installed: {exc}")
+        return EngineFacts.model_construct(available=False, reason=f"the docker SDK is not installed: {exc}")
     except Exception as exc:  # the SDK wraps socket, HTTP and API errors in several types
-        return EngineFacts(available=False, reason=f"Docker engine unreachable: {_one_line(str(exc))}")
-    return EngineFacts(
+        return EngineFacts.model_construct(available=False, reason=f"Docker engine unreachable: {_one_line(str(exc))}")
+    return EngineFacts.model_construct(
         version=info.get("ServerVersion"),
         api_version=api_version,
         runtimes=sorted(info.get("Runtimes") or {}),
@@ -325,7 +306,6 @@ def probe_docker(image_refs: tuple[str, ...] = ()) -> EngineFacts:
 
 
 def _inspect_local(path: str, name: str) -> tuple[dict | None, str | None]:
-    import http.client
     from urllib.parse import quote
 
     try:
@@ -333,7 +313,7 @@ def _inspect_local(path: str, name: str) -> tuple[dict | None, str | None]:
             return api.json(f"/containers/{quote(name, safe='')}/json"), None
     except EngineApiError as exc:
         return None, (None if exc.status == 404 else f"the Docker engine refused: {_one_line(str(exc))}")
-    except (OSError, http.client.HTTPException, ValueError) as exc:
+    except (OSError, ValueError) as exc:
         return None, f"Docker engine unreachable at {path}: {_one_line(str(exc) or type(exc).__name__)}"
 
 

@@ -26,7 +26,7 @@ def probe_state(state_dir: Path | None = None) -> tuple[StateFacts, list[str]]:
     """(state, notes); a file that cannot be read is ignored with a note, never fatal."""
     state_dir = state_dir or paths.state_dir()
     notes: list[str] = []
-    state = StateFacts()
+    state = StateFacts.model_construct()
     state.p2p = _load(state_dir / P2P_FILE, notes, P2PVerdict.model_validate)
     state.qualify = _load(state_dir / QUALIFY_FILE, notes, QualifyVerdict.model_validate)
     provisioned = _load(state_dir / PROVISIONED_FILE, notes,
@@ -39,8 +39,13 @@ def probe_state(state_dir: Path | None = None) -> tuple[StateFacts, list[str]]:
 
 
 def _service(doc: dict) -> ServiceRecord:
+    # Three strings, checked here rather than by pydantic: building ServiceRecord's validator costs
+    # more (~7 ms) than all of this probe's reading, and every `facts`, `plan` and `doctor` reads it.
     at = doc.get("down_at") if doc.get("state") == "down" else doc.get("ready_at") or doc.get("failed_at")
-    return ServiceRecord(state=str(doc["state"]), container=doc.get("container"), at=at)
+    for key, value in (("container", doc.get("container")), ("at", at)):
+        if value is not None and not isinstance(value, str):
+            raise TypeError(f"{key} must be a string, not {type(value).__name__}")
+    return ServiceRecord.model_construct(state=str(doc["state"]), container=doc.get("container"), at=at)
 
 
 def _load(path: Path, notes: list[str], parse):

@@ -2,18 +2,26 @@
 
 from __future__ import annotations
 
-from hostctl.config import Config
-from hostctl.facts.model import HostFacts
-from hostctl.plan.memory import plan_memory
-from hostctl.plan.model import Plan
-from hostctl.plan.nccl import plan_nccl
-from hostctl.plan.placement import plan_placement
-from hostctl.plan.power import plan_power
-from hostctl.plan.runtime import plan_runtime
-from hostctl.plan.storage import plan_storage
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from hostctl.config import Config
+    from hostctl.facts.model import HostFacts
+    from hostctl.plan.model import Plan
 
 
 def build_plan(config: Config, facts: HostFacts) -> Plan:
+    # The planners are imported here, not at the top: doctor's checks import hostctl.plan.codes
+    # (and so this package) on a host without a profile, where no plan is built and the config
+    # models and the runtime planner (~30 ms) are not needed.
+    from hostctl.plan.memory import plan_memory
+    from hostctl.plan.model import Plan
+    from hostctl.plan.nccl import plan_nccl
+    from hostctl.plan.placement import plan_placement
+    from hostctl.plan.power import plan_power
+    from hostctl.plan.runtime import plan_runtime
+    from hostctl.plan.storage import plan_storage
+
     memory = plan_memory(config, facts)
     placement = plan_placement(config, facts)
     nccl = plan_nccl(config, facts, placement)

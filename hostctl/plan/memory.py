@@ -8,11 +8,15 @@ in reserve so a runaway load is killed in its cgroup instead of taking the deskt
 
 from __future__ import annotations
 
-from hostctl.config import Config
+from typing import TYPE_CHECKING
+
 from hostctl.facts.model import HostFacts
 from hostctl.plan import codes
 from hostctl.plan.model import MemoryPlan
 from hostctl.bytesizes import GIB, docker_size, fmt_gib
+
+if TYPE_CHECKING:  # annotations only: doctor's checks import these modules without a profile
+    from hostctl.config import Config
 
 # "GB" in recipes is the vendor's decimal figure; MemTotal sits a few percent below the installed RAM
 # (the kernel and firmware keep their share), so a recipe's host_ram_gb is met at 93% of it.

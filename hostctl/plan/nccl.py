@@ -8,10 +8,14 @@ command line; otherwise it stays off and the plan says how to measure it.
 
 from __future__ import annotations
 
-from hostctl.config import Config
+from typing import TYPE_CHECKING
+
 from hostctl.facts.model import TOPOLOGY_ORDER, HostFacts, P2PVerdict
 from hostctl.plan import codes
 from hostctl.plan.model import NcclPlan, PlacementPlan
+
+if TYPE_CHECKING:  # annotations only: doctor's checks import these modules without a profile
+    from hostctl.config import Config
 
 # NCCL uses P2P by itself only up to PXB (a shared PCIe switch); PHB and beyond need NCCL_P2P_LEVEL.
 NCCL_DEFAULT_P2P_REACH = "PXB"

@@ -7,11 +7,15 @@ memory on the wrong socket costs every token a trip across the interconnect (rep
 
 from __future__ import annotations
 
-from hostctl.config import Config
+from typing import TYPE_CHECKING
+
 from hostctl.facts.model import Gpu, HostFacts
 from hostctl.plan import codes
 from hostctl.plan.model import PlacementPlan, Plan, SelectedGpu
 from hostctl.cpulists import format_cpulist
+
+if TYPE_CHECKING:  # annotations only: doctor's checks import these modules without a profile
+    from hostctl.config import Config
 
 # A recipe's vram_gb is the vendor's decimal figure. NVML's total reads above it on the reference
 # GPUs (RTX PRO 6000 "96 GB": 102.6e9 bytes in runtime/hosts/pro6000x2-desktop.facts.json; H200

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from hostctl.config import Config
+from typing import TYPE_CHECKING
+
 from hostctl.facts.model import HostFacts
 from hostctl.plan import codes
 from hostctl.plan.model import PowerPlan, PowerSetting
+
+if TYPE_CHECKING:  # annotations only: doctor's checks import these modules without a profile
+    from hostctl.config import Config
 
 TOLERANCE_W = 0.5
 

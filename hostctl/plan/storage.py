@@ -10,13 +10,16 @@ reads its own drive.
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
-from hostctl.config import Config
 from hostctl.facts.model import HostFacts
 from hostctl.plan import codes
 from hostctl.plan.model import RankStore, RoleTarget, StoragePlan
 from hostctl.storage_roles import CONVERSION_ROLES, ROLES
 from hostctl.bytesizes import GIB, fmt_gib
+
+if TYPE_CHECKING:  # annotations only: doctor's checks import these modules without a profile
+    from hostctl.config import Config
 
 CONTAINER_PATHS = {"planes_cache": "/planes", "expert_store": "/packs", "compile_cache": "/root/.cache"}
 ROLE_DIRS = {"planes_cache": "moet-planes", "expert_store": "moet-store", "compile_cache": "compile-cache"}

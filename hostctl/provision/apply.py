@@ -19,13 +19,13 @@ from hostctl.facts.sysfiles import LocalReader, Reader, read_storage_files
 from hostctl.provision import consent, fstab, sysctl
 from hostctl.provision.actions import Action
 from hostctl.provision.executor import MAX_ROUNDS, run_actions  # noqa: F401  (the storage tests' entry points)
+from hostctl.provision.requests import fact_requests  # noqa: F401  (parts and verify import it from here)
 from hostctl.provision.storage import (
     STATUS_WORDS,
     DriveVerdict,
     StorageOptions,
     StorageProvision,
     SystemFiles,
-    dir_requests,
     layout,
     role_dirs,
 )
@@ -45,17 +45,6 @@ def sudo_owner(env: dict[str, str] | None = None) -> tuple[int, int] | None:
     env = os.environ if env is None else env
     uid, gid = env.get("SUDO_UID", ""), env.get("SUDO_GID", "")
     return (int(uid), int(gid)) if uid.isdigit() and gid.isdigit() else None
-
-
-def fact_requests(config: Config) -> list[tuple[str, bool]]:
-    """Every directory the storage decisions and the plan read facts about, once each: what
-    `hostctl facts --config` describes, so a snapshot (or another host's facts, for `verify
-    --host`) holds all a part decides on."""
-    from hostctl.plan import path_requests
-
-    requests = path_requests(config) + [(d, False) for d in dir_requests(config)]
-    seen: set[str] = set()
-    return [(p, listing) for p, listing in requests if not (p in seen or seen.add(p))]
 
 
 def storage_facts(config: Config) -> HostFacts:

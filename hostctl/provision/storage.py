@@ -44,6 +44,7 @@ from hostctl.facts.sysfiles import DirState, SystemFiles  # noqa: F401  (the sna
 from hostctl.plan.storage import plan_storage
 from hostctl.provision import files, fstab, sysctl
 from hostctl.provision.actions import Action, Decision, Note, Refusal, Settled, command
+from hostctl.provision.requests import dir_requests, tensor_parallel  # noqa: F401  (their callers import them from here)
 from hostctl.bytesizes import MIB, fmt_bytes
 
 SWAP_TYPE = ("8200", "0657fd6d-a4ab-43c4-84e5-0933c84b4f4f")
@@ -54,14 +55,6 @@ MIN_DATA = {"ext4": 32 * MIB, "xfs": 300 * MIB}  # mkfs.xfs refuses filesystems 
 SIZE_TOLERANCE = MIB
 PARTITION_WAIT_S = 10.0
 MKFS_TIMEOUT_S = 1800.0  # lazy init makes this seconds; a slow drive still must not hang forever
-
-
-def tensor_parallel(config: Config) -> int:
-    """The number of ranks whose store files exist (`rank<r>of<N>`): the recipe's TP size."""
-    tp = config.recipe.args().get("--tensor-parallel-size")
-    if tp and tp.isdigit():
-        return max(int(tp), 1)
-    return max(config.recipe.requires.gpus, 1)
 
 
 # ---------------------------------------------------------------- the layout
@@ -770,20 +763,6 @@ def role_dirs(config: Config, facts: HostFacts) -> tuple[dict[str, list[tuple[st
         seen: set[str] = set()
         on_drive[name] = [(r, d) for r, d in entries if not (d in seen or seen.add(d))]
     return on_drive, plain
-
-
-def dir_requests(config: Config) -> list[str]:
-    """Directories whose facts (existence, mount, owner) the storage decisions read."""
-    from hostctl.plan.storage import ROLE_DIRS, rank_store_dir
-
-    profile = config.profile
-    out = [d.mount for d in profile.drives]
-    for d in profile.drives:
-        out += [f"{d.mount}/{sub}" for sub in ROLE_DIRS.values()]
-    for rank in range(tensor_parallel(config)):
-        for d in profile.drives:
-            out.append(rank_store_dir(d.mount, rank))
-    return list(dict.fromkeys(out))
 
 
 def _below(inner: str, outer: str) -> bool:

@@ -22,20 +22,19 @@ HEALTH_TIMEOUT_S = 3.0
 
 
 def _healthy(endpoint: str) -> bool:
-    """GET {endpoint}/health answers 200. http.client, not httpx: status imports only what it uses,
-    and the endpoint is always a plain-HTTP address on this machine (identity.endpoint_url)."""
-    import http.client
+    """GET {endpoint}/health answers 200. hostctl.http10, not httpx or http.client: status imports
+    only what it uses, and the endpoint is always a plain-HTTP address on this machine
+    (identity.endpoint_url)."""
     from urllib.parse import urlsplit
 
+    from hostctl import http10
+
     url = urlsplit(endpoint)
-    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=HEALTH_TIMEOUT_S)
     try:
-        conn.request("GET", "/health")
-        return conn.getresponse().status == 200
-    except (OSError, http.client.HTTPException):
+        return http10.get("/health", host=url.hostname or "127.0.0.1", port=url.port or 80,
+                          timeout=HEALTH_TIMEOUT_S).status == 200
+    except (OSError, ValueError):
         return False
-    finally:
-        conn.close()
 
 
 def status(config: Config) -> dict:

@@ -81,3 +81,31 @@ def test_the_wrapper_sees_a_heavy_import(tmp_path):
     # tests above would pass whatever the commands imported.
     names, done = imported(["logs", "--config", DEMO], tmp_path)
     assert "docker" in names, done.stderr
+
+
+# What the probes no longer import (benchmarks/results/doctor_quick-2vcpu-shared.txt, issue 12's
+# second round): udev's database is read as files, HTTP/1.0 is spoken by hostctl.http10, pydantic's
+# plugin loader is not consulted while every plugin is off, NVML only where a driver is loaded, and
+# plan/facts ask provision/requests.py for directories without the storage decisions.
+PROBES_DO_NOT_IMPORT = frozenset({"pyudev", "http.client", "ssl", "importlib.metadata", "hostctl.provision.storage"})
+WRAPPER_FULL = WRAPPER.replace(
+    "from hostctl.cli import main",
+    "from pathlib import Path\n    from hostctl.facts import gpu\n"
+    "    gpu.NVIDIA_VERSION = gpu.NVIDIA_CTL = Path('/nonexistent/no-driver')  # a host without the driver\n"
+    "    from hostctl.cli import main")
+
+
+@pytest.mark.parametrize("argv", [["doctor", "--json"], ["facts"], ["facts", "--json"], ["plan", "--config", DEMO],
+                                  ["status", "--config", DEMO]], ids=["doctor", "facts", "facts-json", "plan", "status"])
+def test_read_only_commands_import_no_probe_library(argv, tmp_path):
+    out = tmp_path / "modules.json"
+    done = subprocess.run([sys.executable, "-c", WRAPPER_FULL, str(out), *argv], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=120)
+    assert out.is_file(), done.stderr
+    assert "internal error" not in done.stderr, done.stderr
+    modules = set(json.loads(out.read_text()))
+    assert "hostctl.facts.model" in modules  # the command did read facts or a profile
+    unwanted = PROBES_DO_NOT_IMPORT | {"pynvml", "ctypes"}
+    assert not modules & unwanted, f"`hostctl {' '.join(argv)}` imported {sorted(modules & unwanted)}"
+    if argv[0] in ("doctor", "facts"):  # no profile here (cwd is empty): no config models, no planners
+        assert not modules & {"hostctl.config", "hostctl.plan.runtime"}, sorted(modules)

@@ -218,3 +218,20 @@ def test_engine_core_failure_quotes_the_childs_error():
 def test_graph_capture_and_autotune_ooms_are_told_apart():
     assert ids(log=FIXTURES["cuda-graph-capture-oom"]["log"]) == ["cuda-graph-capture-oom"]
     assert ids(log=FIXTURES["autotune-oom-cold-cache"]["log"]) == ["autotune-oom-cold-cache"]
+
+
+def test_kernel_log_facts_find_the_same_events_and_skip_the_catalogue_without_markers():
+    """facts.kernel_log tests EVENT_MARKERS on the whole log before importing the catalogue: every
+    log kernel_events finds something in still gets those events, and a log without a marker none."""
+    import subprocess
+    import sys
+
+    from hostctl.facts.kernel_log import _events
+
+    for text in (KERNEL_HOST_OOM, KERNEL_MEMCG_OOM, KERNEL_MEMCG_OOM_REAL, JOURNAL_XID):
+        expected = kernel_events(text)
+        assert expected and [(e.kind, e.line, e.xid) for e in _events(text)] == [(e.kind, e.line, e.xid) for e in expected]
+    plain = "[    0.000000] Linux version 6.8.0\n[    1.234567] EXT4-fs (vda1): mounted filesystem\n"
+    code = ("import sys; from hostctl.facts.kernel_log import _events; "
+            f"assert _events({plain!r}) == []; assert {kernel_events.__module__!r} not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True)
