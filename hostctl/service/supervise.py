@@ -172,9 +172,20 @@ def _now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
+def process_start(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (/proc/PID/stat field 22): with the pid,
+    it names one process for the life of the machine, so a reused pid is not mistaken for it."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return int(stat[stat.rindex(")") + 2:].split()[19])  # fields after "pid (comm)": starttime is the 20th
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def _save_supervisor(name: str) -> None:
     write_atomic(paths.state_dir() / SUPERVISOR_FILE,
-                 json.dumps({"pid": os.getpid(), "container": name, "since": _now_iso()}) + "\n")
+                 json.dumps({"pid": os.getpid(), "start": process_start(os.getpid()), "container": name,
+                             "since": _now_iso()}) + "\n")
 
 
 def _clear_supervisor() -> None:
@@ -190,16 +201,13 @@ def running_supervisor() -> dict | None:
     """The supervisor recorded in the state directory, when its process still runs."""
     try:
         doc = json.loads((paths.state_dir() / SUPERVISOR_FILE).read_text())
-        pid = int(doc["pid"])
+        pid, start = int(doc["pid"]), int(doc["start"])
         os.kill(pid, 0)
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    try:  # a reused pid is not ours: the process must be a hostctl
-        if b"hostctl" not in (Path(f"/proc/{pid}/cmdline").read_bytes()):
-            return None
-    except OSError:
-        return None
-    return doc
+    # A reused pid is not ours: the process must be the one that wrote the record (its name
+    # proves nothing: any Python of a venv under a "hostctl" directory has it in its cmdline).
+    return doc if process_start(pid) == start else None
 
 
 def stop_running_supervisor(say: Say, wait_s: float = 170) -> bool:

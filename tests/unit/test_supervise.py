@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import socket
-import time
 import uuid
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -182,21 +181,20 @@ def test_down_stops_the_recorded_supervisor_and_only_a_hostctl(tmp_path, monkeyp
     state = tmp_path / "var/lib/hostctl"
     state.mkdir(parents=True)
     said: list[str] = []
-    # A process that is not a hostctl (a reused pid) is left alone.
-    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    # A process that merely has the recorded pid (a reused pid: another start time) is left alone,
+    # whatever its command line says.
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "hostctl", "up", "--foreground"])
     try:
-        (state / supervise.SUPERVISOR_FILE).write_text(json.dumps({"pid": other.pid}))
+        assert supervise.process_start(other.pid) is not None
+        (state / supervise.SUPERVISOR_FILE).write_text(
+            json.dumps({"pid": other.pid, "start": supervise.process_start(other.pid) - 1}))
         assert supervise.running_supervisor() is None
         assert not supervise.stop_running_supervisor(said.append) and other.poll() is None
     finally:
         other.kill()
         other.wait()
     sup = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "hostctl", "up", "--foreground"])
-    (state / supervise.SUPERVISOR_FILE).write_text(json.dumps({"pid": sup.pid}))
-    for _ in range(100):  # until the child has exec'd (before that its cmdline is pytest's)
-        if b"hostctl" in Path(f"/proc/{sup.pid}/cmdline").read_bytes():
-            break
-        time.sleep(0.02)
+    (state / supervise.SUPERVISOR_FILE).write_text(json.dumps({"pid": sup.pid, "start": supervise.process_start(sup.pid)}))
     try:
         assert supervise.stop_running_supervisor(said.append, wait_s=10)
         # It has ended (SIGTERM); reap it so the pid is really gone.
