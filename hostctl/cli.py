@@ -683,6 +683,7 @@ def doctor(
     config: ConfigOpt = None,
     facts: FactsOpt = None,
     cluster: ClusterOpt = None,
+    member: MemberOpt = None,
 ) -> None:
     """Every check, with evidence and the fix, in text or versioned JSON.
 
@@ -695,7 +696,7 @@ def doctor(
     if cluster is not None:
         from hostctl.cluster.commands import doctor_cmd
 
-        code = doctor_cmd(cluster, json_, say=lambda m: err.print(m, markup=False))
+        code = doctor_cmd(cluster, json_, say=lambda m: err.print(m, markup=False), member=member, level=level.value)
         if code:
             raise typer.Exit(code)
         return

@@ -105,14 +105,28 @@ def need_member(member: str | None, command: str) -> str:
     return member
 
 
-def doctor_cmd(cluster_path: Path, json_: bool, say: Say) -> int:
+def doctor_cmd(cluster_path: Path, json_: bool, say: Say, member: str | None = None, level: str = "quick") -> int:
     """The cross-host checks over every member this machine can read: itself (loopback members)
-    and the hosts whose `ssh` the cluster profile names."""
+    and the hosts whose `ssh` the cluster profile names. With --member and --level full, also
+    this member's rank of the all-reduce across hosts (hostctl.cluster.collective)."""
     import ipaddress
 
     from hostctl.cluster import doctor
 
     cluster, cp, _ = load(cluster_path, None)
+    collective = None
+    if level == "full":
+        from hostctl.cluster.collective import collective_check
+
+        if member is None:
+            raise InputError("--level full with --cluster needs --member NAME: each member runs its own rank of "
+                             "the all-reduce across hosts", fix="run `hostctl doctor --cluster cluster.toml "
+                             "--member NAME --level full` on every member at about the same time")
+        cluster.member(member)  # exit 2 naming --member before anything runs
+        if cp.mode == "multi-node":
+            say(f"{member}: all-reduce across hosts (gloo); waiting up to {cluster.collective_timeout_s} s "
+                "for every member to join")
+        collective = collective_check(cp, member)
     facts = []
     for mp in cp.members:
         if ipaddress.ip_address(mp.member.address).is_loopback:
@@ -128,6 +142,6 @@ def doctor_cmd(cluster_path: Path, json_: bool, say: Say) -> int:
         else:
             say(f"{mp.member.name} ({mp.member.address}): not read (no ssh in cluster.toml)")
             facts.append(doctor.MemberFacts(member=mp.member.name, notes=["not read: no ssh"]))
-    doc = doctor.report(cp, facts)
+    doc = doctor.report(cp, facts, extra=[collective] if collective else [])
     sys.stdout.write(json.dumps(doc, indent=2) + "\n" if json_ else doctor.text(doc))
     return 0 if doc["ok"] else EXIT_FAILED

@@ -180,8 +180,8 @@ def checks(cp: ClusterPlan, facts: list[MemberFacts]) -> list[dict]:
     return out
 
 
-def report(cp: ClusterPlan, facts: list[MemberFacts]) -> dict:
-    results = checks(cp, facts)
+def report(cp: ClusterPlan, facts: list[MemberFacts], extra: list[dict] | None = None) -> dict:
+    results = checks(cp, facts) + list(extra or [])
     return {"schema": SCHEMA, "cluster": cp.cluster.name, "facts": [f.model_dump() for f in facts],
             "checks": results, "ok": not any(r["status"] == "fail" for r in results)}
 

@@ -158,6 +158,9 @@ class ClusterProfile(Strict):
                                description="the interface NCCL and Gloo use (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME)")
     master_port: int = Field(default=MASTER_PORT, ge=1024, le=65535,
                              description="the leader's port for vLLM's multi-node rendezvous")
+    collective_timeout_s: int = Field(default=120, ge=5, le=3600,
+                                      description="doctor --level full: how long a member's all-reduce waits for "
+                                      "every other member to join")
     api_key_env: str | None = Field(default=None, description="the environment variable holding the API key")
     api_key_file: str | None = Field(default=None, description="a file (mode 0600) holding the API key")
     router: RouterSettings = Field(default_factory=RouterSettings)

@@ -10,8 +10,10 @@ in the order the engines need, and the group take-down after a failure.
     starts headless and is ready when the leader's /health answers.
 
 A member keeps its state (lock, service state, project) in its own state directory, so several
-"hosts" can share one machine. Members on this machine are taken down here; a member on another
-host is named with the command that stops it there.
+"hosts" can share one machine. Members on this machine are taken down here; a member with `ssh`
+in cluster.toml is taken down there, by its own `hostctl down --cluster ... --member NAME` run
+through the SSH transport of `verify --host` (the cluster profile must be at the same path
+there); any other member is named with the command that stops it there.
 """
 
 from __future__ import annotations
@@ -59,10 +61,11 @@ def _key(cluster: ClusterProfile) -> str:
 
 
 def local(mp: MemberPlan) -> bool:
-    """Whether this machine can reach the member's containers through its own engine."""
+    """Whether this machine can reach the member's containers through its own engine (a member
+    with `ssh` is reached through that, even on a loopback address)."""
     import ipaddress
 
-    return ipaddress.ip_address(mp.member.address).is_loopback
+    return mp.member.ssh is None and ipaddress.ip_address(mp.member.address).is_loopback
 
 
 def port_open(host: str, port: int, timeout: float = 1.0) -> bool:
@@ -145,7 +148,7 @@ def up(cluster_path: Path, member: str, *, timeout: int | None, keep_on_failure:
             exc.message = f"{me.name} ({me.role}, {me.address}): {exc.message}"
             if cp.mode == "multi-node":
                 # One model across hosts cannot serve without every rank: the group goes down.
-                exc.details += group_down(cp, say, reason=f"{me.name} failed")
+                exc.details += group_down(cp, say, reason=f"{me.name} failed", me=me.name, cluster_path=cluster_path)
             raise
 
 
@@ -323,32 +326,67 @@ def _down_one(cp: ClusterPlan, mp: MemberPlan, say: Say) -> str:
     return f"{mp.member.name}: down"
 
 
+def remote_down(cluster_path: Path, mp: MemberPlan, say: Say) -> list[str]:
+    """`hostctl down --cluster PATH --member NAME` on the member's host, over its `ssh`; its lines."""
+    import shlex
+
+    from hostctl.verify.connection import connect
+
+    path = str(cluster_path.resolve())
+    say(f"{mp.member.name}: taking it down over {mp.member.ssh.split('?', 1)[0]}")
+    target = connect(mp.member.ssh)
+    try:
+        res = target.cmd(shlex.join([target.hostctl, "down", "--cluster", path, "--member", mp.member.name]))
+    finally:
+        target.close()
+    if res.rc != 0:
+        raise FailedError(f"`hostctl down` on {target.name} exited {res.rc}",
+                          details=[ln for ln in (res.stderr or res.stdout).strip().splitlines()[-5:]],
+                          fix=f"the cluster profile must be at {path} there too; run `hostctl down --cluster {path} "
+                              f"--member {mp.member.name}` on that host to see why")
+    return [f"{ln} (on {target.name})" for ln in res.stdout.strip().splitlines()]
+
+
 def down(cluster_path: Path, member: str | None, say: Say) -> list[str]:
-    """Stop one member, or (no --member) every member this machine reaches, in order."""
+    """Stop one member, or (no --member) every member this machine reaches, in order: those with
+    `ssh` in cluster.toml through it."""
     cluster, cp, me = load(cluster_path, member)
     targets = [m for m in down_order(cp) if me is None or m.member.name == me.name]
-    done, remote = [], []
+    done, unreached, failed = [], [], []
     for mp in targets:
-        if me is None and not local(mp):
-            remote.append(mp)
-            continue
-        done.append(_down_one(cp, mp, say))
-    for mp in remote:
+        if me is not None or local(mp):
+            done.append(_down_one(cp, mp, say))
+        elif mp.member.ssh:
+            try:
+                done += remote_down(cluster_path, mp, say)
+            except FailedError as exc:
+                failed.append(mp.member.name)
+                done += [f"{mp.member.name}: {exc.message}", *(f"  {d}" for d in exc.details)]
+        else:
+            unreached.append(mp)
+    for mp in unreached:
         say(f"{mp.member.name} is on {mp.member.address}: stop it there with "
-            f"`hostctl down --cluster {cluster_path.name} --member {mp.member.name}`")
+            f"`hostctl down --cluster {cluster_path.name} --member {mp.member.name}` (or give it `ssh` in cluster.toml)")
+    if failed:
+        raise FailedError(f"could not take down {', '.join(failed)}", details=done,
+                          fix="reach those hosts and run `hostctl down --cluster ... --member NAME` there")
     return done
 
 
-def group_down(cp: ClusterPlan, say: Say, *, reason: str) -> list[str]:
-    """Take every member of a failed group down (those this machine reaches); what it did, in words."""
+def group_down(cp: ClusterPlan, say: Say, *, reason: str, me: str | None = None,
+               cluster_path: Path | None = None) -> list[str]:
+    """Take every member of a failed group down (here, or over `ssh` where cluster.toml gives one);
+    what it did, in words."""
     lines = []
     for mp in down_order(cp):
-        if not local(mp):
-            lines.append(f"{mp.member.name} ({mp.member.address}): stop it there: hostctl down --cluster ... "
-                         f"--member {mp.member.name}")
-            continue
         try:
-            lines.append(_down_one(cp, mp, say) + f" ({reason})")
+            if mp.member.name == me or local(mp):
+                lines.append(_down_one(cp, mp, say) + f" ({reason})")
+            elif mp.member.ssh and cluster_path is not None:
+                lines += [ln + f" ({reason})" for ln in remote_down(cluster_path, mp, say)]
+            else:
+                lines.append(f"{mp.member.name} ({mp.member.address}): stop it there: hostctl down --cluster ... "
+                             f"--member {mp.member.name}")
         except FailedError as exc:
             lines.append(f"{mp.member.name}: could not take it down: {exc.message}")
     return lines

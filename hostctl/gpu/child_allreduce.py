@@ -10,7 +10,9 @@ the bus bandwidth as nccl-tests defines it (algbw * 2(n-1)/n). One JSON line on 
 
 Faults for testing the harness (`--fault`): `stall` makes `--fault-rank` sleep before the first
 collective (the others block in it: a hang), `wrong` adds garbage to one element of that rank's
-input (every rank then sees a wrong sum).
+input (every rank then sees a wrong sum). The test hook HOSTCTL_TEST_ALLREDUCE_FAULT=stall|wrong
+in a child's environment makes that child the faulty rank (the cross-host check starts one child
+per host, so the fault is picked by whose environment carries it).
 """
 
 from __future__ import annotations
@@ -18,12 +20,14 @@ from __future__ import annotations
 import argparse
 import ctypes
 import json
+import os
 import signal
 import sys
 import time
 from datetime import timedelta
 
 PR_SET_PDEATHSIG = 1
+FAULT_ENV = "HOSTCTL_TEST_ALLREDUCE_FAULT"
 PATTERN = 251  # element i of rank r holds (i % PATTERN) + r + 1
 
 
@@ -49,6 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fault-rank", type=int, default=1)
     ap.add_argument("--stall-s", type=float, default=3600.0)
     a = ap.parse_args(argv)
+    hook = os.environ.get(FAULT_ENV)
+    if a.fault == "none" and hook in ("stall", "wrong"):
+        a.fault, a.fault_rank = hook, a.rank  # the test hook: this process is the faulty rank
     _die_with_parent()
     report: dict = {"rank": a.rank, "world": a.world, "backend": a.backend, "device": a.device, "bytes": a.bytes}
 
