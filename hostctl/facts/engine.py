@@ -14,7 +14,6 @@ import re
 import shutil
 import socket
 import struct
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from hostctl import http10, runner
@@ -161,6 +160,8 @@ def probe_compose() -> tuple[str | None, str | None]:
 
 def probe_engine(image_refs: tuple[str, ...] = ()) -> EngineFacts:
     """image_refs: the image references to resolve to image ids (the plan's runtime image)."""
+    from concurrent.futures import ThreadPoolExecutor  # not at import: `status` asks one container, without a pool
+
     # the compose CLI takes as long as the engine's API round trips: run them side by side
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="hostctl-compose") as pool:
         compose = pool.submit(probe_compose)
