@@ -46,7 +46,7 @@ def _worse(a: str | None, b: str | None) -> str | None:
 
 
 def plan_nccl(config: Config, facts: HostFacts, placement: PlacementPlan) -> NcclPlan:
-    plan = NcclPlan()
+    plan = NcclPlan.model_construct()
     ranks = placement.gpus
     if len(ranks) < 2:
         plan.decide("NCCL", "not used", "fewer than two GPUs serve: no collectives run")

@@ -70,10 +70,10 @@ def select_gpus(config: Config, facts: HostFacts, plan: PlacementPlan) -> list[G
 
 
 def plan_placement(config: Config, facts: HostFacts) -> PlacementPlan:
-    plan = PlacementPlan()
+    plan = PlacementPlan.model_construct()
     gpus = select_gpus(config, facts, plan)
     plan.gpus = [
-        SelectedGpu(rank=r, index=g.index, uuid=g.uuid, name=g.name, pci_bus_id=g.pci_bus_id, numa_node=g.numa_node)
+        SelectedGpu.model_construct(rank=r, index=g.index, uuid=g.uuid, name=g.name, pci_bus_id=g.pci_bus_id, numa_node=g.numa_node)
         for r, g in enumerate(gpus)
     ]
     nodes = {n.id: n for n in facts.numa.nodes}
