@@ -107,5 +107,5 @@ def test_read_only_commands_import_no_probe_library(argv, tmp_path):
     assert "hostctl.facts.model" in modules  # the command did read facts or a profile
     unwanted = PROBES_DO_NOT_IMPORT | {"pynvml", "ctypes"}
     assert not modules & unwanted, f"`hostctl {' '.join(argv)}` imported {sorted(modules & unwanted)}"
-    if argv[0] in ("doctor", "facts"):  # no profile here (cwd is empty): no config models, no planners
-        assert not modules & {"hostctl.config", "hostctl.plan.runtime"}, sorted(modules)
+    if argv[0] in ("doctor", "facts"):  # no profile here (cwd is empty): no config models, no planners, no plan models
+        assert not modules & {"hostctl.config", "hostctl.plan.runtime", "hostctl.plan.model"}, sorted(modules)
