@@ -109,3 +109,11 @@ def test_read_only_commands_import_no_probe_library(argv, tmp_path):
     assert not modules & unwanted, f"`hostctl {' '.join(argv)}` imported {sorted(modules & unwanted)}"
     if argv[0] in ("doctor", "facts"):  # no profile here (cwd is empty): no config models, no planners, no plan models
         assert not modules & {"hostctl.config", "hostctl.plan.runtime", "hostctl.plan.model"}, sorted(modules)
+
+
+def test_doctor_checks_import_no_failure_catalogue():
+    # The catalogue's regexes (~10-13 ms) are for a log that holds a failure: the checks import it
+    # when they have one to explain (a kernel log's OOM kill or Xid, a dead container), not before.
+    code = "import sys, hostctl.doctor.checks; print('hostctl.failures' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "False", done.stderr
