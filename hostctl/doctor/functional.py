@@ -8,10 +8,13 @@ stores the one the plan uses.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from hostctl.facts.model import HostFacts, P2PVerdict
-from hostctl.plan.model import Plan
 from hostctl.plan.placement import serving_gpus
+
+if TYPE_CHECKING:  # annotations only: doctor without a profile builds no plan, and the plan models cost ~10-14 ms to import
+    from hostctl.plan.model import Plan
 
 
 @dataclass(frozen=True)

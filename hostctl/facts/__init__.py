@@ -17,20 +17,13 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from pydantic import ValidationError
 
 from hostctl.errors import InputError, MissingFileError
-from hostctl.facts.acs import probe_acs
-from hostctl.facts.disks import probe_disks
-from hostctl.facts.engine import probe_engine
-from hostctl.facts.gpu import probe_gpus
-from hostctl.facts.kernel_log import probe_kernel_log
-from hostctl.facts.memory import probe_memory, read_swaps
 from hostctl.facts.model import (
     FACTS_SCHEMA,
     AcsFacts,
@@ -47,11 +40,66 @@ from hostctl.facts.model import (
     ShmFacts,
     StateFacts,
 )
-from hostctl.facts.mounts import probe_paths, read_mountinfo
-from hostctl.facts.ports import probe_ports
-from hostctl.facts.shm import probe_shm
-from hostctl.facts.state import probe_state
-from hostctl.facts.topology import CMDLINE, probe_iommu, probe_kernel, probe_numa
+
+# The probes, imported on first use (by collect, collect_storage, or an attribute access such as a
+# test's monkeypatch): `status` imports hostctl.facts.engine for one container's facts, and
+# importing a submodule runs this package first; the other probes and their imports (the thread
+# pool, logging, udev and mount parsers) cost it ~15-25 ms on the 2-CPU machine
+# (benchmarks/results/doctor_quick-2vcpu-shared.txt, round 3).
+_PROBES = {
+    "probe_acs": "hostctl.facts.acs",
+    "probe_disks": "hostctl.facts.disks",
+    "probe_engine": "hostctl.facts.engine",
+    "probe_gpus": "hostctl.facts.gpu",
+    "probe_kernel_log": "hostctl.facts.kernel_log",
+    "probe_memory": "hostctl.facts.memory",
+    "read_swaps": "hostctl.facts.memory",
+    "probe_paths": "hostctl.facts.mounts",
+    "read_mountinfo": "hostctl.facts.mounts",
+    "probe_ports": "hostctl.facts.ports",
+    "probe_shm": "hostctl.facts.shm",
+    "probe_state": "hostctl.facts.state",
+    "CMDLINE": "hostctl.facts.topology",
+    "probe_iommu": "hostctl.facts.topology",
+    "probe_kernel": "hostctl.facts.topology",
+    "probe_numa": "hostctl.facts.topology",
+}
+
+if TYPE_CHECKING:  # the names _PROBES binds, for readers and type checkers
+    from hostctl.facts.acs import probe_acs
+    from hostctl.facts.disks import probe_disks
+    from hostctl.facts.engine import probe_engine
+    from hostctl.facts.gpu import probe_gpus
+    from hostctl.facts.kernel_log import probe_kernel_log
+    from hostctl.facts.memory import probe_memory, read_swaps
+    from hostctl.facts.mounts import probe_paths, read_mountinfo
+    from hostctl.facts.ports import probe_ports
+    from hostctl.facts.shm import probe_shm
+    from hostctl.facts.state import probe_state
+    from hostctl.facts.topology import CMDLINE, probe_iommu, probe_kernel, probe_numa
+
+
+def _load(name: str) -> object:
+    from importlib import import_module
+
+    value = getattr(import_module(_PROBES[name]), name)
+    globals()[name] = value
+    return value
+
+
+def _load_probes() -> None:
+    """Bind every probe name in this module (a name already bound, e.g. monkeypatched, stays)."""
+    g = globals()
+    for name in _PROBES:
+        if name not in g:
+            _load(name)
+
+
+def __getattr__(name: str) -> object:
+    if name in _PROBES:
+        return _load(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["collect", "collect_storage", "load_snapshot"]
 
@@ -73,6 +121,9 @@ def collect(path_requests: Sequence[tuple[str, bool]] = (), port_requests: Seque
     port_requests: (address, port) for each TCP port it binds; alias_paths: the `path:` drive
     identities, resolved to the devices they lead to; image_requests: image references to
     resolve to the engine's image ids."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    _load_probes()
     notes: list[str] = []
     mountinfo = read_mountinfo()
     mounts = [line.entry for line in mountinfo]
@@ -149,6 +200,7 @@ def collect_storage(path_requests: Sequence[tuple[str, bool]] = (), alias_paths:
     """Only what storage provisioning decides on: disks, mounts, swap and memory, and the
     directories asked for (milliseconds, where a full `collect` waits on NVML and the Docker
     socket). The other parts say they were not read, so nothing mistakes them for absent."""
+    _load_probes()
     notes: list[str] = []
     mountinfo = read_mountinfo()
     mounts = [line.entry for line in mountinfo]

@@ -14,10 +14,10 @@ import re
 import shutil
 import socket
 import struct
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from hostctl import http10, runner
+from hostctl.facts import compose_cache
 from hostctl.facts.model import ContainerFacts, DaemonLimits, EngineFacts, ImageFacts
 
 DEFAULT_SOCKET = "/var/run/docker.sock"
@@ -137,12 +137,19 @@ def compose_plugin() -> str | None:
 
 def probe_compose() -> tuple[str | None, str | None]:
     """(version, reason it is unavailable). The plugin is asked directly (~20 ms) rather than
-    through `docker compose` (~70-200 ms: a second Go binary that only dispatches to it)."""
+    through `docker compose` (~70-200 ms: a second Go binary that only dispatches to it), and
+    only once per installed binary (hostctl.facts.compose_cache)."""
     plugin = compose_plugin()
     if plugin is not None and shutil.which("docker"):
+        cached = compose_cache.remembered(plugin)
+        if cached is not None:
+            return cached, None
+        before = compose_cache.identity(plugin)
         direct = runner.run([plugin, "version", "--short"], timeout=10)
         if direct.ok and direct.stdout.strip():
-            return direct.stdout.strip().removeprefix("v"), None
+            version = direct.stdout.strip().removeprefix("v")
+            compose_cache.remember(plugin, version, before)
+            return version, None
     result = runner.run(["docker", "compose", "version", "--short"], timeout=10)
     if not result.ok:
         if result.missing:
@@ -153,6 +160,8 @@ def probe_compose() -> tuple[str | None, str | None]:
 
 def probe_engine(image_refs: tuple[str, ...] = ()) -> EngineFacts:
     """image_refs: the image references to resolve to image ids (the plan's runtime image)."""
+    from concurrent.futures import ThreadPoolExecutor  # not at import: `status` asks one container, without a pool
+
     # the compose CLI takes as long as the engine's API round trips: run them side by side
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="hostctl-compose") as pool:
         compose = pool.submit(probe_compose)

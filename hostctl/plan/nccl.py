@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING
 
 from hostctl.facts.model import TOPOLOGY_ORDER, HostFacts, P2PVerdict
 from hostctl.plan import codes
-from hostctl.plan.model import NcclPlan, PlacementPlan
 
 if TYPE_CHECKING:  # annotations only: doctor's checks import these modules without a profile
+    from hostctl.plan.model import NcclPlan, PlacementPlan
     from hostctl.config import Config
 
 # NCCL uses P2P by itself only up to PXB (a shared PCIe switch); PHB and beyond need NCCL_P2P_LEVEL.
@@ -46,7 +46,9 @@ def _worse(a: str | None, b: str | None) -> str | None:
 
 
 def plan_nccl(config: Config, facts: HostFacts, placement: PlacementPlan) -> NcclPlan:
-    plan = NcclPlan()
+    from hostctl.plan.model import NcclPlan  # here: doctor without a profile imports this module
+
+    plan = NcclPlan.model_construct()
     ranks = placement.gpus
     if len(ranks) < 2:
         plan.decide("NCCL", "not used", "fewer than two GPUs serve: no collectives run")

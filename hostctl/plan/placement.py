@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING
 
 from hostctl.facts.model import Gpu, HostFacts
 from hostctl.plan import codes
-from hostctl.plan.model import PlacementPlan, Plan, SelectedGpu
 from hostctl.cpulists import format_cpulist
 
 if TYPE_CHECKING:  # annotations only: doctor's checks import these modules without a profile
+    from hostctl.plan.model import PlacementPlan, Plan
     from hostctl.config import Config
 
 # A recipe's vram_gb is the vendor's decimal figure. NVML's total reads above it on the reference
@@ -70,10 +70,12 @@ def select_gpus(config: Config, facts: HostFacts, plan: PlacementPlan) -> list[G
 
 
 def plan_placement(config: Config, facts: HostFacts) -> PlacementPlan:
-    plan = PlacementPlan()
+    from hostctl.plan.model import PlacementPlan, SelectedGpu  # here: doctor without a profile imports this module
+
+    plan = PlacementPlan.model_construct()
     gpus = select_gpus(config, facts, plan)
     plan.gpus = [
-        SelectedGpu(rank=r, index=g.index, uuid=g.uuid, name=g.name, pci_bus_id=g.pci_bus_id, numa_node=g.numa_node)
+        SelectedGpu.model_construct(rank=r, index=g.index, uuid=g.uuid, name=g.name, pci_bus_id=g.pci_bus_id, numa_node=g.numa_node)
         for r, g in enumerate(gpus)
     ]
     nodes = {n.id: n for n in facts.numa.nodes}

@@ -4,11 +4,26 @@ the host's OOM killer), each explained through the failure catalogue (hostctl.fa
 
 from __future__ import annotations
 
-from hostctl.failures import SIGNATURES, XID_MEANINGS, StartEvidence, classify
 from hostctl.doctor.registry import CheckContext, CheckResult, check, failed, passed, skipped, warned
 from hostctl.facts.model import KernelLogFacts
 
-FIX = {s.id: s.fix for s in SIGNATURES}
+
+
+# The catalogue (hostctl.failures, ~10-13 ms of regexes on the 2-CPU machine) is imported only when
+# a check has something to explain: a kernel log without OOM kills or Xids and a running container
+# need none of it (benchmarks/results/doctor_quick-2vcpu-shared.txt, round 3).
+def _fix(signature_id: str) -> str:
+    from hostctl.failures import SIGNATURES
+
+    return next(s.fix for s in SIGNATURES if s.id == signature_id)
+
+
+def __getattr__(name: str) -> object:
+    if name == "FIX":  # {signature id: fix}, as this module offered it before it imported the catalogue lazily
+        from hostctl.failures import SIGNATURES
+
+        return {s.id: s.fix for s in SIGNATURES}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _kernel_log(ctx: CheckContext) -> tuple[KernelLogFacts | None, CheckResult | None]:
@@ -47,10 +62,10 @@ def kernel_oom(ctx: CheckContext) -> CheckResult:
         return warned(f"{len(host)} host OOM kill(s) {_span(k)}, last {last.process}{_when(last.time_s)}"
                       + (f"; {len(memcg)} inside memory cgroups" if memcg else "")
                       + ": the host ran out of RAM and swap (a TCPStore broken pipe on another rank is this)",
-                      fix=FIX["host-oom-tcpstore"], observed=observed, source=source)
+                      fix=_fix("host-oom-tcpstore"), observed=observed, source=source)
     last = memcg[-1]
     return warned(f"{len(memcg)} OOM kill(s) inside memory cgroups {_span(k)}, last {last.process}{_when(last.time_s)}"
-                  + (f" in {last.cgroup}" if last.cgroup else ""), fix=FIX["container-oom"],
+                  + (f" in {last.cgroup}" if last.cgroup else ""), fix=_fix("container-oom"),
                   observed=observed, source=source)
 
 
@@ -63,6 +78,8 @@ def kernel_xid(ctx: CheckContext) -> CheckResult:
     xids = [e for e in k.events if e.kind == "xid"]
     if not xids:
         return passed(f"no Xid error {_span(k)}", source=source)
+    from hostctl.failures import XID_MEANINGS
+
     codes = sorted({e.xid for e in xids if e.xid is not None})
     named = ", ".join(f"{c} ({XID_MEANINGS.get(c, ('see NVIDIA Xid catalogue', ''))[0]})" for c in codes)
     observed = "; ".join(e.line for e in xids[-4:])
@@ -70,9 +87,9 @@ def kernel_xid(ctx: CheckContext) -> CheckResult:
     summary = f"{len(xids)} Xid error(s) {_span(k)}: {named}"
     if hardware:
         return failed(summary + f"; last on {hardware[-1].pci_bus_id}{_when(hardware[-1].time_s)}",
-                      fix=FIX["gpu-xid"], observed=observed, source=source)
+                      fix=_fix("gpu-xid"), observed=observed, source=source)
     return warned(summary + " (faults of an application, the GPU itself carried on)",
-                  fix="look at the process that ran at that time; repeated faults on one GPU: " + FIX["gpu-xid"],
+                  fix="look at the process that ran at that time; repeated faults on one GPU: " + _fix("gpu-xid"),
                   observed=observed, source=source)
 
 
@@ -98,11 +115,13 @@ def runtime(ctx: CheckContext) -> CheckResult:
     if c.state == "running":
         if host_kills:
             return warned(f"{c.name} is running, but the host OOM killer killed {host_kills[-1].process} in it"
-                          f"{_when(host_kills[-1].time_s)}", fix=FIX["host-oom-tcpstore"], observed=observed, source=source)
+                          f"{_when(host_kills[-1].time_s)}", fix=_fix("host-oom-tcpstore"), observed=observed, source=source)
         if c.health == "unhealthy":
             return warned(f"{c.name} is running but unhealthy", fix="hostctl logs; hostctl doctor --log FILE classifies "
                           "a saved log", observed=observed, source=source)
         return passed(f"{c.name} running" + (f" ({c.health})" if c.health else ""), observed=observed, source=source)
+    from hostctl.failures import StartEvidence, classify
+
     findings = classify(StartEvidence(log="", kernel_log="\n".join(ev.line for ev in host_kills),
                                  oom_killed=c.oom_killed, exit_code=c.exit_code))
     if findings:
@@ -111,7 +130,7 @@ def runtime(ctx: CheckContext) -> CheckResult:
                       observed=observed + "; " + "; ".join(f.lines), source=source)
     if host_kills:
         return failed(f"{c.name} {c.state} (exit {c.exit_code}) after the host OOM killer killed "
-                      f"{host_kills[-1].process} in it", fix=FIX["host-oom-tcpstore"], observed=observed, source=source)
+                      f"{host_kills[-1].process} in it", fix=_fix("host-oom-tcpstore"), observed=observed, source=source)
     if c.exit_code:
         return warned(f"{c.name} {c.state} with exit code {c.exit_code}",
                       fix="save its log (`docker logs " + c.name + " > runtime.log`) and run "

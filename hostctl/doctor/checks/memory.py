@@ -5,10 +5,14 @@ EngineFacts.daemon and the plan's memory section."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from hostctl.doctor.registry import CheckContext, CheckResult, check, failed, passed, skipped, warned
 from hostctl.plan import codes
-from hostctl.plan.model import Problem
 from hostctl.bytesizes import GIB, MIB, fmt_bytes, fmt_gib
+
+if TYPE_CHECKING:  # annotations only: doctor without a profile builds no plan, and the plan models cost ~10-14 ms to import
+    from hostctl.plan.model import Problem
 
 MEMINFO = "/proc/meminfo (MemTotal, SwapTotal)"
 # Under host IPC NCCL and vLLM's shared-memory broadcast live in the host's /dev/shm.
