@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 import uuid
 from pathlib import Path
 
@@ -115,3 +116,38 @@ def test_loop_disk_in_collected_facts(loop_disk):
 def test_probe_paths_standalone(loop_disk):
     (facts,) = probe_paths([(loop_disk["mnt"], False)])
     assert facts.fs_type == "ext4" and facts.files is None
+
+
+def test_an_xfs_with_a_log_to_replay_is_clean_not_damaged(tmp_path):
+    """A mount killed (or a host crashed) while an xfs was mounted leaves its log to replay:
+    `xfs_repair -n` then exits 1, but mounting replays the log, so the facts call it clean (as
+    an ext4 journal to recover), not damaged (which would make provision refuse its own drive)."""
+    from hostctl.facts.disks import fs_check
+
+    need(os.geteuid() == 0 and shutil.which("mkfs.xfs") and shutil.which("xfs_io"), "root and xfsprogs")
+    img, mnt = tmp_path / "x.img", tmp_path / "m"
+    img.write_bytes(b"")
+    os.truncate(img, 320 << 20)
+    mnt.mkdir()
+    dev = check(["losetup", "-f", "--show", str(img)]).strip()
+    try:
+        check(["mkfs.xfs", "-q", "-f", dev])
+        check(["mount", dev, str(mnt)])
+        (mnt / "f").write_text("kept")
+        os.sync()
+        check(["xfs_io", "-x", "-c", "shutdown", str(mnt)])  # the log is left as a crash leaves it
+        check(["umount", str(mnt)])
+        assert runner.run(["xfs_repair", "-n", dev]).returncode == 1
+        got = fs_check(dev, "xfs")
+        assert (got.fsck, got.detail) == ("clean", "needs log recovery, which mounting does")
+        check(["mount", dev, str(mnt)])  # the replay
+        assert (mnt / "f").read_text() == "kept"
+        check(["umount", str(mnt)])
+        assert (fs_check(dev, "xfs").fsck, fs_check(dev, "xfs").detail) == ("clean", None)
+    finally:
+        runner.run(["umount", str(mnt)])
+        for _ in range(50):  # a just-unmounted device can be busy for a moment (udev's probe)
+            runner.run(["losetup", "-d", dev])
+            if not Path(f"/sys/block/{Path(dev).name}/loop").exists():  # detached
+                break
+            time.sleep(0.1)
