@@ -14,6 +14,7 @@ import os
 import re
 import shlex
 import stat
+import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -264,6 +265,11 @@ def fs_check(path: str, fs_type: str | None) -> FsCheck:
         if check.inprogress and not check.crc_error:
             return check  # mkfs never finished: there is nothing to check
         res = runner.run(["xfs_repair", "-n", path], timeout=FSCK_TIMEOUT_S)
+        if not res.ok:
+            # once more after a moment: a mount that was killed can still be finishing in the
+            # kernel (CI's kill -9 matrix, 5 ms into hostctl's own mount); real damage stays damage
+            time.sleep(XFS_RECHECK_S)
+            res = runner.run(["xfs_repair", "-n", path], timeout=FSCK_TIMEOUT_S)
         if not res.ok and XFS_DIRTY_LOG in res.stdout + res.stderr:
             # a log to replay (a mount killed or a host crashed while it was mounted): xfs_repair -n
             # ignores the log and reports what replaying it would settle; mounting replays it, as
@@ -297,6 +303,7 @@ def fs_check(path: str, fs_type: str | None) -> FsCheck:
 
 # What xfs_repair -n prints when the log holds changes it will not replay (xfsprogs, repair/phase2.c)
 XFS_DIRTY_LOG = "valuable metadata changes in a log"
+XFS_RECHECK_S = 1.0
 
 
 def resolve_alias(path: str) -> str | None:
