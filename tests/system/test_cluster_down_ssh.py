@@ -8,85 +8,27 @@ stdout, marked with the host it came from); sshd's log shows the key it accepted
 
 from __future__ import annotations
 
-import os
-import shutil
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from hostctl import paths
 from hostctl.cluster import run
-from need import need
+from loopsshd import free_port, private_sshd
 
 pytestmark = pytest.mark.system
 ROOT = Path(__file__).resolve().parents[2]
 HOSTS = paths.hosts_dir()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _check(argv: list[str]) -> None:
-    subprocess.run(argv, check=True, capture_output=True, timeout=60)
-
-
 @pytest.fixture
 def sshd(tmp_path):
     """A private sshd on 127.0.0.1 whose sessions run this checkout's hostctl; yields (spec, log)."""
-    sshd_bin = shutil.which("sshd") or ("/usr/sbin/sshd" if os.path.exists("/usr/sbin/sshd") else None)
-    beside = Path(sys.executable).parent / "hostctl"
-    hostctl_bin = str(beside) if beside.exists() else shutil.which("hostctl")
-    for what, found in (("sshd (openssh-server; .ci/run installs it)", sshd_bin),
-                        ("the hostctl console script (pip install -e .)", hostctl_bin)):
-        need(found is not None, f"{what} is not installed")
-    d = tmp_path / "ssh"
-    d.mkdir(mode=0o700)
-    for key in ("host", "client"):
-        _check(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"hostctl-test-{key}", "-f", str(d / key)])
-    (d / "authorized_keys").write_text((d / "client.pub").read_text())
-    port = _free_port()
-    path = f"{os.path.dirname(hostctl_bin)}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
     # PYTHONPATH: the far side runs this checkout's hostctl whatever the console script was installed from.
-    (d / "sshd_config").write_text("\n".join([
-        f"ListenAddress 127.0.0.1:{port}", f"HostKey {d / 'host'}", f"PidFile {d / 'sshd.pid'}",
-        f"AuthorizedKeysFile {d / 'authorized_keys'}", "PermitRootLogin prohibit-password",
-        "PasswordAuthentication no", "KbdInteractiveAuthentication no", "UsePAM no", "StrictModes no",
-        "AllowTcpForwarding no", "X11Forwarding no", "PrintMotd no", "LogLevel VERBOSE",
-        f"SetEnv PATH={path} PYTHONPATH={ROOT}", ""]))
-    host_pub = (d / "host.pub").read_text().split(" ", 2)
-    known = d / "known_hosts"
-    known.write_text(f"[127.0.0.1]:{port} {host_pub[0]} {host_pub[1]}\n")
-    (d / "ssh_config").write_text("\n".join([
-        "Host 127.0.0.1", f"  IdentityFile {d / 'client'}", "  IdentitiesOnly yes", f"  UserKnownHostsFile {known}",
-        "  StrictHostKeyChecking yes", "  BatchMode yes", "  LogLevel ERROR", ""]))
-    made_run_dir = not os.path.isdir("/run/sshd")
-    if made_run_dir:
-        os.makedirs("/run/sshd", mode=0o755)  # sshd's privilege separation directory
-    log = d / "sshd.log"
-    proc = subprocess.Popen([sshd_bin, "-D", "-e", "-f", str(d / "sshd_config")], stdout=subprocess.DEVNULL,
-                            stderr=open(log, "w"))
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"sshd did not start: {log.read_text()[-2000:]}")
-            time.sleep(0.1)
-        yield f"ssh://root@127.0.0.1:{port}?ssh_config={d / 'ssh_config'}", log
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        if made_run_dir:
-            shutil.rmtree("/run/sshd", ignore_errors=True)
+    with private_sshd(tmp_path / "ssh", {"PYTHONPATH": str(ROOT)}) as (spec, log):
+        yield spec, log
 
 
 def write_cluster(tmp_path: Path, ssh: str) -> Path:
@@ -122,7 +64,7 @@ def test_down_takes_the_ssh_member_down_on_its_own_host(tmp_path, sshd):
 
 def test_an_unreachable_ssh_member_fails_down_and_names_it(tmp_path, sshd):
     spec, log = sshd
-    dead = _free_port()  # nobody listens there
+    dead = free_port()  # nobody listens there
     cluster = write_cluster(tmp_path, spec.replace(spec.split(":")[2].split("?")[0], str(dead), 1))
     p = hostctl("down", "--cluster", str(cluster))
     assert p.returncode == 1, p.stdout + p.stderr

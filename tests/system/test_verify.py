@@ -9,18 +9,15 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from loopdrives import check, drive_toml, write_profile
 from loopdrives import host, restore_sysctls, sysroot  # noqa: F401  (fixtures)
-from need import need
+from loopsshd import hostctl_console_script, private_sshd
 
 pytestmark = pytest.mark.system
 ROOT = Path(__file__).resolve().parents[2]
@@ -82,69 +79,15 @@ def test_verify_passes_then_names_the_swap_turned_off_by_hand(provisioned, sysro
 # ---------------------------------------------------------------- over SSH
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def sshd(tmp_path, sysroot):
     """A private sshd on 127.0.0.1 that hands every session HOSTCTL_SYSROOT=<the test's sysroot>;
-    yields the --host spec that reaches it."""
-    sshd_bin = shutil.which("sshd") or ("/usr/sbin/sshd" if os.path.exists("/usr/sbin/sshd") else None)
-    # the console script of the Python running these tests (this checkout), else the one on PATH
-    beside = Path(sys.executable).parent / "hostctl"
-    hostctl_bin = str(beside) if beside.exists() else shutil.which("hostctl")
-    for what, found in (("sshd (openssh-server; .ci/run installs it)", sshd_bin),
-                        ("the hostctl console script (pip install -e .)", hostctl_bin)):
-        need(found is not None, f"{what} is not installed")
-    d = tmp_path / "ssh"
-    d.mkdir(mode=0o700)
-    for key in ("host", "client"):
-        check(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"hostctl-test-{key}", "-f", str(d / key)])
-    (d / "authorized_keys").write_text((d / "client.pub").read_text())
-    port = _free_port()
-    path = f"{os.path.dirname(hostctl_bin)}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-    (d / "sshd_config").write_text("\n".join([
-        f"ListenAddress 127.0.0.1:{port}", f"HostKey {d / 'host'}", f"PidFile {d / 'sshd.pid'}",
-        f"AuthorizedKeysFile {d / 'authorized_keys'}", "PermitRootLogin prohibit-password",
-        "PasswordAuthentication no", "KbdInteractiveAuthentication no", "UsePAM no", "StrictModes no",
-        "AllowTcpForwarding no", "X11Forwarding no", "PrintMotd no",
-        f"SetEnv HOSTCTL_SYSROOT={sysroot} PATH={path}", ""]))
-    known = d / "known_hosts"
-    known.write_text(f"[127.0.0.1]:{port} {(d / 'host.pub').read_text().split(' ', 2)[0]} "
-                     f"{(d / 'host.pub').read_text().split(' ', 2)[1]}\n")
-    (d / "ssh_config").write_text("\n".join([
-        "Host 127.0.0.1", f"  IdentityFile {d / 'client'}", "  IdentitiesOnly yes", f"  UserKnownHostsFile {known}",
-        "  StrictHostKeyChecking yes", "  BatchMode yes", "  LogLevel ERROR", ""]))
+    yields (the --host spec that reaches it, sshd's directory)."""
     # the other side's installed hostctl, where its boot units would call it: this checkout's
     (sysroot / "usr/local/bin").mkdir(parents=True, exist_ok=True)
-    os.symlink(hostctl_bin, sysroot / "usr/local/bin/hostctl")
-    made_run_dir = not os.path.isdir("/run/sshd")
-    if made_run_dir:
-        os.makedirs("/run/sshd", mode=0o755)  # sshd's privilege separation directory
-    proc = subprocess.Popen([sshd_bin, "-D", "-e", "-f", str(d / "sshd_config")], stdout=subprocess.DEVNULL,
-                            stderr=open(d / "sshd.log", "w"))
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"sshd did not start: {(d / 'sshd.log').read_text()[-2000:]}")
-            time.sleep(0.1)
-        yield f"ssh://root@127.0.0.1:{port}?ssh_config={d / 'ssh_config'}", d
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if made_run_dir:
-            shutil.rmtree("/run/sshd", ignore_errors=True)
+    os.symlink(hostctl_console_script(), sysroot / "usr/local/bin/hostctl")
+    with private_sshd(tmp_path / "ssh", {"HOSTCTL_SYSROOT": str(sysroot)}) as (spec, log):
+        yield spec, log.parent
 
 
 def test_verify_over_ssh_reads_the_other_sides_facts_and_files(provisioned, sshd, tmp_path, sysroot):
