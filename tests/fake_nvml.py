@@ -223,3 +223,18 @@ REFERENCE_HOSTS = {
     "pro6000x2-phb-p2p-blocked": lambda: pro6000x2_phb(p2p_ok=False),
     "two-socket": two_socket,
 }
+
+
+def pci_tree(root: Path, chains: list[list[str]]) -> Path:
+    """A /sys/devices-like tree of PCI paths (root port ... device) with /sys/bus/pci/devices-like
+    links into it; returns the bus directory."""
+    bus = root / "bus"
+    bus.mkdir(parents=True)
+    for chain in chains:
+        path = root / "devices" / "pci0000:00"
+        for bdf in chain:
+            path = path / bdf
+            path.mkdir(parents=True, exist_ok=True)
+            if not (bus / bdf).exists():
+                (bus / bdf).symlink_to(path)
+    return bus

@@ -13,7 +13,7 @@ from hostctl.doctor.registry import CheckContext, run_checks
 from hostctl.facts import load_snapshot
 from hostctl.facts.acs import probe_acs
 from hostctl.facts.gpu import probe_gpus
-from fake_nvml import FakeNvml, pro6000x2_phb, write_sysfs
+from fake_nvml import FakeNvml, pci_tree, pro6000x2_phb, write_sysfs
 from hostctl.facts.model import HostFacts
 from hostctl.gpu.acs import judge_paths
 from hostctl.plan import build_plan
@@ -23,20 +23,6 @@ REDIRECT = (DATA / "lspci-pro6000x2-acs-redirect.txt").read_text()
 NOT_ROOT = (DATA / "lspci-switch-not-root.txt").read_text()
 H200X2 = Path(__file__).parents[1] / "gpu" / "h200x2-facts.json"
 GPU_PATHS = [["0000:00:01.1", "0000:01:00.0"], ["0000:00:01.3", "0000:03:00.0"]]  # the desktop's root ports
-
-
-def pci_tree(root: Path, chains: list[list[str]]) -> Path:
-    """A /sys/devices-like tree with /sys/bus/pci/devices-like links into it."""
-    bus = root / "bus"
-    bus.mkdir(parents=True)
-    for chain in chains:
-        path = root / "devices" / "pci0000:00"
-        for bdf in chain:
-            path = path / bdf
-            path.mkdir(parents=True, exist_ok=True)
-            if not (bus / bdf).exists():
-                (bus / bdf).symlink_to(path)
-    return bus
 
 
 def desktop(tmp_path, lspci: tuple[str | None, str]):

@@ -11,7 +11,7 @@ import pytest
 
 from hostctl import examples
 from hostctl.facts.gpu import probe_gpus
-from fake_nvml import FakeNvml, pro6000x2_phb, two_socket, write_sysfs
+from fake_nvml import FakeNvml, pci_tree, pro6000x2_phb, two_socket, write_sysfs
 from hostctl.facts.model import P2PVerdict
 from hostctl.facts.state import probe_state
 from hostctl.gpu import p2p as p2p_mod
@@ -88,23 +88,8 @@ def test_bridges_between_under_one_host_bridge_and_behind_a_switch():
     assert bridges_between(a, b) == ["0000:41:00.0", "0000:42:00.0", "0000:42:01.0"]
 
 
-def fake_pci_tree(root: Path, chains: list[list[str]]) -> Path:
-    """A /sys/devices-like tree with /sys/bus/pci/devices-like links into it."""
-    bus = root / "bus"
-    bus.mkdir(parents=True)
-    for chain in chains:
-        path = root / "devices" / "pci0000:00"
-        for bdf in chain:
-            path = path / bdf
-            path.mkdir(parents=True, exist_ok=True)
-            link = bus / bdf
-            if not link.exists():
-                link.symlink_to(path)
-    return bus
-
-
 def test_pci_chain_from_sysfs(tmp_path):
-    bus = fake_pci_tree(tmp_path, [["0000:00:01.1", "0000:01:00.0"], ["0000:00:01.3", "0000:03:00.0"]])
+    bus = pci_tree(tmp_path, [["0000:00:01.1", "0000:01:00.0"], ["0000:00:01.3", "0000:03:00.0"]])
     assert pci_chain("0000:01:00.0", bus) == ["0000:00:01.1", "0000:01:00.0"]
     assert pci_chain("0000:09:00.0", bus) is None
 
@@ -175,7 +160,7 @@ NO_TORCH = TorchPython(None, "no torch in the unit tier")
 
 def test_rungs_on_the_desktop_with_p2p_ok(tmp_path):
     _, facts = fake_facts(tmp_path, pro6000x2_phb())
-    bus = fake_pci_tree(tmp_path / "pci", [["0000:00:01.1", "0000:01:00.0"], ["0000:00:01.3", "0000:03:00.0"]])
+    bus = pci_tree(tmp_path / "pci", [["0000:00:01.1", "0000:01:00.0"], ["0000:00:01.3", "0000:03:00.0"]])
     ladder = run_ladder(facts, facts.gpus.devices, measure=False, lspci=(REDIRECT, ""), pci_root=bus)
     r = {x.name: x for x in ladder.rungs}
     assert [x.name for x in ladder.rungs] == ["topology", "driver", "iommu", "acs"]
