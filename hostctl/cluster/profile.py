@@ -23,7 +23,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from hostctl import safepaths, safetext
-from hostctl.config import NOT_A_KEY_ENV, Strict, _format_validation
+from hostctl.config import NOT_A_KEY_ENV, Strict, _format_validation, _problem
 from hostctl.errors import InputError
 
 Role = Literal["leader", "follower", "replica", "router"]
@@ -89,18 +89,14 @@ class Member(Strict):
     @field_validator("address")
     @classmethod
     def _address(cls, v: str) -> str:
-        problem = address_problem(v)
-        if problem:
-            raise ValueError(problem)
+        _problem(address_problem(v))
         return v
 
     @field_validator("profile", "facts")
     @classmethod
     def _text(cls, v: str | None) -> str | None:
         if v is not None:
-            problem = safetext.text_problem(v)
-            if problem:
-                raise ValueError(problem)
+            _problem(safetext.text_problem(v))
         return v
 
     @field_validator("state_dir")
@@ -108,9 +104,7 @@ class Member(Strict):
     def _state(cls, v: str | None) -> str | None:
         if v is None:
             return v
-        problem = safepaths.host_dir_problem(v)
-        if problem:
-            raise ValueError(problem)
+        _problem(safepaths.host_dir_problem(v))
         return safepaths.normalise(v)
 
     @model_validator(mode="after")
@@ -145,9 +139,7 @@ class RouterSettings(Strict):
     @field_validator("image")
     @classmethod
     def _image(cls, v: str) -> str:
-        problem = safetext.image_problem(v)
-        if problem:
-            raise ValueError(problem)
+        _problem(safetext.image_problem(v))
         return v
 
 
@@ -171,9 +163,7 @@ class ClusterProfile(Strict):
     def _key_env(cls, v: str | None) -> str | None:
         if v is None:
             return v
-        problem = safetext.match_problem(v, safetext.ENV_NAME, "an environment variable name such as HOSTCTL_API_KEY")
-        if problem:
-            raise ValueError(problem)
+        _problem(safetext.match_problem(v, safetext.ENV_NAME, "an environment variable name such as HOSTCTL_API_KEY"))
         if v in NOT_A_KEY_ENV:
             raise ValueError(f"{v} is set in every shell to a well-known value; name a variable that holds only the key")
         return v
@@ -182,9 +172,7 @@ class ClusterProfile(Strict):
     @classmethod
     def _key_file(cls, v: str | None) -> str | None:
         if v is not None:
-            problem = safetext.text_problem(v) or safetext.control_problem(v)
-            if problem:
-                raise ValueError(problem)
+            _problem(safetext.text_problem(v) or safetext.control_problem(v))
             if not v.startswith("/"):
                 raise ValueError(f"expected an absolute path, got {v!r}")
         return v
