@@ -771,19 +771,23 @@ class Config(BaseModel):
     warnings: list[str] = Field(default_factory=list)
 
 
-def load_config(explicit: Path | None) -> Config:
-    path = find_profile(explicit)
+def _validated(path: Path) -> tuple[Config, Path]:
     profile = load_profile(path)
-    recipe = load_recipe(recipe_path(profile.recipe, path.parent))
+    recipe = recipe_path(profile.recipe, path.parent)
     warnings = [
         f"drives[{i}].identity {d.identity}: kernel device names can change between boots; "
         "prefer serial:, wwn: or by-id:"
         for i, d in enumerate(profile.drives)
         if d.identity.kind == "path"
     ]
-    config = Config(profile=profile, recipe=recipe, source=str(path), warnings=warnings)
-    # From here on every output of this process hides these values (hostctl.secrets).
-    from hostctl import secrets
+    return Config(profile=profile, recipe=load_recipe(recipe), source=str(path), warnings=warnings), recipe
 
+
+def load_config(explicit: Path | None) -> Config:
+    from hostctl import config_cache, secrets
+
+    path = find_profile(explicit)
+    config = config_cache.load(path, lambda: _validated(path))
+    # From here on every output of this process hides these values (hostctl.secrets).
     secrets.remember(secrets.from_config(config))
     return config

@@ -1,0 +1,181 @@
+"""A validated Config remembered by exactly what it was made from, so the read-only commands
+(`plan`, `status`, `doctor --config`) skip building pydantic's validators and importing YAML.
+
+Loading the bundled demo profile costs ~50-70 ms on the 2-CPU machine, almost all of it
+pydantic building the validators of the profile and recipe models on their first use (the
+validation itself is well under 1 ms), where reading a remembered one costs ~0.2 ms
+(benchmarks/doctor_quick.py measures both). A Config is a pure function of the profile's path and
+bytes, the recipe's path and bytes, and the code that validates them, so an entry is found by a
+hash of all of those: editing the profile or the recipe, or installing another hostctl or
+pydantic, misses the cache and validates afresh (and so reports a bad field, exit 2, as always).
+
+The entries are pickles, which run code when read; one is read only if this user owns it and
+its folder, and neither is writable by anyone else; otherwise it is ignored, never trusted. A
+cache that cannot be read or written is ignored: loading then validates, as without a cache.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import pickle
+import stat
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
+
+from hostctl.paths import user_cache_dir
+
+if TYPE_CHECKING:
+    from hostctl.config import Config
+
+CACHE_SCHEMA = b"hostctl.config-cache/v1"
+KEEP = 64  # entries; tests and tuning sweeps load many profiles, a user has a few
+MAX_ENTRY_BYTES = 1024 * 1024
+
+
+def cache_dir() -> Path:
+    return user_cache_dir() / "config"
+
+
+@functools.cache
+def _code_stamp() -> bytes:
+    """What the validation code is: every module of this hostctl (path, size, mtime) and the
+    Python and pydantic that run it. An edited or reinstalled module changes it."""
+    import pydantic
+
+    root = Path(__file__).resolve().parent
+    h = hashlib.sha256(CACHE_SCHEMA)
+    h.update(f"{sys.version}\0{pydantic.VERSION}\0{root}\0".encode())
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        for name in sorted(files):
+            if name.endswith(".py"):
+                st = os.stat(os.path.join(folder, name))
+                h.update(f"{folder}/{name}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+    return h.digest()
+
+
+def _read(path: Path) -> bytes | None:
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_ENTRY_BYTES + 1)
+    except OSError:
+        return None
+    return data if len(data) <= MAX_ENTRY_BYTES else None
+
+
+def _private(st: os.stat_result) -> bool:
+    return st.st_uid == os.geteuid() and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+
+
+def _trusted(fd: int, folder: Path) -> bool:
+    try:
+        return _private(os.fstat(fd)) and _private(os.lstat(folder)) and stat.S_ISDIR(os.lstat(folder).st_mode)
+    except OSError:
+        return False
+
+
+def _key(profile: Path, profile_bytes: bytes) -> str:
+    from hostctl import paths
+    from hostctl.config import RuntimeSettings  # the state directory its project_dir default names
+
+    h = hashlib.sha256(_code_stamp())
+    # The path as given too: Config.source keeps it, and a relative recipe is found from it; a
+    # recipe named by its bundled name is found in recipes_dir().
+    h.update(f"{profile}\0{profile.resolve()}\0{paths.recipes_dir()}\0"
+             f"{RuntimeSettings.model_fields['project_dir'].default}\0".encode())
+    h.update(hashlib.sha256(profile_bytes).digest())
+    return h.hexdigest()[:40]
+
+
+def _recipe_digest(path: str) -> str | None:
+    data = _read(Path(path))
+    return None if data is None else hashlib.sha256(data).hexdigest()
+
+
+def remembered(profile: Path) -> Config | None:
+    """The Config made from exactly this profile and its recipe, or None."""
+    data = _read(profile)
+    if data is None:
+        return None
+    entry = cache_dir() / f"{_key(profile, data)}.pickle"
+    try:
+        fd = os.open(entry, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        if not _trusted(fd, entry.parent):
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            blob = fh.read(MAX_ENTRY_BYTES + 1)
+    finally:
+        os.close(fd)
+    try:
+        doc = pickle.loads(blob)
+        recipe_path, recipe_digest, config = doc["recipe_path"], doc["recipe_sha256"], doc["config"]
+    except Exception:  # an entry from another layout of the classes, or cut short: validate afresh
+        return None
+    from hostctl.config import Config
+
+    if not isinstance(config, Config) or _recipe_digest(recipe_path) != recipe_digest:
+        return None
+    return config
+
+
+def remember(profile: Path, recipe: Path, config: Config, profile_bytes: bytes | None) -> None:
+    """Record `config`, made from `profile_bytes` (read before validating, so a profile edited
+    meanwhile is not recorded under its new bytes) and the recipe at `recipe`."""
+    if profile_bytes is None or _read(profile) != profile_bytes:
+        return
+    digest = _recipe_digest(str(recipe))
+    if digest is None:
+        return
+    folder = cache_dir()
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if not _private(os.lstat(folder)):
+            return
+        blob = pickle.dumps({"recipe_path": str(recipe), "recipe_sha256": digest, "config": config},
+                            protocol=pickle.HIGHEST_PROTOCOL)
+        _write(folder / f"{_key(profile, profile_bytes)}.pickle", blob)
+        _prune(folder)
+    except (OSError, pickle.PicklingError):
+        pass  # a read-only or full home: the next load validates again
+
+
+def _write(target: Path, blob: bytes) -> None:
+    """Whole or not at all (a rename), but without hostctl.atomic's fsyncs: an entry lost in a
+    crash is validated again, and a miss in a test run must not wait on the disk."""
+    tmp = target.with_name(f".{target.name}.{os.getpid()}-{time.monotonic_ns()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        with os.fdopen(fd, "wb", closefd=False) as fh:
+            fh.write(blob)
+    finally:
+        os.close(fd)
+    try:
+        os.replace(tmp, target)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _prune(folder: Path) -> None:
+    entries = sorted(folder.glob("*.pickle"), key=lambda p: p.stat().st_mtime_ns, reverse=True)
+    for old in entries[KEEP:]:
+        old.unlink(missing_ok=True)
+
+
+def load(profile: Path, validate: Callable[[], tuple[Config, Path]]) -> Config:
+    """The remembered Config for `profile`, else `validate()` (which returns the Config and the
+    recipe it read) and remember what it returns."""
+    hit = remembered(profile)
+    if hit is not None:
+        return hit
+    before = _read(profile)
+    config, recipe = validate()
+    remember(profile, recipe, config, before)
+    return config

@@ -1,0 +1,134 @@
+"""hostctl.config_cache: a remembered Config is the one validating the same files gives; any
+change to the profile or the recipe validates afresh (a bad field still exits 2); an entry
+anyone else could have written is never read."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from hostctl import config, config_cache
+from hostctl.errors import InputError
+from need import need
+
+ROOT = Path(__file__).resolve().parents[2]
+DEMO_RECIPE = ROOT / "runtime" / "recipes" / "demo-cpu-tiny-moe.yaml"
+
+
+@pytest.fixture()
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return tmp_path
+
+
+@pytest.fixture()
+def validations(monkeypatch):
+    """How many times the profile was really validated."""
+    calls = []
+    real = config.parse_profile
+
+    def counted(*a, **k):
+        calls.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(config, "parse_profile", counted)
+    return calls
+
+
+def profile(home: Path, name: str = "cc", reserve: str = "4GiB") -> Path:
+    recipe = home / "recipe.yaml"
+    if not recipe.exists():
+        recipe.write_text(DEMO_RECIPE.read_text())
+    path = home / "host.toml"
+    path.write_text(f'name = "{name}"\nrecipe = "recipe.yaml"\n[memory]\nhost_reserve = "{reserve}"\n')
+    return path
+
+
+def entries(home: Path) -> list[Path]:
+    return sorted((home / "cache" / "hostctl" / "config").glob("*.pickle"))
+
+
+def test_a_second_load_is_remembered_and_equal(home, validations):
+    path = profile(home)
+    first = config.load_config(path)
+    second = config.load_config(path)
+    assert len(validations) == 1 and second == first
+    assert second.profile.name == "cc" and second.source == str(path)
+    (entry,) = entries(home)
+    assert entry.stat().st_mode & 0o777 == 0o600 and entry.parent.stat().st_mode & 0o777 == 0o700
+
+
+def test_an_edited_profile_or_recipe_validates_afresh(home, validations):
+    path = profile(home)
+    config.load_config(path)
+    profile(home, name="renamed")
+    assert config.load_config(path).profile.name == "renamed"
+    recipe = home / "recipe.yaml"
+    recipe.write_text(recipe.read_text().replace("context: 2048", "context: 1024", 1))
+    edited = config.load_config(path)
+    assert len(validations) == 3 and edited.profile.name == "renamed" and edited.recipe.context == 1024
+
+
+def test_a_bad_field_after_a_good_load_is_still_refused(home):
+    path = profile(home)
+    config.load_config(path)
+    profile(home, reserve="lots")
+    with pytest.raises(InputError) as exc:
+        config.load_config(path)
+    assert any("memory.host_reserve" in d for d in exc.value.details)
+
+
+def test_the_path_as_given_is_part_of_what_is_remembered(home, monkeypatch):
+    path = profile(home)
+    monkeypatch.chdir(home)
+    assert config.load_config(path).source == str(path)
+    assert config.load_config(Path("host.toml")).source == "host.toml"
+    assert len(entries(home)) == 2
+
+
+@pytest.mark.parametrize("spoil", ["entry writable by others", "folder writable by others", "garbage",
+                                   "a link to another file"])
+def test_an_entry_that_cannot_be_trusted_is_not_read(home, validations, spoil):
+    path = profile(home)
+    config.load_config(path)
+    (entry,) = entries(home)
+    if spoil == "entry writable by others":
+        entry.chmod(0o666)
+    elif spoil == "folder writable by others":
+        entry.parent.chmod(0o777)
+    elif spoil == "garbage":
+        entry.write_bytes(b"\x80\x05not a pickle")
+    else:
+        other = entry.with_name("other")
+        entry.rename(other)
+        entry.symlink_to(other)
+    assert config.load_config(path).profile.name == "cc"
+    assert len(validations) == 2
+
+
+def test_an_entry_from_another_user_is_not_read(home, validations):
+    need(os.geteuid() == 0, "giving the entry to another user needs root (CI runs as root)")
+    path = profile(home)
+    config.load_config(path)
+    (entry,) = entries(home)
+    os.chown(entry, 65534, 65534)
+    config.load_config(path)
+    assert len(validations) == 2
+
+
+def test_an_unwritable_cache_is_ignored(home, validations, monkeypatch):
+    blocked = home / "blocked"
+    blocked.write_text("a file where the cache folder would be")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))
+    path = profile(home)
+    assert config.load_config(path) == config.load_config(path)
+    assert len(validations) == 2
+
+
+def test_old_entries_are_pruned(home, monkeypatch):
+    monkeypatch.setattr(config_cache, "KEEP", 3)
+    for i in range(5):
+        config.load_config(profile(home, name=f"p{i}"))
+    assert len(entries(home)) == 3
