@@ -114,3 +114,38 @@ def test_a_silent_server_times_out(tmp_path):
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_engine_probe_reads_the_api_version_from_the_info_answer(tmp_path, monkeypatch):
+    """The engine's API version comes from the Api-Version header of /info's answer, as Docker
+    sends it on every answer: the probe asks nothing else for it (no /version round trip)."""
+    from hostctl.facts import engine
+
+    asked: list[str] = []
+    answers = {"/info": b'{"ServerVersion": "28.1", "CgroupVersion": "2", "Runtimes": {"runc": {}}}'}
+
+    class Handler(socketserver.BaseRequestHandler):
+        def handle(self):
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += self.request.recv(4096)
+            path = data.split(b" ", 2)[1].decode().split("?")[0]
+            asked.append(path)
+            body = answers.get(path, b"[]" if path == "/containers/json" else None)
+            if body is None:
+                self.request.sendall(b'HTTP/1.0 404 Not Found\r\n\r\n{"message": "page not found"}')
+            else:
+                self.request.sendall(b"HTTP/1.0 200 OK\r\nApi-Version: 1.47\r\nContent-Type: application/json\r\n\r\n" + body)
+
+    sock = tmp_path / "docker.sock"
+    server = socketserver.ThreadingUnixStreamServer(str(sock), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setattr(engine, "daemon_pid", lambda: None)
+    try:
+        facts = engine._probe_local(str(sock))
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert facts.available and (facts.version, facts.api_version, facts.cgroup_version) == ("28.1", "1.47", "2")
+    assert asked == ["/info", "/containers/json"]
