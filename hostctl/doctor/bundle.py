@@ -51,7 +51,7 @@ def _kernel_excerpt(facts: HostFacts, live: bool) -> tuple[str | None, str | Non
             return None, read.why
     elif not events:
         return None, "the facts snapshot carries no kernel log"
-    head = ["# OOM kills and Xid errors since boot (hostctl.failures.kernel_events)"] + (events or ["(none)"])
+    head = ["# OOM kills and Xid errors since boot (hostctl.kernel_events)"] + (events or ["(none)"])
     if tail:
         head += ["", f"# the last {len(tail)} kernel log lines"] + tail
     return "\n".join(head) + "\n", None

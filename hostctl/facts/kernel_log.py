@@ -1,5 +1,5 @@
 """Kernel log facts: the OOM kills and GPU Xid errors since boot, classified by
-`hostctl.failures.kernel_events`.
+`hostctl.kernel_events`.
 
 The log is read from /dev/kmsg directly (one non-blocking pass, no subprocess: doctor's quick
 level must stay fast), else from `dmesg`, else from `journalctl -k -b`. The kernel's ring
@@ -66,7 +66,7 @@ def read_kmsg(path: Path = KMSG) -> tuple[list[str], int | None]:
     return lines, first_seq
 
 
-# Every line hostctl.failures.kernel_events can turn into an event holds one of these (it tests
+# Every line hostctl.kernel_events.kernel_events can turn into an event holds one of these (it tests
 # the same substrings before its patterns): a log without any has no event.
 EVENT_MARKERS = ("oom-kill:", "Killed process", "NVRM: Xid")
 
@@ -74,7 +74,7 @@ EVENT_MARKERS = ("oom-kill:", "Killed process", "NVRM: Xid")
 def _events(text: str) -> list[KernelEvent]:
     if not any(marker in text for marker in EVENT_MARKERS):
         return []  # the usual log: the catalogue's patterns (~10 ms to compile) are not needed
-    from hostctl.failures import kernel_events
+    from hostctl.kernel_events import kernel_events
 
     return [KernelEvent.model_construct(kind=e.kind, line=e.line, time_s=e.time_s, process=e.process, cgroup=e.cgroup, xid=e.xid,
                         pci_bus_id=e.pci_bus_id, severity=e.severity) for e in kernel_events(text)]

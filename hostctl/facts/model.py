@@ -404,7 +404,7 @@ class ShmFacts(Absence):
 
 
 class KernelEvent(Part):
-    """An OOM kill or a GPU Xid error in the kernel log (hostctl.failures.kernel_events)."""
+    """An OOM kill or a GPU Xid error in the kernel log (hostctl.kernel_events)."""
 
     kind: Literal["host_oom", "memcg_oom", "xid"]
     line: str

@@ -117,7 +117,7 @@ def test_enospc_and_xid():
 
 # ---------------------------------------------------------------- kernel log events (doctor's logs.kernel.*)
 
-from hostctl.failures import XID_MEANINGS, kernel_events  # noqa: E402
+from hostctl.kernel_events import XID_MEANINGS, kernel_events  # noqa: E402
 
 # Captured on this CI machine: a 16 MiB container that allocated 64 MiB (cgroup v1, kernel 6.18).
 KERNEL_MEMCG_OOM_REAL = """\

@@ -78,7 +78,7 @@ def kernel_xid(ctx: CheckContext) -> CheckResult:
     xids = [e for e in k.events if e.kind == "xid"]
     if not xids:
         return passed(f"no Xid error {_span(k)}", source=source)
-    from hostctl.failures import XID_MEANINGS
+    from hostctl.kernel_events import XID_MEANINGS
 
     codes = sorted({e.xid for e in xids if e.xid is not None})
     named = ", ".join(f"{c} ({XID_MEANINGS.get(c, ('see NVIDIA Xid catalogue', ''))[0]})" for c in codes)
