@@ -159,7 +159,7 @@ def iommu_rung(facts: HostFacts) -> Rung:
                     evidence)
     return Rung("iommu", "warn",
                 f"IOMMU on and translating DMA ({io.default_domain_type or 'domain type unknown'}): peer traffic that "
-                "ACS sends upstream passes through it - the setting under which field report 001 deadlocked",
+                "ACS sends upstream passes through it - the setting under which two PRO 6000s behind one host bridge deadlocked (docs/field-reports.md, 001)",
                 evidence, fix="let the functional check decide; if it fails, " + IOMMU_COST)
 
 
@@ -311,6 +311,6 @@ def _recommend(ladder: P2PLadder, facts: HostFacts) -> None:
     bw = f" (measured without P2P: {v.control_busbw_gbps:g} GB/s bus bandwidth)" if v.control_busbw_gbps else ""
     ladder.recommendations.append(f"serve with P2P off: {off}{bw}")
     if facts.iommu.enabled and facts.iommu.default_domain_type != "identity":
-        ladder.recommendations.append("or restore P2P as field report 001 did, by turning the IOMMU off in firmware "
+        ladder.recommendations.append("or restore P2P as the two-GPU desktop of docs/field-reports.md (001) did, by turning the IOMMU off in firmware "
                                       "(or on the kernel command line) and re-running `hostctl provision --only gpu` - "
                                       "at a cost: " + IOMMU_COST)

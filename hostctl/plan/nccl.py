@@ -113,7 +113,7 @@ def plan_nccl(config: Config, facts: HostFacts, placement: PlacementPlan) -> Ncc
         plan.p2p = False
         plan.decide("NCCL P2P", "off", f"the functional check said {verdict.verdict.replace('_', ' ')}")
         plan.problem(codes.NCCL_P2P_FAILED, "warn", f"P2P failed its functional check ({verdict.verdict}); NCCL uses host memory",
-                     fix=("with IOMMU on, this is the deadlock of field report 001: " + IOMMU_COST)
+                     fix=("with IOMMU on, this is the deadlock two PRO 6000s behind one host bridge hit (docs/field-reports.md, 001): " + IOMMU_COST)
                      if facts.iommu.enabled else "re-run `hostctl provision --only gpu` after a driver update")
 
     plan.env["NCCL_P2P_DISABLE"] = "0" if plan.p2p else "1"

@@ -180,7 +180,7 @@ def test_p2p_blocked_with_iommu_on_skips_the_functional_check_and_states_the_cos
                         state_dir=tmp_path / "state")
     r = {x.name: x for x in ladder.rungs}
     assert r["driver"].status == "fail" and "chipset_not_supported" in " ".join(r["driver"].evidence)
-    assert r["iommu"].status == "warn" and "field report 001" in r["iommu"].summary
+    assert r["iommu"].status == "warn" and "docs/field-reports.md, 001" in r["iommu"].summary
     assert r["acs"].status == "unknown" and "lspci is not installed" in r["acs"].summary
     assert r["functional"].status == "skip" and "refuses P2P" in r["functional"].summary
     assert ladder.verdict is None and not (tmp_path / "state").exists()

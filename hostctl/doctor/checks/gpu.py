@@ -327,7 +327,7 @@ def _judge_verdict(ctx: CheckContext, v: P2PVerdict, source: str, fresh: bool) -
     if v.verdict == "ok":
         return passed(f"ok{bw}", observed=observed, expected="ok", source=source)
     fix = ("the plan keeps NCCL P2P off, so the runtime still works, with slower collectives. "
-           + ("With the IOMMU on this is field report 001's deadlock: " + IOMMU_COST if ctx.facts.iommu.enabled
+           + ("With the IOMMU on, this is the deadlock two PRO 6000s behind one host bridge hit (docs/field-reports.md, 001): " + IOMMU_COST if ctx.facts.iommu.enabled
               else "Re-run after a driver or firmware update"))
     return warned(f"P2P failed its functional check: {v.verdict.replace('_', ' ')}", fix=fix, observed=observed,
                   expected="ok", source=source)
