@@ -15,6 +15,8 @@ on every run is not what a user waits for.
 It prints, per row, the median and the fastest of N runs (interleaved, so drift on a busy
 machine hits every row alike) and the ratio of each command's median to the shell script's:
   python start-up      `python3 -c pass`: the interpreter and site alone
+  import typer+rich+pydantic  the chosen dependencies alone, no hostctl module: the floor under
+                       every command that reads a profile
   import hostctl.cli   what every hostctl command pays before it parses its arguments
   --help               the command list
   doctor quick         `doctor --json`, the whole process
@@ -75,7 +77,12 @@ def main() -> None:
         "plan": (hostctl + ["plan"] + profile, (0, 1)),
         "status": (hostctl + ["status"] + profile, (0, 1)),
     }
+    # The floor the chosen dependencies set: typer and rich parse and print every command; a
+    # command that reads a profile validates it with pydantic (its classes are needed even when
+    # hostctl.config_cache remembers the result). No hostctl module is imported.
+    deps = "import typer, rich.console, pydantic; from pydantic import BaseModel"
     baseline = {"python start-up": ([sys.executable, "-c", "pass"], (0,)),
+                "import typer+rich+pydantic": ([sys.executable, "-c", deps], (0,)),
                 "import hostctl.cli": ([sys.executable, "-c", "import hostctl.cli"], (0,))}
     for argv, ok in list(baseline.values()) + list(commands.values()):
         timed(argv, env, ok)  # untimed: writes the bytecode caches, warms the page cache

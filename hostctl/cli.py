@@ -32,6 +32,7 @@ from hostctl.errors import (
 if TYPE_CHECKING:
     from hostctl.config import Config
     from hostctl.facts.model import HostFacts
+    from hostctl.service.identity import RuntimeIdentity
 
 # Start-up cost (benchmarks/doctor_quick.py): a command imports what it uses, inside its function.
 # The profile's schema (pydantic), the facts, rich, the docker SDK, httpx, jinja2 and YAML are
@@ -144,6 +145,12 @@ class GlobalOptions:
         for w in cfg.warnings:
             err.print(f"warning: {w}", markup=False)
         return cfg
+
+    def identity(self) -> RuntimeIdentity:
+        """The runtime's names, for the commands that need nothing else of the profile."""
+        from hostctl.service import identity
+
+        return identity.of_profile(self.config_path, self.config, lambda w: err.print(f"warning: {w}", markup=False))
 
     def facts(self, config: Config | None = None) -> HostFacts:
         from hostctl.facts import collect, load_snapshot
@@ -511,7 +518,7 @@ def status(ctx: typer.Context, json_: JsonOpt = False, config: ConfigOpt = None,
 
     c = _ctx(ctx, config, facts)
     c.refuse_snapshot("status")
-    doc = read_status(c.config())
+    doc = read_status(c.identity())
     if json_:
         _print_json(doc)
     else:
@@ -528,11 +535,11 @@ def logs(
     facts: FactsOpt = None,
 ) -> None:
     """The runtime's logs."""
-    from hostctl.service import identity, lifecycle
+    from hostctl.service import lifecycle
 
     c = _ctx(ctx, config, facts)
     c.refuse_snapshot("logs")
-    name = identity.of_config(c.config()).container
+    name = c.identity().container
 
     def write(chunk: bytes) -> None:
         sys.stdout.buffer.write(chunk)

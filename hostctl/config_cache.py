@@ -1,28 +1,36 @@
 """A validated Config remembered by exactly what it was made from, so the read-only commands
-(`plan`, `status`, `doctor --config`) skip building pydantic's validators and importing YAML.
+skip building pydantic's validators (`plan`, `doctor --config`), and `status` and `logs`, which
+need only the runtime's names, import neither pydantic nor the config models at all.
 
 Loading the bundled demo profile costs ~50-70 ms on the 2-CPU machine, almost all of it
 pydantic building the validators of the profile and recipe models on their first use (the
-validation itself is well under 1 ms), where reading a remembered one costs ~0.2 ms
-(benchmarks/doctor_quick.py measures both). A Config is a pure function of the profile's path and
-bytes, the recipe's path and bytes, and the code that validates them, so an entry is found by a
-hash of all of those: editing the profile or the recipe, or installing another hostctl or
-pydantic, misses the cache and validates afresh (and so reports a bad field, exit 2, as always).
+validation itself is well under 1 ms); reading a remembered one costs ~0.2 ms, and pydantic and
+the config models cost ~60 ms more to import (benchmarks/doctor_quick.py). A Config is a pure
+function of the profile's path and bytes, the recipe's path and bytes, and the code that
+validates them, so an entry is found by a hash of all of those: editing the profile or the
+recipe, or installing another hostctl or pydantic, misses the cache and validates afresh (and
+so reports a bad field, exit 2, as always).
 
-The entries are pickles, which run code when read; one is read only if this user owns it and
-its folder, and neither is writable by anyone else; otherwise it is ignored, never trusted. A
-cache that cannot be read or written is ignored: loading then validates, as without a cache.
+An entry is one JSON file: the runtime's names (hostctl.service.identity), the load's warnings,
+the recipe's path and digest, and the Config as a pickle. A pickle runs code when read, so an
+entry is read only if this user owns it and its folder, and neither is writable by anyone else;
+otherwise it is ignored, never trusted. A profile or recipe that holds a secret value itself
+(a token in `env`, an `--api-key` argument) is never remembered: the cache must not become a
+second copy of it. A cache that cannot be read or written is ignored: loading then validates,
+as without a cache.
 """
 
 from __future__ import annotations
 
+import base64
 import functools
 import hashlib
+import json
 import os
-import pickle
 import stat
 import sys
 import time
+from importlib.util import find_spec
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
@@ -31,7 +39,7 @@ from hostctl.paths import user_cache_dir
 if TYPE_CHECKING:
     from hostctl.config import Config
 
-CACHE_SCHEMA = b"hostctl.config-cache/v1"
+CACHE_SCHEMA = "hostctl.config-cache/v1"
 KEEP = 64  # entries; tests and tuning sweeps load many profiles, a user has a few
 MAX_ENTRY_BYTES = 1024 * 1024
 
@@ -42,19 +50,19 @@ def cache_dir() -> Path:
 
 @functools.cache
 def _code_stamp() -> bytes:
-    """What the validation code is: every module of this hostctl (path, size, mtime) and the
-    Python and pydantic that run it. An edited or reinstalled module changes it."""
-    import pydantic
-
+    """What the validation code is: every module of this hostctl (path, size, mtime), the Python
+    that runs it and pydantic's files (found, not imported). An edited or reinstalled module
+    changes it."""
     root = Path(__file__).resolve().parent
-    h = hashlib.sha256(CACHE_SCHEMA)
-    h.update(f"{sys.version}\0{pydantic.VERSION}\0{root}\0".encode())
-    for folder, dirs, files in os.walk(root):
+    h = hashlib.sha256(CACHE_SCHEMA.encode())
+    h.update(f"{sys.version}\0{root}\0".encode())
+    files = [str(spec.origin) for name in ("pydantic", "pydantic_core") if (spec := find_spec(name)) and spec.origin]
+    for folder, dirs, names in os.walk(root):
         dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-        for name in sorted(files):
-            if name.endswith(".py"):
-                st = os.stat(os.path.join(folder, name))
-                h.update(f"{folder}/{name}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+        files += [os.path.join(folder, n) for n in sorted(names) if n.endswith(".py")]
+    for path in files:
+        st = os.stat(path)
+        h.update(f"{path}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
     return h.digest()
 
 
@@ -71,66 +79,90 @@ def _private(st: os.stat_result) -> bool:
     return st.st_uid == os.geteuid() and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
 
 
-def _trusted(fd: int, folder: Path) -> bool:
-    try:
-        return _private(os.fstat(fd)) and _private(os.lstat(folder)) and stat.S_ISDIR(os.lstat(folder).st_mode)
-    except OSError:
-        return False
-
-
 def _key(profile: Path, profile_bytes: bytes) -> str:
     from hostctl import paths
-    from hostctl.config import RuntimeSettings  # the state directory its project_dir default names
 
     h = hashlib.sha256(_code_stamp())
     # The path as given too: Config.source keeps it, and a relative recipe is found from it; a
-    # recipe named by its bundled name is found in recipes_dir().
-    h.update(f"{profile}\0{profile.resolve()}\0{paths.recipes_dir()}\0"
-             f"{RuntimeSettings.model_fields['project_dir'].default}\0".encode())
+    # recipe named by its bundled name is found in recipes_dir(); project_dir's default names
+    # the state directory.
+    h.update(f"{profile}\0{profile.resolve()}\0{paths.recipes_dir()}\0{paths.STATE_DIR}\0".encode())
     h.update(hashlib.sha256(profile_bytes).digest())
     return h.hexdigest()[:40]
 
 
-def _recipe_digest(path: str) -> str | None:
+def _digest(path: str) -> str | None:
     data = _read(Path(path))
     return None if data is None else hashlib.sha256(data).hexdigest()
 
 
-def remembered(profile: Path) -> Config | None:
-    """The Config made from exactly this profile and its recipe, or None."""
+def _entry(profile: Path) -> dict | None:
+    """The trusted entry for exactly this profile and its recipe, or None."""
     data = _read(profile)
     if data is None:
         return None
-    entry = cache_dir() / f"{_key(profile, data)}.pickle"
+    path = cache_dir() / f"{_key(profile, data)}.json"
     try:
-        fd = os.open(entry, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError:
         return None
     try:
-        if not _trusted(fd, entry.parent):
+        folder = os.lstat(path.parent)
+        if not (_private(os.fstat(fd)) and _private(folder) and stat.S_ISDIR(folder.st_mode)):
             return None
         with os.fdopen(fd, "rb", closefd=False) as fh:
             blob = fh.read(MAX_ENTRY_BYTES + 1)
+    except OSError:
+        return None
     finally:
         os.close(fd)
     try:
-        doc = pickle.loads(blob)
-        recipe_path, recipe_digest, config = doc["recipe_path"], doc["recipe_sha256"], doc["config"]
+        doc = json.loads(blob)
+        ok = doc["schema"] == CACHE_SCHEMA and _digest(doc["recipe_path"]) == doc["recipe_sha256"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return doc if ok else None
+
+
+def remembered(profile: Path) -> Config | None:
+    """The Config made from exactly this profile and its recipe, or None."""
+    import pickle
+
+    doc = _entry(profile)
+    if doc is None:
+        return None
+    try:
+        config = pickle.loads(base64.b64decode(doc["config"]))
     except Exception:  # an entry from another layout of the classes, or cut short: validate afresh
         return None
     from hostctl.config import Config
 
-    if not isinstance(config, Config) or _recipe_digest(recipe_path) != recipe_digest:
+    return config if isinstance(config, Config) else None
+
+
+def remembered_names(profile: Path) -> tuple[dict, list[str]] | None:
+    """The runtime's names (hostctl.service.identity.names) and the load's warnings, read without
+    pydantic or the config models, or None (then load the Config)."""
+    doc = _entry(profile)
+    if doc is None:
         return None
-    return config
+    names, warnings = doc.get("names"), doc.get("warnings")
+    if not isinstance(names, dict) or not isinstance(warnings, list):
+        return None
+    return names, warnings
 
 
 def remember(profile: Path, recipe: Path, config: Config, profile_bytes: bytes | None) -> None:
     """Record `config`, made from `profile_bytes` (read before validating, so a profile edited
     meanwhile is not recorded under its new bytes) and the recipe at `recipe`."""
-    if profile_bytes is None or _read(profile) != profile_bytes:
+    import pickle
+
+    from hostctl import secrets
+    from hostctl.service import identity
+
+    if profile_bytes is None or _read(profile) != profile_bytes or secrets.from_config(config, environ={}):
         return
-    digest = _recipe_digest(str(recipe))
+    digest = _digest(str(recipe))
     if digest is None:
         return
     folder = cache_dir()
@@ -138,9 +170,10 @@ def remember(profile: Path, recipe: Path, config: Config, profile_bytes: bytes |
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         if not _private(os.lstat(folder)):
             return
-        blob = pickle.dumps({"recipe_path": str(recipe), "recipe_sha256": digest, "config": config},
-                            protocol=pickle.HIGHEST_PROTOCOL)
-        _write(folder / f"{_key(profile, profile_bytes)}.pickle", blob)
+        doc = {"schema": CACHE_SCHEMA, "recipe_path": str(recipe), "recipe_sha256": digest,
+               "names": identity.names(config), "warnings": list(config.warnings),
+               "config": base64.b64encode(pickle.dumps(config, protocol=pickle.HIGHEST_PROTOCOL)).decode()}
+        _write(folder / f"{_key(profile, profile_bytes)}.json", json.dumps(doc).encode())
         _prune(folder)
     except (OSError, pickle.PicklingError):
         pass  # a read-only or full home: the next load validates again
@@ -164,7 +197,7 @@ def _write(target: Path, blob: bytes) -> None:
 
 
 def _prune(folder: Path) -> None:
-    entries = sorted(folder.glob("*.pickle"), key=lambda p: p.stat().st_mtime_ns, reverse=True)
+    entries = sorted(folder.glob("*.json"), key=lambda p: p.stat().st_mtime_ns, reverse=True)
     for old in entries[KEEP:]:
         old.unlink(missing_ok=True)
 

@@ -21,25 +21,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from pydantic import ValidationError
-
 from hostctl.errors import InputError, MissingFileError
-from hostctl.facts.model import (
-    FACTS_SCHEMA,
-    AcsFacts,
-    DiskFacts,
-    EngineFacts,
-    GpuFacts,
-    HostFacts,
-    IommuFacts,
-    KernelFacts,
-    KernelLogFacts,
-    MemoryFacts,
-    NumaFacts,
-    PathFacts,
-    ShmFacts,
-    StateFacts,
-)
+
+if TYPE_CHECKING:
+    from hostctl.facts.model import HostFacts
 
 # The probes, imported on first use (by collect, collect_storage, or an attribute access such as a
 # test's monkeypatch): `status` imports hostctl.facts.engine for one container's facts, and
@@ -123,6 +108,9 @@ def collect(path_requests: Sequence[tuple[str, bool]] = (), port_requests: Seque
     resolve to the engine's image ids."""
     from concurrent.futures import ThreadPoolExecutor
 
+    from hostctl.facts.model import (AcsFacts, DiskFacts, EngineFacts, GpuFacts, HostFacts, IommuFacts, KernelFacts,
+                                     KernelLogFacts, MemoryFacts, NumaFacts, PathFacts, ShmFacts, StateFacts)
+
     _load_probes()
     notes: list[str] = []
     mountinfo = read_mountinfo()
@@ -200,6 +188,9 @@ def collect_storage(path_requests: Sequence[tuple[str, bool]] = (), alias_paths:
     """Only what storage provisioning decides on: disks, mounts, swap and memory, and the
     directories asked for (milliseconds, where a full `collect` waits on NVML and the Docker
     socket). The other parts say they were not read, so nothing mistakes them for absent."""
+    from hostctl.facts.model import (DiskFacts, EngineFacts, GpuFacts, HostFacts, IommuFacts, KernelFacts, MemoryFacts,
+                                     NumaFacts, PathFacts)
+
     _load_probes()
     notes: list[str] = []
     mountinfo = read_mountinfo()
@@ -248,6 +239,9 @@ def _shown(value: object) -> str:
 
 def load_snapshot(path: str | os.PathLike[str]) -> HostFacts:
     """Read a facts snapshot; InputError names what is wrong (and for a field, where)."""
+    from pydantic import ValidationError
+
+    from hostctl.facts.model import FACTS_SCHEMA, HostFacts
     from hostctl.safeload import load_json
 
     p = Path(path)

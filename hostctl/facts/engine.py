@@ -15,10 +15,13 @@ import shutil
 import socket
 import struct
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hostctl import http10, runner
 from hostctl.facts import compose_cache
-from hostctl.facts.model import ContainerFacts, DaemonLimits, EngineFacts, ImageFacts
+
+if TYPE_CHECKING:
+    from hostctl.facts.model import ContainerFacts, DaemonLimits, EngineFacts, ImageFacts
 
 DEFAULT_SOCKET = "/var/run/docker.sock"
 API_TIMEOUT_S = 3
@@ -180,6 +183,8 @@ def read_daemon_limits(pid: int, proc: Path = PROC) -> DaemonLimits:
     """The engine daemon's memlock and open-file limits and whether it may raise them: a
     container's `ulimits` are set by the engine's runc, which needs CAP_SYS_RESOURCE to go
     above the limits it inherited ("error setting rlimit" otherwise)."""
+    from hostctl.facts.model import DaemonLimits
+
     limits = DaemonLimits.model_construct(pid=pid)
     for line in (proc / str(pid) / "limits").read_text().splitlines():
         fields = re.split(r"\s{2,}", line.strip())
@@ -211,10 +216,17 @@ def daemon_pid(proc: Path = PROC, pidfile: Path = DOCKERD_PIDFILE) -> int | None
 
 
 def _container(summary: dict, inspect: dict | None) -> ContainerFacts:
+    from hostctl.facts.model import ContainerFacts
+
+    return ContainerFacts.model_construct(**container_fields(summary, inspect))
+
+
+def container_fields(summary: dict, inspect: dict | None) -> dict:
+    """ContainerFacts' fields, as plain values, from the engine's summary and inspect documents."""
     labels = summary.get("Labels") or {}
     state = (inspect or {}).get("State") or {}
     names = summary.get("Names") or []
-    return ContainerFacts.model_construct(
+    return dict(
         id=summary.get("Id", ""),
         name=(names[0].lstrip("/") if names else summary.get("Id", "")[:12]),
         image=summary.get("Image"),
@@ -234,6 +246,8 @@ def _container(summary: dict, inspect: dict | None) -> ContainerFacts:
 def _image(api: "EngineApi", ref: str) -> ImageFacts:
     from urllib.parse import quote
 
+    from hostctl.facts.model import ImageFacts
+
     try:
         return ImageFacts.model_construct(ref=ref, id=api.json(f"/images/{quote(ref, safe='')}/json").get("Id"))
     except EngineApiError as exc:
@@ -242,6 +256,8 @@ def _image(api: "EngineApi", ref: str) -> ImageFacts:
 
 def _probe_local(path: str, image_refs: tuple[str, ...] = ()) -> EngineFacts:
     from urllib.parse import quote
+
+    from hostctl.facts.model import EngineFacts
 
     try:
         with EngineApi(path) as api:
@@ -282,6 +298,8 @@ def _probe_local(path: str, image_refs: tuple[str, ...] = ()) -> EngineFacts:
 
 
 def probe_docker(image_refs: tuple[str, ...] = ()) -> EngineFacts:
+    from hostctl.facts.model import EngineFacts, ImageFacts
+
     problem = _socket_problem()
     if problem:
         return EngineFacts.model_construct(available=False, reason=problem)
@@ -348,10 +366,11 @@ def _inspect_remote(name: str) -> tuple[dict | None, str | None]:
         return None, f"Docker engine unreachable: {_one_line(str(exc))}"
 
 
-def probe_container(name: str) -> tuple[ContainerFacts | None, str | None]:
-    """One container, by name, as the engine sees it: (facts, None); (None, None) when the engine
-    has no container of that name; (None, why) when the engine cannot be asked. For `status`,
-    which needs this container and nothing else of the host."""
+def probe_container(name: str) -> tuple[dict | None, str | None]:
+    """One container, by name, as the engine sees it: (ContainerFacts' fields, None); (None, None)
+    when the engine has no container of that name; (None, why) when the engine cannot be asked.
+    For `status`, which needs this container and nothing else of the host, and so no model: plain
+    values."""
     problem = _socket_problem()
     if problem:
         return None, problem
@@ -362,4 +381,4 @@ def probe_container(name: str) -> tuple[ContainerFacts | None, str | None]:
     config = inspect.get("Config") or {}
     summary = {"Id": inspect.get("Id", ""), "Names": [inspect.get("Name") or name], "Image": config.get("Image"),
                "Labels": config.get("Labels") or {}}
-    return _container(summary, inspect), None
+    return container_fields(summary, inspect), None

@@ -1,21 +1,17 @@
 """`hostctl status`: the runtime's state, health, endpoint, uptime, and the last `up`, smoke and
 qualify results.
 
-It reads the profile (hostctl.service.identity names the container), the engine's view of that
-one container (hostctl.facts.engine.probe_container, over the engine's socket) and hostctl's
-state files; it collects no other facts and builds no plan, so it answers at once
+It reads the runtime's names (hostctl.service.identity: from hostctl.config_cache when it
+remembers the profile, so neither pydantic nor the config models are imported), the engine's
+view of that one container (hostctl.facts.engine.probe_container, over the engine's socket) and
+hostctl's state files; it collects no other facts and builds no plan, so it answers at once
 (benchmarks/doctor_quick.py) and works on a host whose GPUs or drives cannot be read.
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING
-
 from hostctl.service import identity, saved
-
-if TYPE_CHECKING:
-    from hostctl.config import Config
 
 SCHEMA = "hostctl.status/v1"
 HEALTH_TIMEOUT_S = 3.0
@@ -37,25 +33,24 @@ def _healthy(endpoint: str) -> bool:
         return False
 
 
-def status(config: Config) -> dict:
+def status(rt: identity.RuntimeIdentity) -> dict:
     from hostctl.facts.engine import probe_container
     from hostctl.service.container import parse_timestamp
 
-    rt = identity.of_config(config)
     found, engine_problem = probe_container(rt.container)
-    running = found is not None and found.state == "running"
+    running = found is not None and found["state"] == "running"
     doc: dict = {"schema": SCHEMA, "container": rt.container, "endpoint": rt.endpoint, "image": rt.image}
     if engine_problem is not None:
         doc["state"], doc["reason"] = "unknown", engine_problem
     elif found is None:
         doc["state"] = "down"
     else:
-        doc["state"] = found.state
-        started = parse_timestamp(found.started_at)
+        doc["state"] = found["state"]
+        started = parse_timestamp(found["started_at"])
         if started and running:
             doc["uptime_s"] = int((datetime.now(timezone.utc) - started).total_seconds())
         if not running:
-            doc["exit_code"], doc["oom_killed"] = found.exit_code, found.oom_killed
+            doc["exit_code"], doc["oom_killed"] = found["exit_code"], found["oom_killed"]
     doc["healthy"] = _healthy(rt.endpoint) if running else None
     service = saved.load_service()
     if service and service.get("container") == rt.container:
@@ -69,7 +64,7 @@ def status(config: Config) -> dict:
     from hostctl.bench import qualify
     from hostctl.service import fingerprint
 
-    current = fingerprint.of_project(rt.project_dir, found.image_id) if running else None
+    current = fingerprint.of_project(rt.project_dir, found["image_id"]) if running else None
     doc["qualify"] = qualify.status_part(current)
     smoke = saved.load_smoke()
     if smoke:

@@ -6,6 +6,7 @@ then writes the names in sys.modules to a file: the modules it imported, whateve
 """
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,12 +21,14 @@ DEMO = str(HOSTS / "demo-cpu.toml")
 # Heavy optional modules: each is used by one command (model pull, tune's chart, verify, logs) or
 # by the tests, and costs 0.1-0.5 s to import.
 HEAVY = frozenset({"huggingface_hub", "matplotlib", "testinfra", "docker", "pytest", "_pytest"})
-# Nothing but typer is needed to parse the arguments and print --help. (A command's own options
-# go through typer's coercion, which is pydantic's: `plan --help` imports pydantic, not the rest.)
-NOT_TO_PARSE = HEAVY | {"rich", "jinja2", "yaml", "httpx"}
-NOT_TO_LIST = NOT_TO_PARSE | {"pydantic"}
+# Nothing but typer is needed to parse the arguments and print --help (typer 0.28: its option
+# coercion is its own, not pydantic's).
+NOT_TO_PARSE = HEAVY | {"rich", "jinja2", "yaml", "httpx", "pydantic"}
+NOT_TO_LIST = NOT_TO_PARSE
 # plan and status read a profile (pydantic, YAML) and render nothing, fetch nothing over httpx.
 NOT_TO_READ = HEAVY | {"jinja2", "httpx"}
+# status with a profile hostctl.config_cache remembers reads only the runtime's names.
+NOT_FOR_REMEMBERED_NAMES = NOT_TO_READ | {"pydantic", "yaml", "rich"}
 
 WRAPPER = """
 import json, sys
@@ -40,12 +43,16 @@ finally:
 """
 
 
-def imported(argv: list[str], tmp_path: Path) -> tuple[set[str], subprocess.CompletedProcess]:
-    """The top-level packages a fresh `hostctl ARGV` imported (hostctl's own left out)."""
+def imported(argv: list[str], tmp_path: Path, *, modules: bool = False) -> tuple[set[str], subprocess.CompletedProcess]:
+    """The top-level packages a fresh `hostctl ARGV` imported (hostctl's own left out; every
+    module's full name with `modules`). Its config cache is tmp_path's own: empty at first."""
     out = tmp_path / "modules.json"
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"))
     done = subprocess.run([sys.executable, "-c", WRAPPER, str(out), *argv], capture_output=True, text=True,
-                          cwd=tmp_path, timeout=120)  # cwd: no ./hostctl.toml is picked up
+                          cwd=tmp_path, timeout=120, env=env)  # cwd: no ./hostctl.toml is picked up
     assert out.is_file(), done.stderr
+    if modules:
+        return set(json.loads(out.read_text())), done
     names = {name.split(".")[0] for name in json.loads(out.read_text())}
     return names - {"hostctl"}, done
 
@@ -72,8 +79,27 @@ def test_plan_and_status_import_no_heavy_module(argv, tmp_path):
         assert json.loads(done.stdout)["schema"] in ("hostctl.plan/v1", "hostctl.status/v1")
     else:
         assert done.stdout.strip()
-    assert "pydantic" in names  # the profile was read
+    assert "pydantic" in names  # the profile was read (and validated: the cache was empty)
     assert not names & NOT_TO_READ, f"`hostctl {' '.join(argv)}` imported {sorted(names & NOT_TO_READ)}"
+
+
+@pytest.mark.parametrize("json_", [False, True], ids=["text", "json"])
+def test_status_of_a_remembered_profile_imports_no_config_model(json_, tmp_path):
+    argv = ["status", "--config", DEMO] + (["--json"] if json_ else [])
+    first, validated = imported(argv, tmp_path)
+    second, remembered = imported(argv, tmp_path, modules=True)
+    assert "pydantic" in first  # an empty cache: the profile was validated, then remembered
+    top = {name.split(".")[0] for name in second}
+    assert not top & NOT_FOR_REMEMBERED_NAMES, f"status imported {sorted(top & NOT_FOR_REMEMBERED_NAMES)}"
+    assert not second & {"hostctl.config", "hostctl.facts.model"}
+    assert remembered.returncode == validated.returncode and remembered.stderr == validated.stderr
+    if json_:
+        docs = [json.loads(d.stdout) for d in (validated, remembered)]
+        for d in docs:
+            d.pop("uptime_s", None)
+        assert docs[0] == docs[1] and docs[0]["container"] == "hostctl-runtime"
+    else:
+        assert remembered.stdout.splitlines()[1:] == validated.stdout.splitlines()[1:]  # the first line has the uptime
 
 
 def test_the_wrapper_sees_a_heavy_import(tmp_path):
@@ -104,7 +130,8 @@ def test_read_only_commands_import_no_probe_library(argv, tmp_path):
     assert out.is_file(), done.stderr
     assert "internal error" not in done.stderr, done.stderr
     modules = set(json.loads(out.read_text()))
-    assert "hostctl.facts.model" in modules  # the command did read facts or a profile
+    # the command did read facts, or (status) the engine's view of its container
+    assert ("hostctl.facts.engine" if argv[0] == "status" else "hostctl.facts.model") in modules
     unwanted = PROBES_DO_NOT_IMPORT | {"pynvml", "ctypes"}
     assert not modules & unwanted, f"`hostctl {' '.join(argv)}` imported {sorted(modules & unwanted)}"
     if argv[0] in ("doctor", "facts"):  # no profile here (cwd is empty): no config models, no planners, no plan models

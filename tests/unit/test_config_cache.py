@@ -5,6 +5,8 @@ anyone else could have written is never read."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -37,17 +39,17 @@ def validations(monkeypatch):
     return calls
 
 
-def profile(home: Path, name: str = "cc", reserve: str = "4GiB") -> Path:
+def profile(home: Path, name: str = "cc", reserve: str = "4GiB", runtime: str = "") -> Path:
     recipe = home / "recipe.yaml"
     if not recipe.exists():
         recipe.write_text(DEMO_RECIPE.read_text())
     path = home / "host.toml"
-    path.write_text(f'name = "{name}"\nrecipe = "recipe.yaml"\n[memory]\nhost_reserve = "{reserve}"\n')
+    path.write_text(f'name = "{name}"\nrecipe = "recipe.yaml"\n[memory]\nhost_reserve = "{reserve}"\n{runtime}')
     return path
 
 
 def entries(home: Path) -> list[Path]:
-    return sorted((home / "cache" / "hostctl" / "config").glob("*.pickle"))
+    return sorted((home / "cache" / "hostctl" / "config").glob("*.json"))
 
 
 def test_a_second_load_is_remembered_and_equal(home, validations):
@@ -99,7 +101,7 @@ def test_an_entry_that_cannot_be_trusted_is_not_read(home, validations, spoil):
     elif spoil == "folder writable by others":
         entry.parent.chmod(0o777)
     elif spoil == "garbage":
-        entry.write_bytes(b"\x80\x05not a pickle")
+        entry.write_text(entry.read_text().replace('"config": "', '"config": "gA', 1))  # a pickle cut short
     else:
         other = entry.with_name("other")
         entry.rename(other)
@@ -132,3 +134,29 @@ def test_old_entries_are_pruned(home, monkeypatch):
     for i in range(5):
         config.load_config(profile(home, name=f"p{i}"))
     assert len(entries(home)) == 3
+
+
+def test_the_runtime_names_are_read_without_pydantic(home):
+    path = profile(home, runtime='[runtime]\nproject = "cc-names"\napi_port = 8123\n')
+    from hostctl.service import identity
+
+    expected = identity.of_config(config.load_config(path))
+    code = ("import sys; from pathlib import Path; from hostctl.service import identity; "
+            f"rt = identity.of_profile(Path({str(path)!r}), None, print); "
+            "print(rt.container, rt.endpoint, rt.image, rt.project_dir); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pydantic', 'yaml') or m == 'hostctl.config'))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, XDG_CACHE_HOME=str(home / "cache")))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [f"{expected.container} {expected.endpoint} {expected.image} "
+                                        f"{expected.project_dir}", "[]"]
+    assert expected.container == "cc-names-runtime" and expected.endpoint.endswith(":8123")
+
+
+def test_a_profile_with_a_secret_of_its_own_is_not_remembered(home, validations):
+    recipe = home / "recipe.yaml"
+    recipe.write_text(DEMO_RECIPE.read_text().replace("env:\n", "env:\n  HF_TOKEN: hf_abcdefghijklmnopqrstuvwx\n", 1))
+    path = profile(home)
+    config.load_config(path)
+    config.load_config(path)
+    assert len(validations) == 2 and entries(home) == []
