@@ -40,6 +40,9 @@ if TYPE_CHECKING:
     from hostctl.config import Config
 
 CACHE_SCHEMA = "hostctl.config-cache/v1"
+# hostctl.service.identity.names(): what each of the runtime's names must be.
+NAME_TYPES = {"project": str, "api_host": str, "api_port": int, "api_key_env": (str, type(None)), "image": str,
+              "project_dir": str}
 KEEP = 64  # entries; tests and tuning sweeps load many profiles, a user has a few
 MAX_ENTRY_BYTES = 1024 * 1024
 
@@ -147,8 +150,10 @@ def remembered_names(profile: Path) -> tuple[dict, list[str]] | None:
     if doc is None:
         return None
     names, warnings = doc.get("names"), doc.get("warnings")
-    if not isinstance(names, dict) or not isinstance(warnings, list):
+    if not isinstance(names, dict) or not isinstance(warnings, list) or not all(isinstance(w, str) for w in warnings):
         return None
+    if any(not isinstance(names.get(k), t) for k, t in NAME_TYPES.items()):
+        return None  # another layout of the names: load the Config
     return names, warnings
 
 

@@ -160,3 +160,17 @@ def test_a_profile_with_a_secret_of_its_own_is_not_remembered(home, validations)
     config.load_config(path)
     config.load_config(path)
     assert len(validations) == 2 and entries(home) == []
+
+
+def test_names_of_another_layout_load_the_config(home):
+    import json
+
+    path = profile(home)
+    config.load_config(path)
+    (entry,) = entries(home)
+    doc = json.loads(entry.read_text())
+    assert config_cache.remembered_names(path) == (doc["names"], [])
+    assert set(doc["names"]) == set(config_cache.NAME_TYPES)  # the layout identity.names() writes
+    del doc["names"]["api_port"]
+    entry.write_text(json.dumps(doc))
+    assert config_cache.remembered_names(path) is None
