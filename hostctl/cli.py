@@ -501,12 +501,25 @@ def down(ctx: typer.Context, config: ConfigOpt = None, facts: FactsOpt = None, c
 
 
 @app.command()
-def status(ctx: typer.Context, json_: JsonOpt = False, config: ConfigOpt = None, facts: FactsOpt = None) -> None:
+def status(ctx: typer.Context, json_: JsonOpt = False, config: ConfigOpt = None, facts: FactsOpt = None,
+           cluster: ClusterOpt = None, member: MemberOpt = None) -> None:
     """State, health, endpoint, uptime and the last smoke result of the runtime.
 
     Exits 0 when the runtime is running and /health answers, 1 otherwise. Reads the profile and
     the engine's view of its container, nothing else of the host.
+
+    With --cluster: each member this machine reaches (--member: that one), and the router's
+    backends, healthy or not (hostctl.cluster-status/v1); 0 when all of them serve.
     """
+    if cluster is not None:
+        from hostctl.cluster.status import status as cluster_status, text
+
+        doc = cluster_status(cluster, member)
+        if json_:
+            _print_json(doc)
+        else:
+            out.print(text(doc), end="", markup=False)
+        raise typer.Exit(0 if doc["ok"] else EXIT_FAILED)
     from hostctl.service.status import status as read_status, status_text
 
     c = _ctx(ctx, config, facts)

