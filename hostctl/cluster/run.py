@@ -77,11 +77,18 @@ def port_open(host: str, port: int, timeout: float = 1.0) -> bool:
         return False
 
 
-def answers_health(url: str, timeout: float = 3.0) -> bool:
+def answers_health(url: str, timeout: float = 3.0, path: str = "/health") -> bool:
     try:
-        return httpx.get(f"{url}/health", timeout=timeout).status_code == 200
+        return httpx.get(f"{url}{path}", timeout=timeout).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def router_alive(url: str) -> bool:
+    """vllm-router itself answers. Not its /health: measured with 0.1.17, that is 503 "Unhealthy
+    servers" while any worker it holds is unhealthy (one dead replica would hide a live router,
+    and keep a restarted replica from joining); /liveness is the router process alone."""
+    return answers_health(url, path="/liveness")
 
 
 # ---------------------------------------------------------------- the router's backends
@@ -121,9 +128,15 @@ def router_backends(cp: ClusterPlan) -> list[Backend] | None:
 
 def join_router(cp: ClusterPlan, mp: MemberPlan, say: Say) -> bool:
     url = router_url(cp)
-    if not answers_health(url):
+    if not router_alive(url):
         say(f"the router {url} does not answer: {mp.member.name} joins when the router starts")
         return False
+    if mp.endpoint in [b.url for b in router_backends(cp) or []]:
+        # A replica started again after it died: the router kept it and routes to it again once
+        # its /health answers (measured with vllm-router 0.1.17).
+        say(f"{mp.member.name} is already one of the router's backends ({mp.endpoint}); it serves again "
+            "from the router's next health check")
+        return True
     res = httpx.post(f"{url}/add_worker", params={"url": mp.endpoint}, timeout=120)
     if res.status_code >= 300:
         raise FailedError(f"the router refused {mp.member.name} ({mp.endpoint}): HTTP {res.status_code}",
@@ -241,10 +254,10 @@ def _up_router(cp: ClusterPlan, mp: MemberPlan, say: Say) -> str:
     target = _write_and_start(cp, mp, say)
     deadline = time.monotonic() + 60
     try:
-        while not answers_health(mp.endpoint):
+        while not router_alive(mp.endpoint):
             _expect_container(f"{mp.project}-router")
             if time.monotonic() > deadline:
-                raise FailedError(f"the router {mp.endpoint} did not answer /health within 60 s")
+                raise FailedError(f"the router {mp.endpoint} did not answer /liveness within 60 s")
             time.sleep(POLL_S)
     except FailedError as exc:
         exc.details += _log_tail(f"{mp.project}-router")

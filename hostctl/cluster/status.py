@@ -28,7 +28,7 @@ class Reading:
     state: str | None = None  # docker's state (running, exited, ...), "absent", or "unknown"
     reason: str | None = None  # why the state is unknown (the engine cannot be asked)
     exit_code: int | None = None
-    healthy: bool | None = None  # /health of its endpoint; None: not asked (not running, or no API)
+    healthy: bool | None = None  # /health of its endpoint (the router's /liveness); None: not asked
     backends: list | None = None  # the router's: run.Backend rows, None when /workers did not answer
 
 
@@ -45,7 +45,7 @@ def here(mp: MemberPlan, member: str | None) -> bool:
 
 
 def read_member(cp: ClusterPlan, mp: MemberPlan) -> Reading:
-    from hostctl.cluster.run import answers_health, router_backends
+    from hostctl.cluster.run import answers_health, router_alive, router_backends
     from hostctl.facts.engine import probe_container
 
     found, problem = probe_container(container_of(mp))
@@ -54,10 +54,11 @@ def read_member(cp: ClusterPlan, mp: MemberPlan) -> Reading:
     if found is None:
         return Reading(reached=True, state="absent")
     r = Reading(reached=True, state=found.state, exit_code=None if found.state == "running" else found.exit_code)
-    if found.state == "running" and mp.endpoint:
+    if found.state == "running" and mp.member.role == "router":
+        r.healthy = router_alive(mp.endpoint)
+        r.backends = router_backends(cp) if r.healthy else None
+    elif found.state == "running" and mp.endpoint:
         r.healthy = answers_health(mp.endpoint)
-        if mp.member.role == "router" and r.healthy:
-            r.backends = router_backends(cp)
     return r
 
 
