@@ -315,7 +315,7 @@ def render(
     """Write compose.yaml, runtime.env and the systemd units for this host and recipe.
 
     With --cluster: one Compose project per host (or only --member's), in each member's state
-    directory or under --out DIR/<member>.
+    directory or under --out DIR/<member>, each with its unit hostctl-<cluster>-<member>.service.
 
     Nothing is written when the plan has errors. The project is written to a temporary
     directory beside DIR and checked there (each file re-read against its template and the
@@ -326,7 +326,7 @@ def render(
         from hostctl.cluster.commands import render_cmd
 
         for path in render_cmd(cluster, member, out_dir, _ctx(ctx, config, facts).facts_path,
-                               say=lambda m: err.print(m, markup=False)):
+                               say=lambda m: err.print(m, markup=False), hostctl_bin=hostctl_bin):
             out.print(str(path), markup=False)
         return
     from hostctl.plan import build_plan
