@@ -45,7 +45,7 @@ def _facts_for(cluster_path: Path, local: Member | None, facts_override: Path | 
 
 def load(cluster_path: Path, member: str | None, facts_override: Path | None = None) -> tuple[ClusterProfile, ClusterPlan, Member | None]:
     cluster = load_cluster(cluster_path)
-    local = cluster.member(member) if member else None
+    local = cluster.member(member) if member is not None else None
     configs = load_members(cluster, cluster_path)
     from hostctl import secrets
 
