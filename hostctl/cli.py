@@ -420,7 +420,8 @@ def up(
 ) -> None:
     """Start the runtime and exit 0 only when it is ready and the smoke tests pass.
 
-    With --cluster and --member: start that host's part of the cluster, in the cluster's order.
+    With --cluster and --member: start that host's part of the cluster, in the cluster's order
+    (--foreground: a replica only).
 
     Preflight (engine, plan, image, store directories, port) -> render -> docker compose up
     -> watch (engine events, log phases, /health, /v1/models) -> smoke suite. Prints the
@@ -440,9 +441,10 @@ def up(
     if cluster is not None:
         from hostctl.cluster import commands, run
 
-        out.print(run.up(cluster, commands.need_member(member, "up"), timeout=timeout, keep_on_failure=keep_on_failure,
-                         say=lambda m: err.print(m, markup=False), hostctl_bin=_hostctl_bin()), markup=False)
-        return
+        raise typer.Exit(run.up(cluster, commands.need_member(member, "up"), timeout=timeout,
+                                keep_on_failure=keep_on_failure, say=lambda m: err.print(m, markup=False),
+                                hostctl_bin=_hostctl_bin(), print_endpoint=lambda e: out.print(e, markup=False),
+                                foreground=foreground))
     cfg, plan_, host = _service_plan(c)
     if foreground:
         from hostctl.service import supervise

@@ -41,14 +41,16 @@ def unit_name(cp: ClusterPlan, mp: MemberPlan) -> str:
 
 
 def member_unit(cp: ClusterPlan, mp: MemberPlan, cluster_path: Path, hostctl_bin: str) -> tuple[str, str]:
-    """(file name, text) of the member's unit: ExecStart `up --cluster PATH --member NAME`,
-    ExecStop its `down`. Read back before it is returned: the two commands must be these argvs."""
+    """(file name, text) of the member's unit: ExecStart `up --cluster PATH --member NAME` (a
+    replica with --foreground: Type=notify, supervised; the others Type=oneshot), ExecStop its
+    `down`. Read back before it is returned: the two commands must be these argvs."""
     import shlex
 
-    from hostctl.cluster.run import FOLLOWER_WAIT_S
+    from hostctl.cluster.run import FOLLOWER_WAIT_S, SUPERVISED
     from hostctl.service.render import _environment
 
     role = mp.member.role
+    supervised = role in SUPERVISED
     load_s = mp.config.recipe.load_timeout_s if mp.config is not None else 0
     # As the host unit: model load and smoke gate, plus image start; a follower first waits for
     # the leader's master port; the router waits 60 s for itself, then adds each replica.
@@ -58,8 +60,11 @@ def member_unit(cp: ClusterPlan, mp: MemberPlan, cluster_path: Path, hostctl_bin
     text = _environment().get_template(UNIT_TEMPLATE).render(
         version=__version__, cluster=cp.cluster.name, member=mp.member.name, role=role, unit_name=name,
         ready=READY[role], key_var=cp.cluster.api_key_env, hostctl_bin=hostctl_bin, cluster_path=path,
-        start_timeout_s=start_s)
-    want = {"ExecStart": [hostctl_bin, "up", "--cluster", path, "--member", mp.member.name],
+        start_timeout_s=start_s, supervised=supervised,
+        # as the host unit: longer than hang_timeout_s, so a runtime hang is diagnosed by hostctl first
+        watchdog_s=(mp.config.recipe.hang_timeout_s + 60) if supervised else None)
+    want = {"ExecStart": [hostctl_bin, "up", "--cluster", path, "--member", mp.member.name,
+                          *(["--foreground"] if supervised else [])],
             "ExecStop": [hostctl_bin, "down", "--cluster", path, "--member", mp.member.name]}
     got = {k: shlex.split(v.replace("%%", "%")) for k, _, v in
            (ln.partition("=") for ln in text.splitlines()) if k in want}

