@@ -147,6 +147,10 @@ def test_two_replicas_behind_the_router(tmp_path, demo_image, router_image):
             assert f"{m} joined the router" in err and KEY not in out + err
             # the gate passed before the join: the join line comes after the smoke results
             assert "arithmetic" in err and err.index("arithmetic") < err.index(f"{m} joined the router")
+        # the supervisor says so just after it printed the endpoint
+        deadline = time.monotonic() + 15
+        while "r2: supervising hc-hc16rep-r2-runtime" not in r2_err.read_text() and time.monotonic() < deadline:
+            time.sleep(0.2)
         assert r2.poll() is None and "r2: supervising hc-hc16rep-r2-runtime" in r2_err.read_text()
         r1_url, r2_url = "http://127.0.0.1:18701", "http://127.0.0.1:18702"
         assert backends(router) == {r1_url: True, r2_url: True}
