@@ -107,3 +107,16 @@ def test_render_cluster_writes_the_units_with_the_absolute_profile_path(tmp_path
         text = (tmp_path / "out" / m / f"hostctl-pair-{m}.service").read_text()
         assert f"ExecStart=/opt/hc/bin/hostctl up --cluster {tmp_path / 'cluster.toml'} --member {m}" in text
         assert f"ExecStop=/opt/hc/bin/hostctl down --cluster {tmp_path / 'cluster.toml'} --member {m}\n" in text
+
+
+def test_only_a_replica_is_supervised(tmp_path, capsys):
+    # a router, leader or follower started again alone is refused before anything starts
+    code = cli.main(["up", "--cluster", str(write_cluster(tmp_path, replicas())), "--member", "gw", "--foreground"])
+    assert code == 2 and "--foreground: a router is not supervised; only a replica is" in capsys.readouterr().err
+
+
+def test_a_leader_is_not_supervised(tmp_path, capsys):
+    from test_cluster import multinode
+
+    code = cli.main(["up", "--cluster", str(write_cluster(tmp_path, multinode())), "--member", "lead", "--foreground"])
+    assert code == 2 and "--foreground: a leader is not supervised" in capsys.readouterr().err
