@@ -2,7 +2,8 @@
 in the order the engines need, and the group take-down after a failure.
 
   - replica: one host's `up` (preflight, render, watch, smoke gate), then it joins the router
-    (vllm-router's /add_worker) -- only after its own gate passed;
+    (vllm-router's /add_worker) -- only after its own gate passed; with --foreground (its unit)
+    it then stays and supervises its runtime as one host's `up --foreground` does;
   - router: vllm-router's project; it adds the replicas that already serve;
   - leader: one host's `up` of rank 0; its /health answers only when every follower has joined,
     so its ready is the group's;
