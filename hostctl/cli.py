@@ -322,7 +322,7 @@ def render(
     """Write compose.yaml, runtime.env and the systemd units for this host and recipe.
 
     With --cluster: one Compose project per host (or only --member's), in each member's state
-    directory or under --out DIR/<member>.
+    directory or under --out DIR/<member>, each with its unit hostctl-<cluster>-<member>.service.
 
     Nothing is written when the plan has errors. The project is written to a temporary
     directory beside DIR and checked there (each file re-read against its template and the
@@ -333,7 +333,7 @@ def render(
         from hostctl.cluster.commands import render_cmd
 
         for path in render_cmd(cluster, member, out_dir, _ctx(ctx, config, facts).facts_path,
-                               say=lambda m: err.print(m, markup=False)):
+                               say=lambda m: err.print(m, markup=False), hostctl_bin=hostctl_bin):
             out.print(str(path), markup=False)
         return
     from hostctl.plan import build_plan
@@ -427,7 +427,8 @@ def up(
 ) -> None:
     """Start the runtime and exit 0 only when it is ready and the smoke tests pass.
 
-    With --cluster and --member: start that host's part of the cluster, in the cluster's order.
+    With --cluster and --member: start that host's part of the cluster, in the cluster's order
+    (--foreground: a replica only).
 
     Preflight (engine, plan, image, store directories, port) -> render -> docker compose up
     -> watch (engine events, log phases, /health, /v1/models) -> smoke suite. Prints the
@@ -447,9 +448,10 @@ def up(
     if cluster is not None:
         from hostctl.cluster import commands, run
 
-        out.print(run.up(cluster, commands.need_member(member, "up"), timeout=timeout, keep_on_failure=keep_on_failure,
-                         say=lambda m: err.print(m, markup=False), hostctl_bin=_hostctl_bin()), markup=False)
-        return
+        raise typer.Exit(run.up(cluster, commands.need_member(member, "up"), timeout=timeout,
+                                keep_on_failure=keep_on_failure, say=lambda m: err.print(m, markup=False),
+                                hostctl_bin=_hostctl_bin(), print_endpoint=lambda e: out.print(e, markup=False),
+                                foreground=foreground))
     cfg, plan_, host = _service_plan(c)
     if foreground:
         from hostctl.service import supervise
@@ -508,12 +510,25 @@ def down(ctx: typer.Context, config: ConfigOpt = None, facts: FactsOpt = None, c
 
 
 @app.command()
-def status(ctx: typer.Context, json_: JsonOpt = False, config: ConfigOpt = None, facts: FactsOpt = None) -> None:
+def status(ctx: typer.Context, json_: JsonOpt = False, config: ConfigOpt = None, facts: FactsOpt = None,
+           cluster: ClusterOpt = None, member: MemberOpt = None) -> None:
     """State, health, endpoint, uptime and the last smoke result of the runtime.
 
     Exits 0 when the runtime is running and /health answers, 1 otherwise. Reads the profile and
     the engine's view of its container, nothing else of the host.
+
+    With --cluster: each member this machine reaches (--member: that one), and the router's
+    backends, healthy or not (hostctl.cluster-status/v1); 0 when all of them serve.
     """
+    if cluster is not None:
+        from hostctl.cluster.status import status as cluster_status, text
+
+        doc = cluster_status(cluster, member)
+        if json_:
+            _print_json(doc)
+        else:
+            out.print(text(doc), end="", markup=False)
+        raise typer.Exit(0 if doc["ok"] else EXIT_FAILED)
     from hostctl.service.status import status as read_status, status_text
 
     c = _ctx(ctx, config, facts)

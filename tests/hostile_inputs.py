@@ -438,8 +438,175 @@ def benign_cases() -> Iterator[Case]:
         yield plan_case("benign/drive-identity", ident, profile=with_path(p, "drives.0.identity", ident), expect=OK)
 
 
+# ---------------------------------------------------------------- the cluster profile (cluster.toml)
+
+
+def base_replicas() -> dict:
+    member = {"address": "127.0.0.1", "profile": "hostctl.toml", "facts": "facts.json"}
+    return {"name": "hostile-c", "api_key_env": "HC_HOSTILE_KEY",
+            "router": {"health_check_interval_s": 2, "health_failure_threshold": 1},
+            "hosts": [{"name": "gw", "role": "router", "address": "127.0.0.1", "api_port": 30100},
+                      {"name": "r1", "role": "replica", **member, "api_port": 8201},
+                      {"name": "r2", "role": "replica", **member, "api_port": 8202}]}
+
+
+def base_multinode() -> dict:
+    member = {"address": "127.0.0.1", "profile": "hostctl.toml", "facts": "facts.json"}
+    return {"name": "hostile-pp", "master_port": 29600, "socket_ifname": "lo",
+            "hosts": [{"name": "lead", "role": "leader", "rank": 0, **member, "api_port": 8211},
+                      {"name": "follow", "role": "follower", "rank": 1, **member, "api_port": 8212}]}
+
+
+def cluster_case(cls: str, what: str, cluster: dict | None = None, *, text: str | bytes | None = None,
+                 expect=REFUSED, names: str | None = None, command: tuple[str, ...] = ("plan", "--json"),
+                 member: str | None = None) -> Case:
+    """`hostctl COMMAND --cluster {w}/cluster.toml`, every member a demo host profile on the demo
+    facts snapshot (no host is read)."""
+    c = text if text is not None else toml_text(cluster or base_replicas())
+    files = {"cluster.toml": c.encode() if isinstance(c, str) else c, "facts.json": FACTS,
+             "hostctl.toml": toml_text(base_profile()).encode(),
+             "recipe.yaml": yaml.dump(base_recipe(), Dumper=_DUMPER, sort_keys=False).encode()}
+    argv = [*command, "--cluster", "{w}/cluster.toml", *(["--member", member] if member is not None else [])]
+    return Case(cls, argv, files, expect, names, what)
+
+
+def field(path: str) -> str:
+    """hosts.1.api_port -> hosts[1].api_port, as the errors name it."""
+    import re
+
+    return re.sub(r"\.(\d+)\.", r"[\1].", path)
+
+
+def cluster_cases() -> Iterator[Case]:
+    rep, mn = base_replicas(), base_multinode()
+    for path in ["hosts.1.api_port", "hosts.1.rank", "master_port", "router.health_check_interval_s",
+                 "router.health_failure_threshold", "router.metrics_port", "collective_timeout_s"]:
+        base = mn if path in ("master_port", "hosts.1.rank", "collective_timeout_s") else rep
+        for v in BOOLS:
+            yield cluster_case("cluster/bool-as-number", f"{path} = {v}", with_path(base, path, v), names=field(path))
+        for v in [8000.5, "8000", [1], {"a": 1}]:
+            yield cluster_case("cluster/wrong-type", f"{path} = {v!r}", with_path(base, path, v), names=field(path))
+    for path, values in {"hosts.1.api_port": [0, -1, 65536, 10**12], "master_port": [0, 80, 65536],
+                         "hosts.1.rank": [-1, 64, 10**9], "router.health_check_interval_s": [0, -1, 10**6],
+                         "router.health_failure_threshold": [0, 101], "router.metrics_port": [0, 70000],
+                         "collective_timeout_s": [0, 4, 10**6]}.items():
+        base = mn if path in ("master_port", "hosts.1.rank", "collective_timeout_s") else rep
+        for v in values:
+            yield cluster_case("cluster/out-of-range", f"{path} = {v}", with_path(base, path, v), names=field(path))
+    # addresses: public, unspecified, multicast, not an address, with a payload
+    for v in ["8.8.8.8", "1.1.1.1", "0.0.0.0", "::", "224.0.0.1", "ff02::1", "::ffff:192.168.1.2", "localhost",
+              "192.168.1", "192.168.1.300", "", "2001:4860::8888", "100.64.0.1", "169.254.1.1",
+              *(f"192.168.1.2{c}" for c in CONTROL)]:
+        yield cluster_case("cluster/address", f"hosts[1].address = {v!r}", with_path(rep, "hosts.1.address", v),
+                           names="hosts[1].address")
+    # names: the member's name reaches Compose project names, container names, unit names
+    for where, base in (("name", rep), ("hosts.1.name", rep)):
+        for v in [*INJECT, "UPPER", "a b", "-x", "1x", "x" * 25, "", "a/b", "a..b", "a_b", "a;b", "a$b", "ä"]:
+            yield cluster_case("cluster/name", f"{where} = {v!r}", with_path(base, where, v), names=field(where))
+    for v in [*INJECT, "a b", "x" * 16, "", "eth0;id", "$IF"]:
+        yield cluster_case("cluster/socket-ifname", f"socket_ifname = {v!r}", with_path(mn, "socket_ifname", v),
+                           names="socket_ifname")
+    for v in ["MY-KEY", "1KEY", "KEY WITH SPACE", "KEY}", "$KEY", "", "PATH", "HOME", "KEY\n"]:
+        yield cluster_case("cluster/api-key-env-name", f"api_key_env = {v!r}", with_path(rep, "api_key_env", v),
+                           names="api_key_env")
+    for v in ["relative.key", "", *(f"/etc/k{c}y" for c in CONTROL)]:
+        c = {k: x for k, x in rep.items() if k != "api_key_env"}
+        yield cluster_case("cluster/api-key-file", f"api_key_file = {v!r}", {**c, "api_key_file": v},
+                           names="api_key_file")
+    yield cluster_case("cluster/api-key-source", "both api_key_env and api_key_file",
+                       {**rep, "api_key_file": "/etc/hostctl/k"}, names="api_key_env, api_key_file")
+    yield cluster_case("cluster/api-key-source", "no key for replicas",
+                       {k: v for k, v in rep.items() if k != "api_key_env"}, names="api_key_env")
+    for v in ["Hostctl:Upper", "img name", "img;rm -rf /", "img$HOME", "img`id`", "-rm", *INJECT[:4]]:
+        yield cluster_case("cluster/router-image", f"router.image = {v!r}", with_path(rep, "router.image", v),
+                           names="router.image")
+    for v in ["least_busy", "", "ROUND_ROBIN", 1]:
+        yield cluster_case("cluster/router-policy", f"router.policy = {v!r}", with_path(rep, "router.policy", v),
+                           names="router.policy")
+    for v in ["http://x", "ssh://", "ssh://u@h:99999", "ssh://u@h\nProxyCommand=id", "ssh://-oProxyCommand=id",
+              "u@h", "x" * 1001]:
+        yield cluster_case("cluster/ssh", f"hosts[1].ssh = {v[:60]!r}", with_path(rep, "hosts.1.ssh", v),
+                           names="hosts[1].ssh")
+    for d in ["/", "/etc", "/usr", "/proc/x", "/dev/shm", "relative/dir", "/var/lib/docker", "/mnt/a/../b", "~/x",
+              *(f"/srv/a{c}b" for c in CONTROL[:4])]:
+        yield cluster_case("cluster/state-dir", f"hosts[1].state_dir = {d!r}", with_path(rep, "hosts.1.state_dir", d),
+                           names="hosts[1].state_dir")
+    for v in [*(f"host{c}x.toml" for c in CONTROL), "missing.toml", "/proc/self/mem", "/dev/zero", "", "x" * 4001]:
+        yield cluster_case("cluster/profile-path", f"hosts[1].profile = {v[:40]!r}",
+                           with_path(rep, "hosts.1.profile", v), names="hosts[1].profile")
+    for v in [*(f"facts{c}.json" for c in CONTROL[:4]), "missing.json", "/dev/zero", "hostctl.toml"]:
+        yield cluster_case("cluster/facts-path", f"hosts[1].facts = {v!r}", with_path(rep, "hosts.1.facts", v))
+    # rules across hosts: roles, ranks, names, ports, state directories
+    across = {
+        "a duplicate name": (with_path(rep, "hosts.2.name", "r1"), "hosts[2].name"),
+        "a duplicate API port": (with_path(rep, "hosts.2.api_port", 8201), "hosts[2].api_port"),
+        "the metrics port on the router's port": (with_path(rep, "router.metrics_port", 30100), "router.metrics_port"),
+        "the metrics port on a replica's port": (with_path(rep, "router.metrics_port", 8201), "router.metrics_port"),
+        "two routers": (with_path(rep, "hosts.1.role", "router"), "hosts[1]"),
+        "no router": (with_path(rep, "hosts.0", {**rep["hosts"][2], "name": "r0", "api_port": 8200}), "hosts[].role"),
+        "a router with a profile": (with_path(rep, "hosts.0.profile", "hostctl.toml"), "profile"),
+        "a replica without a profile": ({**rep, "hosts": [rep["hosts"][0], {k: v for k, v in rep["hosts"][1].items()
+                                                                           if k != "profile"}]}, "profile"),
+        "a replica with a rank": (with_path(rep, "hosts.1.rank", 1), "rank"),
+        "an unknown role": (with_path(rep, "hosts.1.role", "worker"), "hosts[1].role"),
+        "roles mixed": (with_path(rep, "hosts.2.role", "leader"), "hosts[2]"),
+        "a duplicate rank": (with_path(mn, "hosts.1.rank", 0), "rank"),
+        "a missing rank": (with_path(mn, "hosts.1.rank", 2), "hosts[].rank"),
+        "no leader": (with_path(with_path(mn, "hosts.0.role", "follower"), "hosts.0.rank", 2), "hosts[].role"),
+        "a leader alone": ({**mn, "hosts": mn["hosts"][:1]}, "hosts"),
+        "the master port on the leader's API port": (with_path(mn, "master_port", 8211), "master_port"),
+        "a duplicate state directory": (with_path(with_path(rep, "hosts.1.state_dir", "/srv/hc/x"),
+                                                  "hosts.2.state_dir", "/srv/hc/x"), "hosts[2].state_dir"),
+        "no hosts": ({**rep, "hosts": []}, "hosts"),
+        "65 hosts": ({**rep, "hosts": [rep["hosts"][0]] + [{**rep["hosts"][1], "name": f"r{i}", "api_port": 9000 + i}
+                                                            for i in range(64)]}, "hosts"),
+        "an unknown key": ({**rep, "routr": {"x": 1}}, "routr"),
+        "an unknown member key": (with_path(rep, "hosts.1.adress", "127.0.0.1"), "hosts[1].adress"),
+        "hosts not a list": ({**rep, "hosts": "gw"}, "hosts"),
+        "router not a table": ({**rep, "router": "x"}, "router"),
+    }
+    for what, (doc, name) in across.items():
+        yield cluster_case("cluster/across-hosts", what, doc, names=name)
+    # the service identity: another recipe or image on one host
+    other = toml_text({**base_profile(), "runtime": {**base_profile()["runtime"], "image": "hostctl/other:1"}})
+    c = cluster_case("cluster/identity", "another image on r2", with_path(rep, "hosts.2.profile", "other.toml"),
+                     names="hosts[2].profile")
+    c.files["other.toml"] = other.encode()
+    yield c
+    # the file itself: encodings, nesting, duplicate keys, not TOML
+    text = toml_text({**rep, "description": "CPU demo, tiny MoE"})  # non-ASCII once the latin-1 form rewrites it
+    for enc_name, enc in ENCODINGS.items():
+        yield cluster_case("cluster/file-encoding", enc_name, text=enc(text), names="cluster.toml")
+    for depth in [50, 5000]:
+        yield cluster_case("cluster/deep-nesting", f"{depth} levels", text=text.replace(
+            '"name" = "hostile-c"', '"name" = "hostile-c"\nx = ' + "[" * depth + "]" * depth, 1), names="nests deeper")
+    yield cluster_case("cluster/duplicate-key", "name twice", text='name = "again"\n' + text, names="cluster.toml")
+    for raw in ["[[hosts]\n", "hosts = [", "= 1\n", "\x00"]:
+        yield cluster_case("cluster/not-toml", f"{raw!r}", text=text + raw, names="cluster.toml")
+    # every command that reads a cluster profile refuses a bad one the same way, and --member is checked
+    bad = with_path(rep, "hosts.1.address", "8.8.8.8")
+    for command in [("plan",), ("render", "--out", "{w}/out"), ("doctor", "--json"), ("status", "--json"),
+                    ("down",)]:
+        yield cluster_case("cluster/every-command", f"{command[0]} with a public address", bad, command=command,
+                           names="hosts[1].address")
+    for command in [("plan",), ("status", "--json"), ("down",), ("up",)]:
+        for v in ["nope", "R1", "r1\n", "", "x" * 300]:
+            yield cluster_case("cluster/member", f"{command[0]} --member {v[:30]!r}", rep, command=command, member=v,
+                               names="--member")
+    # benign: both examples' shapes plan, render and report status
+    for what, doc in (("replicas", rep), ("one model across hosts", mn)):
+        yield cluster_case("benign/cluster", f"plan {what}", doc, expect=OK)
+    # (rendering replicas needs the key's variable set for `docker compose config`: not in-process here)
+    yield cluster_case("benign/cluster", "render one model across hosts", mn, expect=OK,
+                       command=("render", "--out", "{w}/out"))
+    yield cluster_case("benign/cluster", "private addresses, another host's member",
+                       with_path(with_path(rep, "hosts.2.address", "10.1.2.3"), "hosts.1.address", "192.168.7.8"),
+                       expect=OK)
+
+
 def generate() -> list[Case]:
-    return [*profile_cases(), *recipe_cases(), *file_cases(), *facts_cases(), *output_cases(), *benign_cases()]
+    return [*profile_cases(), *recipe_cases(), *file_cases(), *facts_cases(), *output_cases(), *benign_cases(),
+            *cluster_cases()]
 
 
 # ---------------------------------------------------------------- running

@@ -45,7 +45,7 @@ def _facts_for(cluster_path: Path, local: Member | None, facts_override: Path | 
 
 def load(cluster_path: Path, member: str | None, facts_override: Path | None = None) -> tuple[ClusterProfile, ClusterPlan, Member | None]:
     cluster = load_cluster(cluster_path)
-    local = cluster.member(member) if member else None
+    local = cluster.member(member) if member is not None else None
     configs = load_members(cluster, cluster_path)
     from hostctl import secrets
 
@@ -67,9 +67,12 @@ def plan_cmd(cluster_path: Path, member: str | None, json_: bool, facts_override
 
 
 def render_cmd(cluster_path: Path, member: str | None, out_dir: Path | None, facts_override: Path | None,
-               say: Say) -> list[Path]:
+               say: Say, hostctl_bin: str | None = None) -> list[Path]:
     """Write each member's project (or only --member's) to its state directory's project/, or
-    under --out DIR/<member>/."""
+    under --out DIR/<member>/, each with its systemd unit (hostctl-<cluster>-<member>.service)."""
+    from hostctl.paths import hostctl_for_units
+
+    hostctl_bin = hostctl_for_units(hostctl_bin)
     from hostctl.cluster.render import write_member
     from hostctl.service.compose import compose_available
     from hostctl.service.render import compose_checked
@@ -92,7 +95,8 @@ def render_cmd(cluster_path: Path, member: str | None, out_dir: Path | None, fac
         from hostctl import paths
 
         target = out_dir / m.member.name if out_dir else paths.system_path(f"{m.state_dir}/project")
-        written += write_member(cp, m, target, check=compose_checked if probe.ok else None)
+        written += write_member(cp, m, target, check=compose_checked if probe.ok else None,
+                                cluster_path=cluster_path.resolve(), hostctl_bin=hostctl_bin)
     say("checked with docker compose config" if probe.ok else
         f"not checked with docker compose config: it is not available ({probe.why()})")
     return written

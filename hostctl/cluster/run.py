@@ -2,7 +2,8 @@
 in the order the engines need, and the group take-down after a failure.
 
   - replica: one host's `up` (preflight, render, watch, smoke gate), then it joins the router
-    (vllm-router's /add_worker) -- only after its own gate passed;
+    (vllm-router's /add_worker) -- only after its own gate passed; with --foreground (its unit)
+    it then stays and supervises its runtime as one host's `up --foreground` does;
   - router: vllm-router's project; it adds the replicas that already serve;
   - leader: one host's `up` of rank 0; its /health answers only when every follower has joined,
     so its ready is the group's;
@@ -22,6 +23,7 @@ import os
 import socket
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -31,7 +33,7 @@ from hostctl import paths, secrets
 from hostctl.cluster.commands import load
 from hostctl.cluster.plan import ClusterPlan, MemberPlan
 from hostctl.cluster.profile import KEY_FILE_VAR, ClusterProfile, read_key
-from hostctl.errors import FailedError
+from hostctl.errors import FailedError, InputError
 
 Say = Callable[[str], None]
 FOLLOWER_WAIT_S = 300
@@ -76,11 +78,18 @@ def port_open(host: str, port: int, timeout: float = 1.0) -> bool:
         return False
 
 
-def _health(url: str, timeout: float = 3.0) -> bool:
+def answers_health(url: str, timeout: float = 3.0, path: str = "/health") -> bool:
     try:
-        return httpx.get(f"{url}/health", timeout=timeout).status_code == 200
+        return httpx.get(f"{url}{path}", timeout=timeout).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def router_alive(url: str) -> bool:
+    """vllm-router itself answers. Not its /health: measured with 0.1.17, that is 503 "Unhealthy
+    servers" while any worker it holds is unhealthy (one dead replica would hide a live router,
+    and keep a restarted replica from joining); /liveness is the router process alone."""
+    return answers_health(url, path="/liveness")
 
 
 # ---------------------------------------------------------------- the router's backends
@@ -91,22 +100,44 @@ def router_url(cp: ClusterPlan) -> str | None:
     return cp.member(r.name).endpoint if r else None
 
 
-def router_workers(cp: ClusterPlan) -> list[str]:
-    """The worker URLs vllm-router lists (empty when it does not answer)."""
+@dataclass(frozen=True)
+class Backend:
+    """One worker the router holds: vllm-router keeps a dead worker in its list and only stops
+    routing to it (and routes to it again once its /health answers), so whether a replica is in
+    the selection pool is `healthy`, not membership (README "More than one host")."""
+
+    url: str
+    healthy: bool
+
+
+def parse_backends(doc: object) -> list[Backend]:
+    """vllm-router's GET /workers document -> its backends (pure; an unknown shape reads as none)."""
+    rows = doc.get("workers") if isinstance(doc, dict) else None
+    return [Backend(str(w["url"]), w.get("is_healthy") is True) for w in rows or []
+            if isinstance(w, dict) and isinstance(w.get("url"), str)]
+
+
+def router_backends(cp: ClusterPlan) -> list[Backend] | None:
+    """The workers vllm-router holds, each with its health (None when the router does not answer)."""
     url = router_url(cp)
     try:
-        doc = httpx.get(f"{url}/list_workers", timeout=5).json()
+        res = httpx.get(f"{url}/workers", timeout=5)
+        return parse_backends(res.json()) if res.status_code == 200 else None
     except (httpx.HTTPError, ValueError):
-        return []
-    urls = doc.get("urls") if isinstance(doc, dict) else doc
-    return [u if isinstance(u, str) else u.get("url", "") for u in (urls or [])]
+        return None
 
 
 def join_router(cp: ClusterPlan, mp: MemberPlan, say: Say) -> bool:
     url = router_url(cp)
-    if not _health(url):
+    if not router_alive(url):
         say(f"the router {url} does not answer: {mp.member.name} joins when the router starts")
         return False
+    if mp.endpoint in [b.url for b in router_backends(cp) or []]:
+        # A replica started again after it died: the router kept it and routes to it again once
+        # its /health answers (measured with vllm-router 0.1.17).
+        say(f"{mp.member.name} is already one of the router's backends ({mp.endpoint}); it serves again "
+            "from the router's next health check")
+        return True
     res = httpx.post(f"{url}/add_worker", params={"url": mp.endpoint}, timeout=120)
     if res.status_code >= 300:
         raise FailedError(f"the router refused {mp.member.name} ({mp.endpoint}): HTTP {res.status_code}",
@@ -117,7 +148,7 @@ def join_router(cp: ClusterPlan, mp: MemberPlan, say: Say) -> bool:
 
 def leave_router(cp: ClusterPlan, mp: MemberPlan, say: Say) -> None:
     url = router_url(cp)
-    if url and mp.endpoint in router_workers(cp):
+    if url and mp.endpoint in [b.url for b in router_backends(cp) or []]:
         try:
             httpx.post(f"{url}/remove_worker", params={"url": mp.endpoint}, timeout=30)
             say(f"{mp.member.name} left the router")
@@ -128,20 +159,43 @@ def leave_router(cp: ClusterPlan, mp: MemberPlan, say: Say) -> None:
 # ---------------------------------------------------------------- up
 
 
+SUPERVISED = ("replica",)
+
+
 def up(cluster_path: Path, member: str, *, timeout: int | None, keep_on_failure: bool, say: Say,
-       hostctl_bin: str) -> str:
-    """Start this member; returns its endpoint (the router's for a replica)."""
+       hostctl_bin: str, print_endpoint: Callable[[str], None], foreground: bool = False) -> int:
+    """Start this member and print its endpoint (the router's for a replica that joined); the
+    exit code. With foreground (a replica only), stay and supervise its runtime as one host's
+    `up --foreground` does: a replica is one host's service, and the unit's restart brings it
+    back through its gate and into the router. One model across hosts is not supervised: a rank
+    started again alone cannot rejoin a running group (vLLM forms it once, in order)."""
     cluster, cp, me = load(cluster_path, member)
+    if foreground and me.role not in SUPERVISED:
+        raise InputError(f"--foreground: a {me.role} is not supervised; only a replica is (README \"More than one "
+                         "host\")", fix=f"run `hostctl up --cluster {cluster_path} --member {me.name}` without it")
     _key(cluster)
     mp = cp.member(me.name)
     with member_state(mp.state_dir):
         try:
+            if foreground:
+                from hostctl.service import supervise
+
+                stop, began = supervise.starting(say)
+                endpoint = _up_serving(cp, mp, timeout=timeout, keep_on_failure=keep_on_failure, say=say,
+                                       hostctl_bin=hostctl_bin)
+                code = supervise.supervise_ready(mp.config, mp.plan, endpoint, stop, began,
+                                                 lambda m: say(f"{me.name}: {m}"), print_endpoint)
+                leave_router(cp, mp, say)  # stopped (0): its project is down; the router forgets it
+                return code
             if me.role == "router":
-                return _up_router(cp, mp, say)
-            if me.role == "follower":
-                return _up_follower(cp, mp, timeout=timeout, say=say)
-            return _up_serving(cp, mp, timeout=timeout, keep_on_failure=keep_on_failure, say=say,
-                               hostctl_bin=hostctl_bin)
+                endpoint = _up_router(cp, mp, say)
+            elif me.role == "follower":
+                endpoint = _up_follower(cp, mp, timeout=timeout, say=say)
+            else:
+                endpoint = _up_serving(cp, mp, timeout=timeout, keep_on_failure=keep_on_failure, say=say,
+                                       hostctl_bin=hostctl_bin)
+            print_endpoint(endpoint)
+            return 0
         except FailedError as exc:
             if keep_on_failure:
                 raise
@@ -224,10 +278,10 @@ def _up_router(cp: ClusterPlan, mp: MemberPlan, say: Say) -> str:
     target = _write_and_start(cp, mp, say)
     deadline = time.monotonic() + 60
     try:
-        while not _health(mp.endpoint):
+        while not router_alive(mp.endpoint):
             _expect_container(f"{mp.project}-router")
             if time.monotonic() > deadline:
-                raise FailedError(f"the router {mp.endpoint} did not answer /health within 60 s")
+                raise FailedError(f"the router {mp.endpoint} did not answer /liveness within 60 s")
             time.sleep(POLL_S)
     except FailedError as exc:
         exc.details += _log_tail(f"{mp.project}-router")
@@ -236,9 +290,9 @@ def _up_router(cp: ClusterPlan, mp: MemberPlan, say: Say) -> str:
         raise
     for r in cp.members:
         # A replica already serving passed its gate at its own `up`; a replica that did not answers nothing.
-        if r.member.role == "replica" and r.endpoint and _health(r.endpoint):
+        if r.member.role == "replica" and r.endpoint and answers_health(r.endpoint):
             join_router(cp, r, say)
-    say(f"{mp.member.name}: router ready at {mp.endpoint} with {len(router_workers(cp))} replica(s)")
+    say(f"{mp.member.name}: router ready at {mp.endpoint} with {len(router_backends(cp) or [])} replica(s)")
     return mp.endpoint
 
 
@@ -270,7 +324,7 @@ def _up_follower(cp: ClusterPlan, mp: MemberPlan, *, timeout, say) -> str:
         target = _write_and_start(cp, mp, say)
         try:
             deadline = time.monotonic() + load_s
-            while not _health(leader.endpoint):
+            while not answers_health(leader.endpoint):
                 _expect_container(name)
                 if time.monotonic() > deadline:
                     raise FailedError(f"the leader's /health did not answer within {load_s} s after rank "
@@ -313,10 +367,15 @@ def _down_one(cp: ClusterPlan, mp: MemberPlan, say: Say) -> str:
     from hostctl.service.compose import compose_down
     from hostctl.service.container import container_state
 
+    from hostctl.service.supervise import stop_running_supervisor
+
     if mp.member.role == "replica":
         leave_router(cp, mp, say)
     target = paths.system_path(f"{mp.state_dir}/project")
     with member_state(mp.state_dir):
+        # A supervising `up --cluster ... --foreground` ends first (it takes its runtime down and
+        # exits 0), or it would see a death and its unit would start it again.
+        stop_running_supervisor(say)
         res = compose_down(target if target.is_dir() else None, mp.project)
     if not res.ok:
         raise FailedError(f"{mp.member.name}: docker compose down failed", details=(res.stderr or "").splitlines()[-5:])

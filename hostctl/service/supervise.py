@@ -358,22 +358,38 @@ def foreground(config: Config, plan: Plan, facts, *, timeout: int | None, keep_o
     (exit 1) for a failed gate or an ending that should be restarted."""
     from hostctl.service import lifecycle
 
+    stop, began = starting(say, notify)
+    outcome = lifecycle.up(config, plan, facts, timeout=timeout, keep_on_failure=keep_on_failure, say=say,
+                           hostctl_bin=hostctl_bin)
+    if not outcome.ready:
+        raise lifecycle.failure_error(outcome)
+    t = outcome.timings
+    say(f"ready in {t.get('total_s', 0):.1f} s (smoke {t.get('smoke_s', 0):.1f} s)")
+    return supervise_ready(config, plan, outcome.endpoint, stop, began, say, print_endpoint, notify=notify)
+
+
+def starting(say: Say, notify=sdnotify.notify) -> tuple[Stop, dict | None]:
+    """Before the gate of a supervised `up`: SIGTERM/SIGINT handling, and the restart (if this
+    start follows a recorded end)."""
     stop = Stop()
     stop.install()
     began = restarts.mark_restart()
     if began:
         say(f"restart after {began.get('cause')} (ended {began.get('ended_at')})")
     notify("STATUS=starting: preflight, load and the smoke gate")
-    outcome = lifecycle.up(config, plan, facts, timeout=timeout, keep_on_failure=keep_on_failure, say=say,
-                           hostctl_bin=hostctl_bin)
-    if not outcome.ready:
-        raise lifecycle.failure_error(outcome)
+    return stop, began
+
+
+def supervise_ready(config: Config, plan: Plan, endpoint: str, stop: Stop, began: dict | None, say: Say,
+                    print_endpoint: Callable[[str], None], notify=sdnotify.notify) -> int:
+    """After the gate passed (one host's `up`, or a cluster replica's `up` and its join): READY=1,
+    then supervision until a stop (0) or a death or hang (FailedError naming the cause)."""
+    from hostctl.service import lifecycle
+
     if began:
         restarts.mark_ready()
-    t = outcome.timings
-    say(f"ready in {t.get('total_s', 0):.1f} s (smoke {t.get('smoke_s', 0):.1f} s)")
-    print_endpoint(outcome.endpoint)
-    notify("READY=1\nSTATUS=ready: " + outcome.endpoint)
+    print_endpoint(endpoint)
+    notify("READY=1\nSTATUS=ready: " + endpoint)
     _save_supervisor(lifecycle.container_name(plan))
     try:
         ended = supervise(config, plan, stop, say, notify=notify)
@@ -392,7 +408,7 @@ def foreground(config: Config, plan: Plan, facts, *, timeout: int | None, keep_o
     doc = saved.load_service() or {}
     saved.save_service({**doc, "state": "failed", "failed_at": ended_at, "cause": c.id, "after_ready": True})
     notify(f"STATUS=ended: {c.id}")
-    out = lifecycle.StartOutcome(ready=False, endpoint=outcome.endpoint, cause=c, also=ended.also, log_tail=ended.log_tail)
+    out = lifecycle.StartOutcome(ready=False, endpoint=endpoint, cause=c, also=ended.also, log_tail=ended.log_tail)
     err = lifecycle.failure_error(out)
     err.message = f"the runtime {'hung' if ended.verdict.action == 'hung' else 'died'} after it was ready [{c.id}]: {c.title}"
     raise err

@@ -30,7 +30,14 @@ def parse_target(spec: str | None) -> tuple[str, str]:
     """(testinfra host spec, how reports name it). Only ssh:// is accepted besides this host."""
     if spec is None or spec in ("local", "local://"):
         return "local://", "local"
+    from hostctl.safetext import control_problem
+
+    problem = control_problem(spec)
+    if problem:  # urlparse drops a line break or tab silently: ssh would get another host than the one written
+        raise InputError(f"--host: {spec[:120]!r} {problem}")
     url = urllib.parse.urlparse(spec)
+    if (url.hostname or "").startswith("-") or (url.username or "").startswith("-"):
+        raise InputError(f"--host: a user or host starting with '-' would reach ssh as an option: {spec[:120]!r}")
     if url.scheme != "ssh" or not url.hostname:
         raise InputError(f"--host: expected ssh://user@host[:port], got {spec!r}",
                          fix="name the machine as ssh://user@host or ssh://user@host:2222 (options of testinfra's "

