@@ -53,11 +53,12 @@ def read_member(cp: ClusterPlan, mp: MemberPlan) -> Reading:
         return Reading(reached=True, state="unknown", reason=problem)
     if found is None:
         return Reading(reached=True, state="absent")
-    r = Reading(reached=True, state=found.state, exit_code=None if found.state == "running" else found.exit_code)
-    if found.state == "running" and mp.member.role == "router":
+    running = found["state"] == "running"
+    r = Reading(reached=True, state=found["state"], exit_code=None if running else found["exit_code"])
+    if running and mp.member.role == "router":
         r.healthy = router_alive(mp.endpoint)
         r.backends = router_backends(cp) if r.healthy else None
-    elif found.state == "running" and mp.endpoint:
+    elif running and mp.endpoint:
         r.healthy = answers_health(mp.endpoint)
     return r
 
