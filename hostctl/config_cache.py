@@ -94,7 +94,8 @@ def _key(profile: Path, profile_bytes: bytes) -> str:
     return h.hexdigest()[:40]
 
 
-def _digest(path: str) -> str | None:
+def digest(path: str | Path) -> str | None:
+    """The sha256 of the file's bytes (what an entry records of its recipe), or None."""
     data = _read(Path(path))
     return None if data is None else hashlib.sha256(data).hexdigest()
 
@@ -121,7 +122,7 @@ def _entry(profile: Path) -> dict | None:
         os.close(fd)
     try:
         doc = json.loads(blob)
-        ok = doc["schema"] == CACHE_SCHEMA and _digest(doc["recipe_path"]) == doc["recipe_sha256"]
+        ok = doc["schema"] == CACHE_SCHEMA and digest(doc["recipe_path"]) == doc["recipe_sha256"]
     except (ValueError, KeyError, TypeError):
         return None
     return doc if ok else None
@@ -157,9 +158,11 @@ def remembered_names(profile: Path) -> tuple[dict, list[str]] | None:
     return names, warnings
 
 
-def remember(profile: Path, recipe: Path, config: Config, profile_bytes: bytes | None) -> None:
-    """Record `config`, made from `profile_bytes` (read before validating, so a profile edited
-    meanwhile is not recorded under its new bytes) and the recipe at `recipe`."""
+def remember(profile: Path, recipe: Path, config: Config, profile_bytes: bytes | None,
+             recipe_sha256: str | None) -> None:
+    """Record `config`, made from `profile_bytes` and the recipe at `recipe` whose digest was
+    `recipe_sha256`, both read before validating: a file edited meanwhile is not recorded under
+    its new bytes (the Config was made from the old ones)."""
     import pickle
 
     from hostctl import secrets
@@ -167,15 +170,14 @@ def remember(profile: Path, recipe: Path, config: Config, profile_bytes: bytes |
 
     if profile_bytes is None or _read(profile) != profile_bytes or secrets.from_config(config, environ={}):
         return
-    digest = _digest(str(recipe))
-    if digest is None:
+    if recipe_sha256 is None or digest(recipe) != recipe_sha256:
         return
     folder = cache_dir()
     try:
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         if not _private(os.lstat(folder)):
             return
-        doc = {"schema": CACHE_SCHEMA, "recipe_path": str(recipe), "recipe_sha256": digest,
+        doc = {"schema": CACHE_SCHEMA, "recipe_path": str(recipe), "recipe_sha256": recipe_sha256,
                "names": identity.names(config), "warnings": list(config.warnings),
                "config": base64.b64encode(pickle.dumps(config, protocol=pickle.HIGHEST_PROTOCOL)).decode()}
         _write(folder / f"{_key(profile, profile_bytes)}.json", json.dumps(doc).encode())
@@ -207,13 +209,14 @@ def _prune(folder: Path) -> None:
         old.unlink(missing_ok=True)
 
 
-def load(profile: Path, validate: Callable[[], tuple[Config, Path]]) -> Config:
-    """The remembered Config for `profile`, else `validate()` (which returns the Config and the
-    recipe it read) and remember what it returns."""
+def load(profile: Path, validate: Callable[[], tuple[Config, Path, str | None]]) -> Config:
+    """The remembered Config for `profile`, else `validate()` (which returns the Config, the
+    recipe it read and that recipe's digest() taken before parsing it) and remember what it
+    returns."""
     hit = remembered(profile)
     if hit is not None:
         return hit
     before = _read(profile)
-    config, recipe = validate()
-    remember(profile, recipe, config, before)
+    config, recipe, recipe_sha256 = validate()
+    remember(profile, recipe, config, before, recipe_sha256)
     return config
