@@ -70,11 +70,22 @@ def _code_stamp() -> bytes:
 
 
 def _read(path: Path) -> bytes | None:
+    """A regular file's bytes, or None. O_NONBLOCK and the type check: a FIFO or a device named
+    as the profile (status reads it before anything checks it is a file) must not wait for a
+    writer or stream forever; load_config then refuses it as it always did."""
     try:
-        with open(path, "rb") as fh:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except (OSError, ValueError):
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as fh:
             data = fh.read(MAX_ENTRY_BYTES + 1)
     except OSError:
         return None
+    finally:
+        os.close(fd)
     return data if len(data) <= MAX_ENTRY_BYTES else None
 
 
