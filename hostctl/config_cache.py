@@ -93,6 +93,50 @@ def _private(st: os.stat_result) -> bool:
     return st.st_uid == os.geteuid() and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
 
 
+def _trusted(real: Path) -> bool:
+    """No one but this user and root can rename or replace anything on the way to `real` (a path
+    without links): each directory is this user's or root's and writable by no one else, or
+    sticky (/tmp). Otherwise someone could swap the cache folder for a link between the check
+    and the write, and the prune would delete *.json files wherever it points. Under sudo with
+    the invoking user's HOME, that user's home is not root's: root keeps no cache there."""
+    uid = os.geteuid()
+    for d in (real, *real.parents):
+        st = os.lstat(d)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid not in (uid, 0):
+            return False
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
+            return False
+    return True
+
+
+def _folder(create: bool = False) -> Path | None:
+    """The cache folder as a path without links, if it is this user's, private and below
+    _trusted() directories (made so first, with `create`), else None."""
+    want = cache_dir()
+    try:
+        if create:
+            have = want
+            while not os.path.lexists(have):
+                have = have.parent
+            real_have = Path(os.path.realpath(have))
+            if not _trusted(real_have):
+                return None
+            made = real_have
+            for part in want.relative_to(have).parts:  # made below the resolved folder: no link is followed
+                made = made / part
+                try:
+                    os.mkdir(made, 0o700)
+                except FileExistsError:
+                    pass
+        real = Path(os.path.realpath(want))
+        st = os.lstat(real)
+        if stat.S_ISDIR(st.st_mode) and _private(st) and _trusted(real.parent):
+            return real
+    except (OSError, ValueError):
+        pass
+    return None
+
+
 def _key(profile: Path, profile_bytes: bytes) -> str:
     from hostctl import paths
 
@@ -114,16 +158,16 @@ def digest(path: str | Path) -> str | None:
 def _entry(profile: Path) -> dict | None:
     """The trusted entry for exactly this profile and its recipe, or None."""
     data = _read(profile)
-    if data is None:
+    folder = _folder() if data is not None else None
+    if folder is None:
         return None
-    path = cache_dir() / f"{_key(profile, data)}.json"
+    path = folder / f"{_key(profile, data)}.json"
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError:
         return None
     try:
-        folder = os.lstat(path.parent)
-        if not (_private(os.fstat(fd)) and _private(folder) and stat.S_ISDIR(folder.st_mode)):
+        if not _private(os.fstat(fd)):
             return None
         with os.fdopen(fd, "rb", closefd=False) as fh:
             blob = fh.read(MAX_ENTRY_BYTES + 1)
@@ -183,11 +227,10 @@ def remember(profile: Path, recipe: Path, config: Config, profile_bytes: bytes |
         return
     if recipe_sha256 is None or digest(recipe) != recipe_sha256:
         return
-    folder = cache_dir()
+    folder = _folder(create=True)
+    if folder is None:
+        return
     try:
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        if not _private(os.lstat(folder)):
-            return
         doc = {"schema": CACHE_SCHEMA, "recipe_path": str(recipe), "recipe_sha256": recipe_sha256,
                "names": identity.names(config), "warnings": list(config.warnings),
                "config": base64.b64encode(pickle.dumps(config, protocol=pickle.HIGHEST_PROTOCOL)).decode()}
