@@ -51,19 +51,25 @@ def cache_dir() -> Path:
     return user_cache_dir() / "config"
 
 
-@functools.cache
-def _code_stamp() -> bytes:
-    """What the validation code is: every module of this hostctl (path, size, mtime), the Python
-    that runs it and pydantic's files (found, not imported). An edited or reinstalled module
-    changes it."""
+def _code_files() -> list[str]:
+    """Every module of this hostctl, and the first file of each library whose version decides
+    what a profile or recipe validates to: pydantic's, and PyYAML's (which reads the recipe)."""
     root = Path(__file__).resolve().parent
-    h = hashlib.sha256(CACHE_SCHEMA.encode())
-    h.update(f"{sys.version}\0{root}\0".encode())
-    files = [str(spec.origin) for name in ("pydantic", "pydantic_core") if (spec := find_spec(name)) and spec.origin]
+    files = [str(spec.origin) for name in ("pydantic", "pydantic_core", "yaml")
+             if (spec := find_spec(name)) and spec.origin]
     for folder, dirs, names in os.walk(root):
         dirs[:] = sorted(d for d in dirs if d != "__pycache__")
         files += [os.path.join(folder, n) for n in sorted(names) if n.endswith(".py")]
-    for path in files:
+    return files
+
+
+@functools.cache
+def _code_stamp() -> bytes:
+    """What the validation code is: _code_files() (path, size, mtime; found, not imported) and
+    the Python that runs it. An edited or reinstalled module changes it."""
+    h = hashlib.sha256(CACHE_SCHEMA.encode())
+    h.update(f"{sys.version}\0{Path(__file__).resolve().parent}\0".encode())
+    for path in _code_files():
         st = os.stat(path)
         h.update(f"{path}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
     return h.digest()
@@ -178,7 +184,7 @@ def _entry(profile: Path) -> dict | None:
     try:
         doc = json.loads(blob)
         ok = doc["schema"] == CACHE_SCHEMA and digest(doc["recipe_path"]) == doc["recipe_sha256"]
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):  # RecursionError: JSON nested past Python's stack
         return None
     return doc if ok else None
 
@@ -234,7 +240,10 @@ def remember(profile: Path, recipe: Path, config: Config, profile_bytes: bytes |
         doc = {"schema": CACHE_SCHEMA, "recipe_path": str(recipe), "recipe_sha256": recipe_sha256,
                "names": identity.names(config), "warnings": list(config.warnings),
                "config": base64.b64encode(pickle.dumps(config, protocol=pickle.HIGHEST_PROTOCOL)).decode()}
-        _write(folder / f"{_key(profile, profile_bytes)}.json", json.dumps(doc).encode())
+        blob = json.dumps(doc).encode()
+        if len(blob) > MAX_ENTRY_BYTES:
+            return  # _entry would never read it back (a recipe with long smoke prompts)
+        _write(folder / f"{_key(profile, profile_bytes)}.json", blob)
         _prune(folder)
     except (OSError, pickle.PicklingError):
         pass  # a read-only or full home: the next load validates again

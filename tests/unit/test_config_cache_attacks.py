@@ -124,7 +124,7 @@ def test_an_entry_nested_too_deep_is_ignored(home, validations):
     (entry,) = entries(home)
     entry.write_text("[" * 200_000 + "]" * 200_000)
     assert config.load_config(path).profile.name == "cc"
-    assert config_cache.remembered_names(path) is None or len(validations) == 2
+    assert len(validations) == 2  # validated again, no internal error
 
 
 def test_an_entry_too_big_to_read_is_not_written(home, validations):
