@@ -13,8 +13,11 @@ so reports a bad field, exit 2, as always).
 
 An entry is one JSON file: the runtime's names (hostctl.service.identity), the load's warnings,
 the recipe's path and digest, and the Config as a pickle. A pickle runs code when read, so an
-entry is read only if this user owns it and its folder, and neither is writable by anyone else;
-otherwise it is ignored, never trusted. A profile or recipe that holds a secret value itself
+entry is read only if this user owns it and its folder, neither is writable by anyone else, and
+no directory above them is anyone's but this user's or root's to change (so root under sudo with
+another user's HOME keeps no cache there); otherwise it is ignored, never trusted. Both files are
+digested before they are parsed and again before the entry is written: one edited while it was
+validated is not remembered under its new bytes. A profile or recipe that holds a secret value itself
 (a token in `env`, an `--api-key` argument) is never remembered: the cache must not become a
 second copy of it. A cache that cannot be read or written is ignored: loading then validates,
 as without a cache.
