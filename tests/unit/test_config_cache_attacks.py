@@ -143,3 +143,22 @@ def test_the_yaml_parser_is_part_of_the_code_stamp():
     import yaml
 
     assert str(Path(yaml.__file__)) in config_cache._code_files()
+
+
+@pytest.mark.xfail(strict=True, reason="known gap: the profile is digested before and after validating, not parsed "
+                   "from the bytes digested, so an edit undone within the load (A, B, A) is remembered as A")
+def test_a_profile_changed_and_changed_back_during_validation_is_not_remembered(home, monkeypatch):
+    path = profile(home)
+    original = path.read_text()
+    real = config.load_profile
+
+    def aba(p):
+        p.write_text(original.replace('name = "cc"', 'name = "bb"'))
+        parsed = real(p)
+        p.write_text(original)
+        monkeypatch.setattr(config, "load_profile", real)
+        return parsed
+
+    monkeypatch.setattr(config, "load_profile", aba)
+    assert config.load_config(path).profile.name == "bb"  # what was read
+    assert config.load_config(path).profile.name == "cc"  # what the profile says now
