@@ -102,44 +102,62 @@ def _private(st: os.stat_result) -> bool:
     return st.st_uid == os.geteuid() and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
 
 
-def _trusted(real: Path) -> bool:
-    """No one but this user and root can rename or replace anything on the way to `real` (a path
-    without links): each directory is this user's or root's and writable by no one else, or
-    sticky (/tmp). Otherwise someone could swap the cache folder for a link between the check
-    and the write, and the prune would delete *.json files wherever it points. Under sudo with
-    the invoking user's HOME, that user's home is not root's: root keeps no cache there."""
+def _resolve(path: Path) -> tuple[Path, list[str]] | None:
+    """`path` with its links followed as far as it exists, and the names below that are missing;
+    or None if anyone but this user and root could change where it leads: each directory on the
+    way must be this user's or root's and writable by no one else (or sticky, as /tmp), and each
+    link this user's or root's. Otherwise someone could swap the cache folder for a link between
+    the check and the write (and the prune would delete *.json files wherever it points), or
+    point it with a link of theirs in /tmp (which the kernel's protected_symlinks would not
+    follow for us, but a lexical resolve would). Under sudo with the invoking user's HOME, that
+    user's home is not root's: root keeps no cache there."""
     uid = os.geteuid()
-    for d in (real, *real.parents):
-        st = os.lstat(d)
-        if not stat.S_ISDIR(st.st_mode) or st.st_uid not in (uid, 0):
-            return False
-        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
-            return False
-    return True
+    todo = list(path.absolute().parts[1:])
+    real, links = Path("/"), 0
+    while todo:
+        part = todo.pop(0)
+        if part == "..":
+            real = real.parent
+            continue
+        try:
+            st = os.lstat(real / part)
+        except FileNotFoundError:
+            rest = [part, *todo]
+            return None if ".." in rest else (real, rest)
+        if st.st_uid not in (uid, 0):
+            return None
+        if stat.S_ISLNK(st.st_mode):
+            links += 1
+            target = os.readlink(real / part)
+            if links > 40 or not target:
+                return None
+            if target.startswith("/"):
+                real = Path("/")
+            todo[:0] = [p for p in Path(target).parts if p != "/"]
+            continue
+        others_write = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX
+        if not stat.S_ISDIR(st.st_mode) or others_write:
+            return None
+        real = real / part
+    return real, []
 
 
 def _folder(create: bool = False) -> Path | None:
-    """The cache folder as a path without links, if it is this user's, private and below
-    _trusted() directories (made so first, with `create`), else None."""
-    want = cache_dir()
+    """The cache folder as a path without links, if it is this user's and private and _resolve()
+    trusts the way to it (made so first, with `create`), else None."""
     try:
-        if create:
-            have = want
-            while not os.path.lexists(have):
-                have = have.parent
-            real_have = Path(os.path.realpath(have))
-            if not _trusted(real_have):
-                return None
-            made = real_have
-            for part in want.relative_to(have).parts:  # made below the resolved folder: no link is followed
-                made = made / part
-                try:
-                    os.mkdir(made, 0o700)
-                except FileExistsError:
-                    pass
-        real = Path(os.path.realpath(want))
+        found = _resolve(cache_dir())
+        if found is None or (found[1] and not create):
+            return None
+        real, missing = found
+        for part in missing:  # made below the resolved folder: no link is followed
+            real = real / part
+            try:
+                os.mkdir(real, 0o700)
+            except FileExistsError:
+                pass
         st = os.lstat(real)
-        if stat.S_ISDIR(st.st_mode) and _private(st) and _trusted(real.parent):
+        if stat.S_ISDIR(st.st_mode) and _private(st):
             return real
     except (OSError, ValueError):
         pass

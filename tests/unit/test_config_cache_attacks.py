@@ -162,3 +162,21 @@ def test_a_profile_changed_and_changed_back_during_validation_is_not_remembered(
     monkeypatch.setattr(config, "load_profile", aba)
     assert config.load_config(path).profile.name == "bb"  # what was read
     assert config.load_config(path).profile.name == "cc"  # what the profile says now
+
+
+def test_a_link_another_user_put_in_a_sticky_folder_is_not_followed(home, validations, monkeypatch):
+    """HOME or XDG_CACHE_HOME in /tmp: another user's link there (which the kernel's
+    protected_symlinks would not follow for us) must not redirect the cache into a folder of ours."""
+    need(os.geteuid() == 0, "a link owned by another user needs root to make (CI runs as root)")
+    sticky = home / "sticky"
+    sticky.mkdir()
+    sticky.chmod(0o1777)
+    target = home / "roots-own"
+    target.mkdir(mode=0o700)
+    (sticky / "hostctl").symlink_to(target)
+    os.lchown(sticky / "hostctl", 1000, 1000)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(sticky))
+    path = profile(home)
+    config.load_config(path)
+    config.load_config(path)
+    assert len(validations) == 2 and list(target.iterdir()) == []
