@@ -180,3 +180,38 @@ def test_a_link_another_user_put_in_a_sticky_folder_is_not_followed(home, valida
     config.load_config(path)
     config.load_config(path)
     assert len(validations) == 2 and list(target.iterdir()) == []
+
+
+@pytest.mark.parametrize("where", ["env value under a plain name", "warmup header", "tuning map", "model URL",
+                                   "profile description"])
+def test_a_token_shaped_value_anywhere_is_not_remembered(home, validations, where):
+    """secrets.from_config knows env names and serve flags; a token elsewhere in the files (the
+    shapes hostctl.doctor.redact hides) must not get a second copy in the cache either."""
+    token = "hf_" + "Q" * 30
+    recipe = home / "recipe.yaml"
+    text = DEMO_RECIPE.read_text()
+    runtime = ""
+    if where == "env value under a plain name":
+        text = text.replace("env:\n", f"env:\n  HUB_AUTH: \"{token}\"\n", 1)
+    elif where == "warmup header":
+        text += f"warmup:\n  headers:\n    Authorization: \"Bearer {token}\"\n"
+    elif where == "tuning map":
+        text = text.replace("\ntuning:\n", f"\ntuning:\n  hub_token: \"{token}\"\n", 1)
+    elif where == "model URL":
+        text = text.replace("\nmodel: ", f"\nmodel: https://me:{token}@hub.example/", 1)
+    recipe.write_text(text)
+    path = profile(home)
+    if where == "profile description":
+        path.write_text(f'description = "pulls with {token}"\n' + path.read_text())
+    config.load_config(path)
+    config.load_config(path)
+    assert len(validations) == 2
+    assert not any(token.encode() in _decoded(e) for e in entries(home))
+
+
+def _decoded(entry: Path) -> bytes:
+    import base64
+    import json
+
+    doc = json.loads(entry.read_text())
+    return entry.read_bytes() + base64.b64decode(doc["config"])
