@@ -240,6 +240,15 @@ def remembered_names(profile: Path) -> tuple[dict, list[str]] | None:
     return names, warnings
 
 
+def _holds_secret(data: bytes) -> bool:
+    """Whether the file holds anything shaped like a secret (what hostctl.doctor.redact hides: a
+    token in tuning or warmup, a password in a URL, an hf_ value under a plain env name), beyond
+    the values secrets.from_config knows by name. None of the bundled files does."""
+    from hostctl.doctor import redact
+
+    return redact.count(data.decode("utf-8", "replace")) > 0
+
+
 def remember(profile: Path, recipe: Path, config: Config, profile_bytes: bytes | None,
              recipe_sha256: str | None) -> None:
     """Record `config`, made from `profile_bytes` and the recipe at `recipe` whose digest was
@@ -252,7 +261,10 @@ def remember(profile: Path, recipe: Path, config: Config, profile_bytes: bytes |
 
     if profile_bytes is None or _read(profile) != profile_bytes or secrets.from_config(config, environ={}):
         return
-    if recipe_sha256 is None or digest(recipe) != recipe_sha256:
+    recipe_bytes = _read(recipe)
+    if recipe_sha256 is None or recipe_bytes is None or hashlib.sha256(recipe_bytes).hexdigest() != recipe_sha256:
+        return
+    if _holds_secret(profile_bytes) or _holds_secret(recipe_bytes):
         return
     folder = _folder(create=True)
     if folder is None:
