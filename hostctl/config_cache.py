@@ -18,8 +18,9 @@ no directory above them is anyone's but this user's or root's to change (so root
 another user's HOME keeps no cache there); otherwise it is ignored, never trusted. Both files are
 digested before they are parsed and again before the entry is written: one edited while it was
 validated is not remembered under its new bytes. A profile or recipe that holds a secret value itself
-(a token in `env`, an `--api-key` argument) is never remembered: the cache must not become a
-second copy of it. A cache that cannot be read or written is ignored: loading then validates,
+(a token in `env`, an `--api-key` argument), or anything shaped like one (what
+hostctl.doctor.redact hides: a token in `tuning`, a password in a URL), is never remembered: the
+cache must not become a second copy of it. A cache that cannot be read or written is ignored: loading then validates,
 as without a cache.
 """
 
