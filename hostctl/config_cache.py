@@ -13,10 +13,14 @@ so reports a bad field, exit 2, as always).
 
 An entry is one JSON file: the runtime's names (hostctl.service.identity), the load's warnings,
 the recipe's path and digest, and the Config as a pickle. A pickle runs code when read, so an
-entry is read only if this user owns it and its folder, and neither is writable by anyone else;
-otherwise it is ignored, never trusted. A profile or recipe that holds a secret value itself
-(a token in `env`, an `--api-key` argument) is never remembered: the cache must not become a
-second copy of it. A cache that cannot be read or written is ignored: loading then validates,
+entry is read only if this user owns it and its folder, neither is writable by anyone else, and
+no directory above them is anyone's but this user's or root's to change (so root under sudo with
+another user's HOME keeps no cache there); otherwise it is ignored, never trusted. Both files are
+digested before they are parsed and again before the entry is written: one edited while it was
+validated is not remembered under its new bytes. A profile or recipe that holds a secret value itself
+(a token in `env`, an `--api-key` argument), or anything shaped like one (what
+hostctl.doctor.redact hides: a token in `tuning`, a password in a URL), is never remembered: the
+cache must not become a second copy of it. A cache that cannot be read or written is ignored: loading then validates,
 as without a cache.
 """
 
@@ -51,35 +55,114 @@ def cache_dir() -> Path:
     return user_cache_dir() / "config"
 
 
-@functools.cache
-def _code_stamp() -> bytes:
-    """What the validation code is: every module of this hostctl (path, size, mtime), the Python
-    that runs it and pydantic's files (found, not imported). An edited or reinstalled module
-    changes it."""
+def _code_files() -> list[str]:
+    """Every module of this hostctl, and the first file of each library whose version decides
+    what a profile or recipe validates to: pydantic's, and PyYAML's (which reads the recipe)."""
     root = Path(__file__).resolve().parent
-    h = hashlib.sha256(CACHE_SCHEMA.encode())
-    h.update(f"{sys.version}\0{root}\0".encode())
-    files = [str(spec.origin) for name in ("pydantic", "pydantic_core") if (spec := find_spec(name)) and spec.origin]
+    files = [str(spec.origin) for name in ("pydantic", "pydantic_core", "yaml")
+             if (spec := find_spec(name)) and spec.origin]
     for folder, dirs, names in os.walk(root):
         dirs[:] = sorted(d for d in dirs if d != "__pycache__")
         files += [os.path.join(folder, n) for n in sorted(names) if n.endswith(".py")]
-    for path in files:
+    return files
+
+
+@functools.cache
+def _code_stamp() -> bytes:
+    """What the validation code is: _code_files() (path, size, mtime; found, not imported) and
+    the Python that runs it. An edited or reinstalled module changes it."""
+    h = hashlib.sha256(CACHE_SCHEMA.encode())
+    h.update(f"{sys.version}\0{Path(__file__).resolve().parent}\0".encode())
+    for path in _code_files():
         st = os.stat(path)
         h.update(f"{path}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
     return h.digest()
 
 
 def _read(path: Path) -> bytes | None:
+    """A regular file's bytes, or None. O_NONBLOCK and the type check: a FIFO or a device named
+    as the profile (status reads it before anything checks it is a file) must not wait for a
+    writer or stream forever; load_config then refuses it as it always did."""
     try:
-        with open(path, "rb") as fh:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except (OSError, ValueError):
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as fh:
             data = fh.read(MAX_ENTRY_BYTES + 1)
     except OSError:
         return None
+    finally:
+        os.close(fd)
     return data if len(data) <= MAX_ENTRY_BYTES else None
 
 
 def _private(st: os.stat_result) -> bool:
     return st.st_uid == os.geteuid() and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+
+
+def _resolve(path: Path) -> tuple[Path, list[str]] | None:
+    """`path` with its links followed as far as it exists, and the names below that are missing;
+    or None if anyone but this user and root could change where it leads: each directory on the
+    way must be this user's or root's and writable by no one else (or sticky, as /tmp), and each
+    link this user's or root's. Otherwise someone could swap the cache folder for a link between
+    the check and the write (and the prune would delete *.json files wherever it points), or
+    point it with a link of theirs in /tmp (which the kernel's protected_symlinks would not
+    follow for us, but a lexical resolve would). Under sudo with the invoking user's HOME, that
+    user's home is not root's: root keeps no cache there."""
+    uid = os.geteuid()
+    todo = list(path.absolute().parts[1:])
+    real, links = Path("/"), 0
+    while todo:
+        part = todo.pop(0)
+        if part == "..":
+            real = real.parent
+            continue
+        try:
+            st = os.lstat(real / part)
+        except FileNotFoundError:
+            rest = [part, *todo]
+            return None if ".." in rest else (real, rest)
+        if st.st_uid not in (uid, 0):
+            return None
+        if stat.S_ISLNK(st.st_mode):
+            links += 1
+            target = os.readlink(real / part)
+            if links > 40 or not target:
+                return None
+            if target.startswith("/"):
+                real = Path("/")
+            todo[:0] = [p for p in Path(target).parts if p != "/"]
+            continue
+        others_write = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX
+        if not stat.S_ISDIR(st.st_mode) or others_write:
+            return None
+        real = real / part
+    return real, []
+
+
+def _folder(create: bool = False) -> Path | None:
+    """The cache folder as a path without links, if it is this user's and private and _resolve()
+    trusts the way to it (made so first, with `create`), else None."""
+    try:
+        found = _resolve(cache_dir())
+        if found is None or (found[1] and not create):
+            return None
+        real, missing = found
+        for part in missing:  # made below the resolved folder: no link is followed
+            real = real / part
+            try:
+                os.mkdir(real, 0o700)
+            except FileExistsError:
+                pass
+        st = os.lstat(real)
+        if stat.S_ISDIR(st.st_mode) and _private(st):
+            return real
+    except (OSError, ValueError):
+        pass
+    return None
 
 
 def _key(profile: Path, profile_bytes: bytes) -> str:
@@ -94,7 +177,8 @@ def _key(profile: Path, profile_bytes: bytes) -> str:
     return h.hexdigest()[:40]
 
 
-def _digest(path: str) -> str | None:
+def digest(path: str | Path) -> str | None:
+    """The sha256 of the file's bytes (what an entry records of its recipe), or None."""
     data = _read(Path(path))
     return None if data is None else hashlib.sha256(data).hexdigest()
 
@@ -102,16 +186,16 @@ def _digest(path: str) -> str | None:
 def _entry(profile: Path) -> dict | None:
     """The trusted entry for exactly this profile and its recipe, or None."""
     data = _read(profile)
-    if data is None:
+    folder = _folder() if data is not None else None
+    if folder is None:
         return None
-    path = cache_dir() / f"{_key(profile, data)}.json"
+    path = folder / f"{_key(profile, data)}.json"
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError:
         return None
     try:
-        folder = os.lstat(path.parent)
-        if not (_private(os.fstat(fd)) and _private(folder) and stat.S_ISDIR(folder.st_mode)):
+        if not _private(os.fstat(fd)):
             return None
         with os.fdopen(fd, "rb", closefd=False) as fh:
             blob = fh.read(MAX_ENTRY_BYTES + 1)
@@ -121,8 +205,8 @@ def _entry(profile: Path) -> dict | None:
         os.close(fd)
     try:
         doc = json.loads(blob)
-        ok = doc["schema"] == CACHE_SCHEMA and _digest(doc["recipe_path"]) == doc["recipe_sha256"]
-    except (ValueError, KeyError, TypeError):
+        ok = doc["schema"] == CACHE_SCHEMA and digest(doc["recipe_path"]) == doc["recipe_sha256"]
+    except (ValueError, KeyError, TypeError, RecursionError):  # RecursionError: JSON nested past Python's stack
         return None
     return doc if ok else None
 
@@ -157,9 +241,20 @@ def remembered_names(profile: Path) -> tuple[dict, list[str]] | None:
     return names, warnings
 
 
-def remember(profile: Path, recipe: Path, config: Config, profile_bytes: bytes | None) -> None:
-    """Record `config`, made from `profile_bytes` (read before validating, so a profile edited
-    meanwhile is not recorded under its new bytes) and the recipe at `recipe`."""
+def _holds_secret(data: bytes) -> bool:
+    """Whether the file holds anything shaped like a secret (what hostctl.doctor.redact hides: a
+    token in tuning or warmup, a password in a URL, an hf_ value under a plain env name), beyond
+    the values secrets.from_config knows by name. None of the bundled files does."""
+    from hostctl.doctor import redact
+
+    return redact.count(data.decode("utf-8", "replace")) > 0
+
+
+def remember(profile: Path, recipe: Path, config: Config, profile_bytes: bytes | None,
+             recipe_sha256: str | None) -> None:
+    """Record `config`, made from `profile_bytes` and the recipe at `recipe` whose digest was
+    `recipe_sha256`, both read before validating: a file edited meanwhile is not recorded under
+    its new bytes (the Config was made from the old ones)."""
     import pickle
 
     from hostctl import secrets
@@ -167,18 +262,22 @@ def remember(profile: Path, recipe: Path, config: Config, profile_bytes: bytes |
 
     if profile_bytes is None or _read(profile) != profile_bytes or secrets.from_config(config, environ={}):
         return
-    digest = _digest(str(recipe))
-    if digest is None:
+    recipe_bytes = _read(recipe)
+    if recipe_sha256 is None or recipe_bytes is None or hashlib.sha256(recipe_bytes).hexdigest() != recipe_sha256:
         return
-    folder = cache_dir()
+    if _holds_secret(profile_bytes) or _holds_secret(recipe_bytes):
+        return
+    folder = _folder(create=True)
+    if folder is None:
+        return
     try:
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        if not _private(os.lstat(folder)):
-            return
-        doc = {"schema": CACHE_SCHEMA, "recipe_path": str(recipe), "recipe_sha256": digest,
+        doc = {"schema": CACHE_SCHEMA, "recipe_path": str(recipe), "recipe_sha256": recipe_sha256,
                "names": identity.names(config), "warnings": list(config.warnings),
                "config": base64.b64encode(pickle.dumps(config, protocol=pickle.HIGHEST_PROTOCOL)).decode()}
-        _write(folder / f"{_key(profile, profile_bytes)}.json", json.dumps(doc).encode())
+        blob = json.dumps(doc).encode()
+        if len(blob) > MAX_ENTRY_BYTES:
+            return  # _entry would never read it back (a recipe with long smoke prompts)
+        _write(folder / f"{_key(profile, profile_bytes)}.json", blob)
         _prune(folder)
     except (OSError, pickle.PicklingError):
         pass  # a read-only or full home: the next load validates again
@@ -207,13 +306,14 @@ def _prune(folder: Path) -> None:
         old.unlink(missing_ok=True)
 
 
-def load(profile: Path, validate: Callable[[], tuple[Config, Path]]) -> Config:
-    """The remembered Config for `profile`, else `validate()` (which returns the Config and the
-    recipe it read) and remember what it returns."""
+def load(profile: Path, validate: Callable[[], tuple[Config, Path, str | None]]) -> Config:
+    """The remembered Config for `profile`, else `validate()` (which returns the Config, the
+    recipe it read and that recipe's digest() taken before parsing it) and remember what it
+    returns."""
     hit = remembered(profile)
     if hit is not None:
         return hit
     before = _read(profile)
-    config, recipe = validate()
-    remember(profile, recipe, config, before)
+    config, recipe, recipe_sha256 = validate()
+    remember(profile, recipe, config, before, recipe_sha256)
     return config
