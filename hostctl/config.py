@@ -771,22 +771,16 @@ class Config(BaseModel):
     warnings: list[str] = Field(default_factory=list)
 
 
-def _validated(path: Path) -> tuple[Config, Path, str | None]:
-    from hostctl import config_cache
-
+def _validated(path: Path) -> tuple[Config, Path]:
     profile = load_profile(path)
     recipe = recipe_path(profile.recipe, path.parent)
-    # Taken before the recipe is parsed: the cache records the Config only if the recipe still
-    # has these bytes afterwards (one edited meanwhile would be remembered under its new bytes).
-    recipe_sha256 = config_cache.digest(recipe)
     warnings = [
         f"drives[{i}].identity {d.identity}: kernel device names can change between boots; "
         "prefer serial:, wwn: or by-id:"
         for i, d in enumerate(profile.drives)
         if d.identity.kind == "path"
     ]
-    config = Config(profile=profile, recipe=load_recipe(recipe), source=str(path), warnings=warnings)
-    return config, recipe, recipe_sha256
+    return Config(profile=profile, recipe=load_recipe(recipe), source=str(path), warnings=warnings), recipe
 
 
 def load_config(explicit: Path | None) -> Config:

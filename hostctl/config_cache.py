@@ -15,13 +15,14 @@ An entry is one JSON file: the runtime's names (hostctl.service.identity), the l
 the recipe's path and digest, and the Config as a pickle. A pickle runs code when read, so an
 entry is read only if this user owns it and its folder, neither is writable by anyone else, and
 no directory above them is anyone's but this user's or root's to change (so root under sudo with
-another user's HOME keeps no cache there); otherwise it is ignored, never trusted. Both files are
-digested before they are parsed and again before the entry is written: one edited while it was
-validated is not remembered under its new bytes. A profile or recipe that holds a secret value itself
+another user's HOME keeps no cache there); otherwise it is ignored, never trusted. An entry is
+written under exactly the bytes the validation parsed (hostctl.safeload.recording), so a file
+edited while it was validated, even back and forth, is never remembered under bytes its Config
+was not made from. A profile or recipe that holds a secret value itself
 (a token in `env`, an `--api-key` argument), or anything shaped like one (what
 hostctl.doctor.redact hides: a token in `tuning`, a password in a URL), is never remembered: the
-cache must not become a second copy of it. A cache that cannot be read or written is ignored: loading then validates,
-as without a cache.
+cache must not become a second copy of it. A cache that cannot be read or written is ignored:
+loading then validates, as without a cache.
 """
 
 from __future__ import annotations
@@ -251,19 +252,17 @@ def _holds_secret(data: bytes) -> bool:
 
 
 def remember(profile: Path, recipe: Path, config: Config, profile_bytes: bytes | None,
-             recipe_sha256: str | None) -> None:
-    """Record `config`, made from `profile_bytes` and the recipe at `recipe` whose digest was
-    `recipe_sha256`, both read before validating: a file edited meanwhile is not recorded under
-    its new bytes (the Config was made from the old ones)."""
+             recipe_bytes: bytes | None) -> None:
+    """Record `config`, made from exactly `profile_bytes` and `recipe_bytes` (what the validation
+    parsed: hostctl.safeload.recording), under those bytes. A file edited meanwhile, even back
+    and forth, cannot put this Config under bytes it was not made from: a later load reads the
+    file again, and other bytes miss the entry."""
     import pickle
 
     from hostctl import secrets
     from hostctl.service import identity
 
-    if profile_bytes is None or _read(profile) != profile_bytes or secrets.from_config(config, environ={}):
-        return
-    recipe_bytes = _read(recipe)
-    if recipe_sha256 is None or recipe_bytes is None or hashlib.sha256(recipe_bytes).hexdigest() != recipe_sha256:
+    if profile_bytes is None or recipe_bytes is None or secrets.from_config(config, environ={}):
         return
     if _holds_secret(profile_bytes) or _holds_secret(recipe_bytes):
         return
@@ -271,7 +270,7 @@ def remember(profile: Path, recipe: Path, config: Config, profile_bytes: bytes |
     if folder is None:
         return
     try:
-        doc = {"schema": CACHE_SCHEMA, "recipe_path": str(recipe), "recipe_sha256": recipe_sha256,
+        doc = {"schema": CACHE_SCHEMA, "recipe_path": str(recipe), "recipe_sha256": hashlib.sha256(recipe_bytes).hexdigest(),
                "names": identity.names(config), "warnings": list(config.warnings),
                "config": base64.b64encode(pickle.dumps(config, protocol=pickle.HIGHEST_PROTOCOL)).decode()}
         blob = json.dumps(doc).encode()
@@ -306,14 +305,15 @@ def _prune(folder: Path) -> None:
         old.unlink(missing_ok=True)
 
 
-def load(profile: Path, validate: Callable[[], tuple[Config, Path, str | None]]) -> Config:
-    """The remembered Config for `profile`, else `validate()` (which returns the Config, the
-    recipe it read and that recipe's digest() taken before parsing it) and remember what it
-    returns."""
+def load(profile: Path, validate: Callable[[], tuple[Config, Path]]) -> Config:
+    """The remembered Config for `profile`, else `validate()` (which returns the Config and the
+    recipe it read) and remember it under the bytes that validation parsed."""
+    from hostctl.safeload import recording
+
     hit = remembered(profile)
     if hit is not None:
         return hit
-    before = _read(profile)
-    config, recipe, recipe_sha256 = validate()
-    remember(profile, recipe, config, before, recipe_sha256)
+    with recording() as reads:
+        config, recipe = validate()
+    remember(profile, recipe, config, reads.get(str(profile)), reads.get(str(recipe)))
     return config
