@@ -80,16 +80,18 @@ def _code_stamp() -> bytes:
     return h.digest()
 
 
-def _read(path: Path) -> bytes | None:
+def _read(path: Path, *, entry: bool = False) -> bytes | None:
     """A regular file's bytes, or None. O_NONBLOCK and the type check: a FIFO or a device named
     as the profile (status reads it before anything checks it is a file) must not wait for a
-    writer or stream forever; load_config then refuses it as it always did."""
+    writer or stream forever; load_config then refuses it as it always did. `entry`: a cache
+    entry, which must also be no link and this user's alone (_private)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | (os.O_NOFOLLOW if entry else 0))
     except (OSError, ValueError):
         return None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or (entry and not _private(st)):
             return None
         with os.fdopen(fd, "rb", closefd=False) as fh:
             data = fh.read(MAX_ENTRY_BYTES + 1)
@@ -178,7 +180,7 @@ def _key(profile: Path, profile_bytes: bytes) -> str:
     return h.hexdigest()[:40]
 
 
-def digest(path: str | Path) -> str | None:
+def _digest(path: str | Path) -> str | None:
     """The sha256 of the file's bytes (what an entry records of its recipe), or None."""
     data = _read(Path(path))
     return None if data is None else hashlib.sha256(data).hexdigest()
@@ -190,23 +192,12 @@ def _entry(profile: Path) -> dict | None:
     folder = _folder() if data is not None else None
     if folder is None:
         return None
-    path = folder / f"{_key(profile, data)}.json"
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError:
+    blob = _read(folder / f"{_key(profile, data)}.json", entry=True)
+    if blob is None:
         return None
-    try:
-        if not _private(os.fstat(fd)):
-            return None
-        with os.fdopen(fd, "rb", closefd=False) as fh:
-            blob = fh.read(MAX_ENTRY_BYTES + 1)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
     try:
         doc = json.loads(blob)
-        ok = doc["schema"] == CACHE_SCHEMA and digest(doc["recipe_path"]) == doc["recipe_sha256"]
+        ok = doc["schema"] == CACHE_SCHEMA and _digest(doc["recipe_path"]) == doc["recipe_sha256"]
     except (ValueError, KeyError, TypeError, RecursionError):  # RecursionError: JSON nested past Python's stack
         return None
     return doc if ok else None
