@@ -72,6 +72,13 @@ class MemberPlan:
     facts_source: str = "none"
     router_command: list[str] = field(default_factory=list)
 
+    @property
+    def container(self) -> str:
+        """The member's one container: its project's router, or its runtime."""
+        from hostctl.service.identity import container_name
+
+        return container_name(self.project, "router" if self.member.role == "router" else "runtime")
+
     def to_dict(self) -> dict:
         doc = {"name": self.member.name, "role": self.member.role, "address": self.member.address,
                "rank": self.member.rank, "project": self.project, "state_dir": self.state_dir,

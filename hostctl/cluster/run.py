@@ -247,7 +247,7 @@ def _live_facts(mp: MemberPlan):
 def _expect_running(mp: MemberPlan) -> None:
     from hostctl.service.container import container_state
 
-    name = f"{mp.project}-runtime"
+    name = mp.container
     if not container_state(name).running:
         raise FailedError(f"follower {mp.member.name}'s container {name} is not running")
 
@@ -279,12 +279,12 @@ def _up_router(cp: ClusterPlan, mp: MemberPlan, say: Say) -> str:
     deadline = time.monotonic() + 60
     try:
         while not router_alive(mp.endpoint):
-            _expect_container(f"{mp.project}-router")
+            _expect_container(mp.container)
             if time.monotonic() > deadline:
                 raise FailedError(f"the router {mp.endpoint} did not answer /liveness within 60 s")
             time.sleep(POLL_S)
     except FailedError as exc:
-        exc.details += _log_tail(f"{mp.project}-router")
+        exc.details += _log_tail(mp.container)
         compose_down(target, mp.project, stop_timeout_s=5)
         exc.details.append("the router's project was taken down")
         raise
@@ -318,7 +318,7 @@ def _up_follower(cp: ClusterPlan, mp: MemberPlan, *, timeout, say) -> str:
     from hostctl.interrupt import Interrupted, Interruptible
     from hostctl.service.compose import compose_down
 
-    name = f"{mp.project}-runtime"
+    name = mp.container
     load_s = mp.config.recipe.load_timeout_s if timeout is None else timeout
     with Interruptible():
         target = _write_and_start(cp, mp, say)
@@ -379,9 +379,8 @@ def _down_one(cp: ClusterPlan, mp: MemberPlan, say: Say) -> str:
         res = compose_down(target if target.is_dir() else None, mp.project)
     if not res.ok:
         raise FailedError(f"{mp.member.name}: docker compose down failed", details=(res.stderr or "").splitlines()[-5:])
-    service = "router" if mp.member.role == "router" else "runtime"
-    if container_state(f"{mp.project}-{service}").exists:
-        raise FailedError(f"{mp.member.name}: {mp.project}-{service} still exists after docker compose down")
+    if container_state(mp.container).exists:
+        raise FailedError(f"{mp.member.name}: {mp.container} still exists after docker compose down")
     return f"{mp.member.name}: down"
 
 

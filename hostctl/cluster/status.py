@@ -32,10 +32,6 @@ class Reading:
     backends: list | None = None  # the router's: run.Backend rows, None when /workers did not answer
 
 
-def container_of(mp: MemberPlan) -> str:
-    return f"{mp.project}-{'router' if mp.member.role == 'router' else 'runtime'}"
-
-
 def here(mp: MemberPlan, member: str | None) -> bool:
     """Read on this machine: the member this process says it is (--member), or, without
     --member, a member on a loopback address with no `ssh`."""
@@ -48,7 +44,7 @@ def read_member(cp: ClusterPlan, mp: MemberPlan) -> Reading:
     from hostctl.cluster.run import answers_health, router_alive, router_backends
     from hostctl.facts.engine import probe_container
 
-    found, problem = probe_container(container_of(mp))
+    found, problem = probe_container(mp.container)
     if problem is not None:
         return Reading(reached=True, state="unknown", reason=problem)
     if found is None:
@@ -72,7 +68,7 @@ def document(cp: ClusterPlan, readings: dict[str, Reading], cluster_arg: str) ->
         if r is None:
             continue
         doc = {"name": mp.member.name, "role": mp.member.role, "address": mp.member.address,
-               "rank": mp.member.rank, "project": mp.project, "container": container_of(mp),
+               "rank": mp.member.rank, "project": mp.project, "container": mp.container,
                "endpoint": mp.endpoint, "reached": r.reached}
         if not r.reached:
             doc["note"] = (f"on {mp.member.address}: run `hostctl status --cluster {cluster_arg} "

@@ -61,8 +61,9 @@ def test_get_over_loopback_tcp():
         http10.get("/health", host="127.0.0.1", port=port, timeout=1)
 
 
-def _unix_server(path, answer: bytes | None):
-    """A unix-socket server that reads the request and answers `answer` then closes (None: never answers)."""
+def _unix_server(path, answer):
+    """A unix-socket server that reads the request and answers `answer` then closes (None: never
+    answers; a callable: its answer to the request's bytes)."""
     seen: list[bytes] = []
 
     class Handler(socketserver.BaseRequestHandler):
@@ -74,7 +75,7 @@ def _unix_server(path, answer: bytes | None):
             if answer is None:
                 threading.Event().wait(3)
                 return
-            self.request.sendall(answer)
+            self.request.sendall(answer(data) if callable(answer) else answer)
 
     server = socketserver.ThreadingUnixStreamServer(str(path), Handler)
     server.daemon_threads = True
@@ -116,36 +117,32 @@ def test_a_silent_server_times_out(tmp_path):
         server.server_close()
 
 
+def _path(request: bytes) -> str:
+    return request.split(b" ", 2)[1].decode().split("?")[0]
+
+
 def test_engine_probe_reads_the_api_version_from_the_info_answer(tmp_path, monkeypatch):
     """The engine's API version comes from the Api-Version header of /info's answer, as Docker
     sends it on every answer: the probe asks nothing else for it (no /version round trip)."""
     from hostctl.facts import engine
 
-    asked: list[str] = []
-    answers = {"/info": b'{"ServerVersion": "28.1", "CgroupVersion": "2", "Runtimes": {"runc": {}}}'}
+    answers = {"/info": b'{"ServerVersion": "28.1", "CgroupVersion": "2", "Runtimes": {"runc": {}}}',
+               "/containers/json": b"[]"}
 
-    class Handler(socketserver.BaseRequestHandler):
-        def handle(self):
-            data = b""
-            while b"\r\n\r\n" not in data:
-                data += self.request.recv(4096)
-            path = data.split(b" ", 2)[1].decode().split("?")[0]
-            asked.append(path)
-            body = answers.get(path, b"[]" if path == "/containers/json" else None)
-            if body is None:
-                self.request.sendall(b'HTTP/1.0 404 Not Found\r\n\r\n{"message": "page not found"}')
-            else:
-                self.request.sendall(b"HTTP/1.0 200 OK\r\nApi-Version: 1.47\r\nContent-Type: application/json\r\n\r\n" + body)
+    def answer(request: bytes) -> bytes:
+        body = answers.get(_path(request))
+        if body is None:
+            return b'HTTP/1.0 404 Not Found\r\n\r\n{"message": "page not found"}'
+        return b"HTTP/1.0 200 OK\r\nApi-Version: 1.47\r\nContent-Type: application/json\r\n\r\n" + body
 
     sock = tmp_path / "docker.sock"
-    server = socketserver.ThreadingUnixStreamServer(str(sock), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server, seen = _unix_server(sock, answer)
     monkeypatch.setattr(engine, "daemon_pid", lambda: None)
     try:
         facts = engine._probe_local(str(sock))
     finally:
         server.shutdown()
         server.server_close()
+    asked = [_path(r) for r in seen]
     assert facts.available and (facts.version, facts.api_version, facts.cgroup_version) == ("28.1", "1.47", "2")
     assert asked == ["/info", "/containers/json"]
