@@ -299,11 +299,11 @@ def _prune(folder: Path) -> None:
 def load(profile: Path, validate: Callable[[], tuple[Config, Path]]) -> Config:
     """The remembered Config for `profile`, else `validate()` (which returns the Config and the
     recipe it read) and remember it under the bytes that validation parsed."""
-    from hostctl.safeload import recording
-
     hit = remembered(profile)
     if hit is not None:
         return hit
+    from hostctl.safeload import recording  # PyYAML with it (~25 ms): only to validate
+
     with recording() as reads:
         config, recipe = validate()
     remember(profile, recipe, config, reads.get(str(profile)), reads.get(str(recipe)))

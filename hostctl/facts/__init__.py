@@ -4,12 +4,10 @@ one HostFacts; `load_snapshot()` reads a saved one (`hostctl facts --json > snap
 A probe that breaks unexpectedly becomes an absence or a note in the facts, never a crash:
 doctor must still be able to say what it could read.
 
-The probes build their models with `model_construct`: what a probe read is trusted, and
-validating it built ~30 pydantic validators per process (~100 ms on the 2-CPU machine,
-benchmarks/results/doctor_quick-2vcpu-shared.txt). A probe must therefore pass exactly the types
-validation would make (models, not dicts; floats where floats are declared):
-tests/unit/test_facts_trusted.py checks it. What comes from outside (a snapshot, hostctl's own
-state files) is still validated.
+The probes make their records (hostctl/record.py) directly: what a probe read is trusted. A probe
+must therefore pass exactly the types validation would make (records, not dicts; floats where
+floats are declared): tests/unit/test_facts_trusted.py checks it. What comes from outside (a
+snapshot, hostctl's own state files) is validated.
 """
 
 from __future__ import annotations
@@ -124,45 +122,45 @@ def collect(path_requests: Sequence[tuple[str, bool]] = (), port_requests: Seque
     # The slow probes wait on NVML, subprocesses and the Docker socket: overlap them.
     with ThreadPoolExecutor(max_workers=5, thread_name_prefix="hostctl-facts") as pool:
         engine_f = pool.submit(_guarded, "engine", lambda: probe_engine(tuple(image_requests)),
-                               lambda why: EngineFacts.model_construct(available=False, reason=why), notes)
-        gpus_f = pool.submit(_guarded, "GPU", probe_gpus, lambda why: GpuFacts.model_construct(available=False, reason=why), notes)
+                               lambda why: EngineFacts(available=False, reason=why), notes)
+        gpus_f = pool.submit(_guarded, "GPU", probe_gpus, lambda why: GpuFacts(available=False, reason=why), notes)
         # ACS needs the GPUs' bus ids: it waits for NVML, then runs lspci beside the other probes
         acs_f = pool.submit(_guarded, "ACS", lambda: probe_acs([g.pci_bus_id for g in gpus_f.result().devices]),
-                            lambda why: AcsFacts.model_construct(available=False, reason=why), notes)
+                            lambda why: AcsFacts(available=False, reason=why), notes)
         disks_f = pool.submit(
             _guarded, "disk", lambda: probe_disks(mountinfo, swaps, alias_paths),
-            lambda why: DiskFacts.model_construct(available=False, reason=why), notes
+            lambda why: DiskFacts(available=False, reason=why), notes
         )
         kernel_f = pool.submit(
             _guarded,
             "kernel",
             probe_kernel,
-            lambda why: KernelFacts.model_construct(release=os.uname().release, cmdline=cmdline, virtualization_evidence=why),
+            lambda why: KernelFacts(release=os.uname().release, cmdline=cmdline, virtualization_evidence=why),
             notes,
         )
         memory = _guarded(
             "memory",
             lambda: probe_memory(swaps),
-            lambda why: MemoryFacts.model_construct(mem_total_bytes=0, mem_available_bytes=0, swap_total_bytes=0, swap_free_bytes=0),
+            lambda why: MemoryFacts(mem_total_bytes=0, mem_available_bytes=0, swap_total_bytes=0, swap_free_bytes=0),
             notes,
         )
-        numa = _guarded("NUMA", probe_numa, lambda why: NumaFacts.model_construct(cpu_count=os.cpu_count() or 1), notes)
-        iommu = _guarded("IOMMU", lambda: probe_iommu(cmdline), lambda why: IommuFacts.model_construct(), notes)
+        numa = _guarded("NUMA", probe_numa, lambda why: NumaFacts(cpu_count=os.cpu_count() or 1), notes)
+        iommu = _guarded("IOMMU", lambda: probe_iommu(cmdline), lambda why: IommuFacts(), notes)
         paths = _guarded(
             "path",
             lambda: probe_paths(path_requests, mountinfo),
-            lambda why: [PathFacts.model_construct(path=p, exists=os.path.isdir(p)) for p, _ in path_requests],
+            lambda why: [PathFacts(path=p, exists=os.path.isdir(p)) for p, _ in path_requests],
             notes,
         )
-        state, state_notes = _guarded("state", probe_state, lambda why: (StateFacts.model_construct(), []), notes)
+        state, state_notes = _guarded("state", probe_state, lambda why: (StateFacts(), []), notes)
         notes += state_notes
-        kernel_log = _guarded("kernel log", probe_kernel_log, lambda why: KernelLogFacts.model_construct(available=False, reason=why), notes)
-        shm = _guarded("shared memory", probe_shm, lambda why: ShmFacts.model_construct(available=False, reason=why), notes)
+        kernel_log = _guarded("kernel log", probe_kernel_log, lambda why: KernelLogFacts(available=False, reason=why), notes)
+        shm = _guarded("shared memory", probe_shm, lambda why: ShmFacts(available=False, reason=why), notes)
         ports = _guarded("port", lambda: probe_ports(port_requests), lambda why: [], notes)
         engine, gpus, disks, kernel = engine_f.result(), gpus_f.result(), disks_f.result(), kernel_f.result()
         acs = acs_f.result()
 
-    return HostFacts.model_construct(
+    return HostFacts(
         hostname=socket.gethostname(),
         collected_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         notes=notes,
@@ -202,24 +200,24 @@ def collect_storage(path_requests: Sequence[tuple[str, bool]] = (), alias_paths:
     except OSError:
         cmdline = ""
     disks = _guarded("disk", lambda: probe_disks(mountinfo, swaps, alias_paths, checked),
-                     lambda w: DiskFacts.model_construct(available=False, reason=w), notes)
+                     lambda w: DiskFacts(available=False, reason=w), notes)
     memory = _guarded("memory", lambda: probe_memory(swaps),
-                      lambda w: MemoryFacts.model_construct(mem_total_bytes=0, mem_available_bytes=0, swap_total_bytes=0,
+                      lambda w: MemoryFacts(mem_total_bytes=0, mem_available_bytes=0, swap_total_bytes=0,
                                             swap_free_bytes=0), notes)
     paths = _guarded("path", lambda: probe_paths(path_requests, mountinfo),
-                     lambda w: [PathFacts.model_construct(path=p, exists=os.path.isdir(p)) for p, _ in path_requests], notes)
+                     lambda w: [PathFacts(path=p, exists=os.path.isdir(p)) for p, _ in path_requests], notes)
     notes.append("storage facts only: GPUs, NUMA, IOMMU and the container engine were not read")
-    return HostFacts.model_construct(
+    return HostFacts(
         hostname=socket.gethostname(),
         collected_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         notes=notes,
-        kernel=KernelFacts.model_construct(release=os.uname().release, cmdline=cmdline),
-        gpus=GpuFacts.model_construct(available=False, reason=why),
+        kernel=KernelFacts(release=os.uname().release, cmdline=cmdline),
+        gpus=GpuFacts(available=False, reason=why),
         disks=disks,
         memory=memory,
-        numa=NumaFacts.model_construct(cpu_count=os.cpu_count() or 1),
-        iommu=IommuFacts.model_construct(),
-        engine=EngineFacts.model_construct(available=False, reason=why),
+        numa=NumaFacts(cpu_count=os.cpu_count() or 1),
+        iommu=IommuFacts(),
+        engine=EngineFacts(available=False, reason=why),
         mounts=mounts,
         paths=paths,
     )
@@ -239,9 +237,8 @@ def _shown(value: object) -> str:
 
 def load_snapshot(path: str | os.PathLike[str]) -> HostFacts:
     """Read a facts snapshot; InputError names what is wrong (and for a field, where)."""
-    from pydantic import ValidationError
-
     from hostctl.facts.model import FACTS_SCHEMA, HostFacts
+    from hostctl.record import RecordError
     from hostctl.safeload import load_json
 
     p = Path(path)
@@ -259,8 +256,8 @@ def load_snapshot(path: str | os.PathLike[str]) -> HostFacts:
             fix="re-create it with this hostctl: `hostctl facts --json > snap.json`",
         )
     try:
-        return HostFacts.model_validate(data)
-    except ValidationError as exc:
+        return HostFacts.validate(data)
+    except RecordError as exc:
         problems = [f"{_field_path(e['loc'])}: {e['msg']}" + (f" (got {_shown(e['input'])})" if "input" in e and
                     e["type"] not in ("missing", "extra_forbidden", "value_error") else "") for e in exc.errors()]
         raise InputError(

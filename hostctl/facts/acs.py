@@ -44,7 +44,7 @@ def parse_lspci(text: str) -> dict[str, PciBridgeAcs]:
         header = _HEADER.match(line) if line and not line[0].isspace() else None
         if header:
             desc = header.group("desc")
-            current = PciBridgeAcs.model_construct(bdf=full_bdf(header.group("bdf")), description=desc,
+            current = PciBridgeAcs(bdf=full_bdf(header.group("bdf")), description=desc,
                                    bridge=desc.startswith("PCI bridge"))
             out[current.bdf] = current
             pending = None
@@ -97,11 +97,11 @@ def probe_acs(bus_ids: Sequence[str], *, lspci: tuple[str | None, str] | None = 
     not) read elsewhere (a test's fixture, or an earlier read this round); None runs lspci."""
     ids = [full_bdf(b) for b in bus_ids]
     if len(ids) < 2:
-        return AcsFacts.model_construct(available=False, reason=f"not read: {len(ids)} GPU, no path between GPUs")
+        return AcsFacts(available=False, reason=f"not read: {len(ids)} GPU, no path between GPUs")
     paths = {b: chain for b in ids if (chain := pci_chain(b, pci_root)) is not None}
     text, why = lspci if lspci is not None else read_lspci()
     if text is None:
-        return AcsFacts.model_construct(available=False, reason=f"cannot read ACS: {why or 'lspci did not run'}", gpu_paths=paths)
+        return AcsFacts(available=False, reason=f"cannot read ACS: {why or 'lspci did not run'}", gpu_paths=paths)
     listed = parse_lspci(text)
     on_paths = sorted({bdf for chain in paths.values() for bdf in chain[:-1]})
-    return AcsFacts.model_construct(gpu_paths=paths, devices=[listed[b] for b in on_paths if b in listed])
+    return AcsFacts(gpu_paths=paths, devices=[listed[b] for b in on_paths if b in listed])

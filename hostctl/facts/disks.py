@@ -177,7 +177,7 @@ def wipefs_signatures(path: str) -> tuple[list[str], str | None]:
 def blank_proof(path: str, size_bytes: int) -> BlankProof:
     """Read what a blank disk must not hold: non-zero bytes in the first or last MiB, an MBR or
     GPT header, any signature wipefs knows. Needs read access to the device (root)."""
-    proof = BlankProof.model_construct()
+    proof = BlankProof()
     try:
         with open(path, "rb", buffering=0) as f:
             head = f.read(MIB)
@@ -245,7 +245,7 @@ def ext4_backup_superblock(path: str) -> str | None:
 def fs_check(path: str, fs_type: str | None) -> FsCheck:
     """Did mkfs finish, and is the filesystem sound: read-only checks of one of hostctl's own
     partitions that nothing uses (never of a user's, never of a mounted one)."""
-    check = FsCheck.model_construct()
+    check = FsCheck()
     if fs_type is None:
         check.backup_superblock = ext4_backup_superblock(path)
         try:
@@ -462,7 +462,7 @@ class _Probe:
         if (disk in self.check_disks and marks.role_of(c["part_label"], c["fs_label"]) is not None
                 and not mountpoints and swap is None and not _holders(sysdir)):
             checked = fs_check(f"/dev/{name}", c["fs_type"])
-        return Partition.model_construct(
+        return Partition(
             name=name,
             path=f"/dev/{name}",
             dev=dev or None,
@@ -497,7 +497,7 @@ class _Probe:
             # where a partition deleted by hand would have started: right after each one that remains
             ends = sorted({-(-(_part_end(sysdir / p.name)) // MIB) * MIB for p in parts})
             after, _ = nonzero_samples(f"/dev/{name}", size, [e for e in ends if e + SAMPLE <= size - MIB])
-        return Disk.model_construct(
+        return Disk(
             name=name,
             path=f"/dev/{name}",
             dev=dev or None,
@@ -542,7 +542,7 @@ def probe_disks(mounts: Sequence[MountLine] | None = None, swaps: Sequence[SwapD
     try:
         names = disk_names()
     except OSError as exc:
-        return DiskFacts.model_construct(available=False, reason=f"cannot list {SYS_BLOCK}: {exc}")
+        return DiskFacts(available=False, reason=f"cannot list {SYS_BLOCK}: {exc}")
     probe = _Probe(read_mountinfo() if mounts is None else mounts, read_swaps() if swaps is None else swaps)
     all_names = [n for d in names for n in (d, *partition_names(d))]
     probe.udev, no_udev = udev_properties(all_names)
@@ -560,14 +560,14 @@ def probe_disks(mounts: Sequence[MountLine] | None = None, swaps: Sequence[SwapD
     if blkid_error:
         failed = f"{blkid_error} (contents of those devices unknown)"
         reason = f"{reason}; {failed}" if reason else failed
-    return DiskFacts.model_construct(source=source, source_reason=reason, devices=[probe.disk(n) for n in names], aliases=aliases)
+    return DiskFacts(source=source, source_reason=reason, devices=[probe.disk(n) for n in names], aliases=aliases)
 
 
 def _identities(probe: "_Probe", name: str) -> Disk:
     """Just the identity fields of a disk, for matching before the full probe."""
     sysdir = SYS_BLOCK / name
     u = probe.udev.get(name, {})
-    return Disk.model_construct(name=name, path=f"/dev/{name}", by_id=probe.by_id.get(name, []),
+    return Disk(name=name, path=f"/dev/{name}", by_id=probe.by_id.get(name, []),
                 serial=u.get("ID_SERIAL_SHORT") or _read(sysdir / "device" / "serial") or _read(sysdir / "serial") or None,
                 wwn=u.get("ID_WWN_WITH_EXTENSION") or u.get("ID_WWN") or _read(sysdir / "wwid")
                 or _read(sysdir / "device" / "wwid") or None)

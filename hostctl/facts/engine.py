@@ -185,7 +185,7 @@ def read_daemon_limits(pid: int, proc: Path = PROC) -> DaemonLimits:
     above the limits it inherited ("error setting rlimit" otherwise)."""
     from hostctl.facts.model import DaemonLimits
 
-    limits = DaemonLimits.model_construct(pid=pid)
+    limits = DaemonLimits(pid=pid)
     for line in (proc / str(pid) / "limits").read_text().splitlines():
         fields = re.split(r"\s{2,}", line.strip())
         if len(fields) >= 3 and fields[0] == "Max locked memory":
@@ -218,7 +218,7 @@ def daemon_pid(proc: Path = PROC, pidfile: Path = DOCKERD_PIDFILE) -> int | None
 def _container(summary: dict, inspect: dict | None) -> ContainerFacts:
     from hostctl.facts.model import ContainerFacts
 
-    return ContainerFacts.model_construct(**container_fields(summary, inspect))
+    return ContainerFacts(**container_fields(summary, inspect))
 
 
 def container_fields(summary: dict, inspect: dict | None) -> dict:
@@ -249,9 +249,9 @@ def _image(api: "EngineApi", ref: str) -> ImageFacts:
     from hostctl.facts.model import ImageFacts
 
     try:
-        return ImageFacts.model_construct(ref=ref, id=api.json(f"/images/{quote(ref, safe='')}/json").get("Id"))
+        return ImageFacts(ref=ref, id=api.json(f"/images/{quote(ref, safe='')}/json").get("Id"))
     except EngineApiError as exc:
-        return ImageFacts.model_construct(ref=ref, reason=_one_line(str(exc)))
+        return ImageFacts(ref=ref, reason=_one_line(str(exc)))
 
 
 def _probe_local(path: str, image_refs: tuple[str, ...] = ()) -> EngineFacts:
@@ -275,8 +275,8 @@ def _probe_local(path: str, image_refs: tuple[str, ...] = ()) -> EngineFacts:
                 containers.append(_container(summary, inspect))
             images = [_image(api, ref) for ref in image_refs]
     except (OSError, EngineApiError, ValueError) as exc:
-        return EngineFacts.model_construct(available=False, reason=f"Docker engine unreachable at {path}: {_one_line(str(exc) or type(exc).__name__)}")
-    facts = EngineFacts.model_construct(
+        return EngineFacts(available=False, reason=f"Docker engine unreachable at {path}: {_one_line(str(exc) or type(exc).__name__)}")
+    facts = EngineFacts(
         version=info.get("ServerVersion"),
         api_version=api_version,
         runtimes=sorted(info.get("Runtimes") or {}),
@@ -302,7 +302,7 @@ def probe_docker(image_refs: tuple[str, ...] = ()) -> EngineFacts:
 
     problem = _socket_problem()
     if problem:
-        return EngineFacts.model_construct(available=False, reason=problem)
+        return EngineFacts(available=False, reason=problem)
     path = local_socket()
     if path is not None:
         return _probe_local(path, image_refs)
@@ -316,16 +316,16 @@ def probe_docker(image_refs: tuple[str, ...] = ()) -> EngineFacts:
             images = []
             for ref in image_refs:
                 try:
-                    images.append(ImageFacts.model_construct(ref=ref, id=client.images.get(ref).id))
+                    images.append(ImageFacts(ref=ref, id=client.images.get(ref).id))
                 except Exception as exc:  # NotFound or an API error: the reason is kept
-                    images.append(ImageFacts.model_construct(ref=ref, reason=_one_line(str(exc))))
+                    images.append(ImageFacts(ref=ref, reason=_one_line(str(exc))))
         finally:
             client.close()
     except ImportError as exc:
-        return EngineFacts.model_construct(available=False, reason=f"the docker SDK is not installed: {exc}")
+        return EngineFacts(available=False, reason=f"the docker SDK is not installed: {exc}")
     except Exception as exc:  # the SDK wraps socket, HTTP and API errors in several types
-        return EngineFacts.model_construct(available=False, reason=f"Docker engine unreachable: {_one_line(str(exc))}")
-    return EngineFacts.model_construct(
+        return EngineFacts(available=False, reason=f"Docker engine unreachable: {_one_line(str(exc))}")
+    return EngineFacts(
         version=info.get("ServerVersion"),
         api_version=api_version,
         runtimes=sorted(info.get("Runtimes") or {}),

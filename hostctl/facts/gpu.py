@@ -226,13 +226,13 @@ class _Prober:
         bus = sysfs_bus_id(nv.pci_bus_id(h))
         constraints = self.get(nv.power_constraints_mw, h)
         node, reason, cpus = read_numa(bus, pci_root)
-        return Gpu.model_construct(
+        return Gpu(
             index=index,
             name=self.get(nv.name, h) or "unknown",
             uuid=nv.uuid(h),
             pci_bus_id=bus,
             memory_total_bytes=self.get(nv.memory_total, h) or 0,
-            power=PowerLimits.model_construct(
+            power=PowerLimits(
                 limit_w=self.watts(nv.power_limit_mw, h),
                 default_w=self.watts(nv.power_default_mw, h),
                 min_w=None if constraints is None else constraints[0] / 1000.0,
@@ -240,7 +240,7 @@ class _Prober:
                 enforced_w=self.watts(nv.power_enforced_mw, h),
             ),
             persistence_mode=self.get(nv.persistence_mode, h),
-            pcie=PcieLink.model_construct(
+            pcie=PcieLink(
                 gen_current=self.get(nv.pcie_gen_current, h),
                 gen_max=self.get(nv.pcie_gen_max, h),
                 width_current=self.get(nv.pcie_width_current, h),
@@ -276,7 +276,7 @@ class _Prober:
             nvlink = self.get(nv.p2p_status, ha, hb, P2P_CAPS_NVLINK) == 0
         read = self.get(nv.p2p_status, ha, hb, P2P_CAPS_READ)
         write = self.get(nv.p2p_status, ha, hb, P2P_CAPS_WRITE)
-        return GpuPair.model_construct(
+        return GpuPair(
             a=a.index,
             b=b.index,
             topology="NVLINK" if nvlink else TOPOLOGY_LEVELS.get(level) if level is not None else None,
@@ -296,7 +296,7 @@ def probe_gpus(
     try:
         nv.init()
     except NvmlUnavailable as exc:
-        return GpuFacts.model_construct(available=False, reason=str(exc))
+        return GpuFacts(available=False, reason=str(exc))
     try:
         return _probe(_Prober(nv), pci_root, version_file)
     finally:
@@ -313,7 +313,7 @@ def _probe(p: _Prober, pci_root: Path, version_file: Path) -> GpuFacts:
     except OSError:
         version_text = None
     cuda = p.get(nv.cuda_driver_version)
-    facts = GpuFacts.model_construct(
+    facts = GpuFacts(
         driver_version=p.get(nv.driver_version),
         cuda_driver_version=None if cuda is None else cuda_version_text(cuda),
         nvml_version=p.get(nv.nvml_version),

@@ -76,7 +76,7 @@ def _events(text: str) -> list[KernelEvent]:
         return []  # the usual log: the catalogue's patterns (~10 ms to compile) are not needed
     from hostctl.kernel_events import kernel_events
 
-    return [KernelEvent.model_construct(kind=e.kind, line=e.line, time_s=e.time_s, process=e.process, cgroup=e.cgroup, xid=e.xid,
+    return [KernelEvent(kind=e.kind, line=e.line, time_s=e.time_s, process=e.process, cgroup=e.cgroup, xid=e.xid,
                         pci_bus_id=e.pci_bus_id, severity=e.severity) for e in kernel_events(text)]
 
 
@@ -127,7 +127,7 @@ def kernel_log_tail(n: int, kmsg: Path = KMSG) -> KernelLines:
 def probe_kernel_log(kmsg: Path = KMSG) -> KernelLogFacts:
     read = read_kernel_lines(kmsg)
     if read.lines is None:
-        return KernelLogFacts.model_construct(available=False, reason=read.why)
+        return KernelLogFacts(available=False, reason=read.why)
     lines, text = read.lines, "\n".join(read.lines)
     first = _first_time(lines)
     if read.source == str(kmsg):
@@ -137,5 +137,5 @@ def probe_kernel_log(kmsg: Path = KMSG) -> KernelLogFacts:
         complete = None if first is None else first < 1.0
     else:
         complete = True  # the journal keeps what the ring buffer dropped
-    return KernelLogFacts.model_construct(source=read.source, records=len(lines), first_record_s=first, complete=complete,
+    return KernelLogFacts(source=read.source, records=len(lines), first_record_s=first, complete=complete,
                           events=_events(text))

@@ -38,7 +38,7 @@ def parse_swaps(text: str) -> list[SwapDevice]:
         path, kind, size, used, prio = fields
         try:
             swaps.append(
-                SwapDevice.model_construct(
+                SwapDevice(
                     path=unescape(path.strip()),
                     kind=kind,
                     size_bytes=int(size) * 1024,
@@ -73,7 +73,7 @@ def probe_memory(swaps: list[SwapDevice] | None = None) -> MemoryFacts:
         shm: int | None = st.f_blocks * st.f_frsize
     except OSError:
         shm = None
-    return MemoryFacts.model_construct(
+    return MemoryFacts(
         mem_total_bytes=info.get("MemTotal", 0),
         mem_available_bytes=info.get("MemAvailable", info.get("MemFree", 0)),
         swap_total_bytes=info.get("SwapTotal", 0),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_serializer
+from hostctl.record import Record, field
 
 FACTS_SCHEMA = "hostctl.facts/v1"
 
@@ -18,13 +18,7 @@ FACTS_SCHEMA = "hostctl.facts/v1"
 TOPOLOGY_ORDER = ("SELF", "NVLINK", "PIX", "PXB", "PHB", "NODE", "SYS")
 
 
-class Part(BaseModel):
-    # defer_build: a model's validator is built on its first use, not at import (~50 ms for all of
-    # them): `status` uses one of these models, `--help` none.
-    model_config = ConfigDict(extra="forbid", defer_build=True)
-
-
-class Absence(Part):
+class Absence(Record):
     available: bool = True
     reason: str | None = None
 
@@ -32,7 +26,7 @@ class Absence(Part):
 # ---------------------------------------------------------------- GPUs
 
 
-class PowerLimits(Part):
+class PowerLimits(Record):
     limit_w: float | None = None  # the configured limit (nvmlDeviceGetPowerManagementLimit)
     default_w: float | None = None
     min_w: float | None = None
@@ -40,29 +34,29 @@ class PowerLimits(Part):
     enforced_w: float | None = None  # what the driver enforces now (lowest of all limiters)
 
 
-class PcieLink(Part):
+class PcieLink(Record):
     gen_current: int | None = None
     gen_max: int | None = None
     width_current: int | None = None
     width_max: int | None = None
 
 
-class Gpu(Part):
+class Gpu(Record):
     index: int
     name: str
     uuid: str
     pci_bus_id: str  # sysfs form, e.g. 0000:01:00.0
     memory_total_bytes: int
-    power: PowerLimits = Field(default_factory=PowerLimits)
+    power: PowerLimits = field(default_factory=PowerLimits)
     persistence_mode: bool | None = None
-    pcie: PcieLink = Field(default_factory=PcieLink)
+    pcie: PcieLink = field(default_factory=PcieLink)
     numa_node: int | None = None  # None when sysfs says -1: unknown, never guessed
     numa_reason: str | None = None
     local_cpus: list[int] | None = None
     bar1_total_bytes: int | None = None
 
 
-class GpuPair(Part):
+class GpuPair(Record):
     a: int
     b: int
     # One of TOPOLOGY_ORDER, or None if NVML could not tell; anything else in a snapshot is bad input.
@@ -77,8 +71,8 @@ class GpuFacts(Absence):
     cuda_driver_version: str | None = None
     nvml_version: str | None = None
     kernel_module: Literal["open", "proprietary"] | None = None
-    devices: list[Gpu] = Field(default_factory=list)
-    pairs: list[GpuPair] = Field(default_factory=list)
+    devices: list[Gpu] = field(default_factory=list)
+    pairs: list[GpuPair] = field(default_factory=list)
 
     def by_index(self, index: int) -> Gpu | None:
         return next((g for g in self.devices if g.index == index), None)
@@ -91,7 +85,7 @@ class GpuFacts(Absence):
 # ---------------------------------------------------------------- disks
 
 
-class BlankProof(Part):
+class BlankProof(Record):
     """What a disk that shows no partition table and no filesystem holds where data leaves
     traces: the first and last MiB (MBR, primary and backup GPT, most superblocks) and every
     signature `wipefs --no-act` finds at any offset. Blank is proven only when all is clean."""
@@ -102,9 +96,9 @@ class BlankProof(Part):
     mbr_signature: bool = False  # 0x55AA at byte 510
     primary_gpt: bool = False  # "EFI PART" at LBA 1 (512- or 4096-byte sectors)
     backup_gpt: bool = False  # "EFI PART" at the last LBA
-    signatures: list[str] = Field(default_factory=list)  # wipefs: "<type> at <offset>"
+    signatures: list[str] = field(default_factory=list)  # wipefs: "<type> at <offset>"
     # sampled offsets inside the disk whose first 4 KiB are not zero (facts.disks.sample_offsets)
-    sampled_nonzero: list[str] = Field(default_factory=list)
+    sampled_nonzero: list[str] = field(default_factory=list)
 
     @property
     def proven(self) -> bool:
@@ -136,7 +130,7 @@ class BlankProof(Part):
         return "; ".join(what)
 
 
-class FsCheck(Part):
+class FsCheck(Record):
     """For a partition carrying hostctl's marks and not in use: did its mkfs finish, and is the
     filesystem sound. Read only for such partitions (a user's filesystems are never checked)."""
 
@@ -148,7 +142,7 @@ class FsCheck(Part):
     detail: str | None = None  # the checker's own words, when damaged or unknown
 
 
-class Partition(Part):
+class Partition(Record):
     name: str
     path: str
     dev: str | None = None  # "major:minor"
@@ -161,21 +155,21 @@ class Partition(Part):
     fs_type: str | None = None
     fs_label: str | None = None
     fs_uuid: str | None = None
-    mountpoints: list[str] = Field(default_factory=list)
-    holders: list[str] = Field(default_factory=list)
+    mountpoints: list[str] = field(default_factory=list)
+    holders: list[str] = field(default_factory=list)
     swap_active: bool = False
     swap_priority: int | None = None
     fs_check: FsCheck | None = None
 
 
-class Disk(Part):
+class Disk(Record):
     name: str
     path: str
     dev: str | None = None  # "major:minor": two identities naming one disk are told apart by it
     model: str | None = None
     serial: str | None = None
     wwn: str | None = None
-    by_id: list[str] = Field(default_factory=list)
+    by_id: list[str] = field(default_factory=list)
     size_bytes: int = 0
     rotational: bool | None = None
     removable: bool | None = None
@@ -184,31 +178,31 @@ class Disk(Part):
     # (what the kernel has loaded): a loop device after sgdisk, before `partx -u`.
     table_entries: int | None = None
     fs_type: str | None = None  # a filesystem written straight onto the whole disk
-    mountpoints: list[str] = Field(default_factory=list)
-    holders: list[str] = Field(default_factory=list)
+    mountpoints: list[str] = field(default_factory=list)
+    holders: list[str] = field(default_factory=list)
     swap_active: bool = False
     is_root_disk: bool = False
     read_only: bool = False  # /sys/block/<disk>/ro: every write would fail
     blank: BlankProof | None = None  # read only for a disk that shows no table, partition or filesystem
     # sampled starts of the space right after each partition that are not zero (a partition
     # deleted by hand leaves its data there); read only for the profile's disks
-    nonzero_after_partitions: list[str] = Field(default_factory=list)
-    partitions: list[Partition] = Field(default_factory=list)
+    nonzero_after_partitions: list[str] = field(default_factory=list)
+    partitions: list[Partition] = field(default_factory=list)
 
 
 class DiskFacts(Absence):
     source: Literal["udev", "sysfs"] = "sysfs"
     source_reason: str | None = None
-    devices: list[Disk] = Field(default_factory=list)
+    devices: list[Disk] = field(default_factory=list)
     # `path:` identities the profile names, resolved on this host: the path as written ->
     # the kernel name of the block device it leads to (through symlinks), or None
-    aliases: dict[str, str | None] = Field(default_factory=dict)
+    aliases: dict[str, str | None] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------- memory, NUMA, IOMMU, kernel
 
 
-class SwapDevice(Part):
+class SwapDevice(Record):
     path: str
     kind: str  # partition or file
     size_bytes: int
@@ -216,13 +210,13 @@ class SwapDevice(Part):
     priority: int
 
 
-class MemoryFacts(Part):
+class MemoryFacts(Record):
     # Never negative: a snapshot that says so is bad input (exit 2), not a plan with odd numbers.
-    mem_total_bytes: int = Field(ge=0)
-    mem_available_bytes: int = Field(ge=0)
-    swap_total_bytes: int = Field(ge=0)
-    swap_free_bytes: int = Field(ge=0)
-    swaps: list[SwapDevice] = Field(default_factory=list)
+    mem_total_bytes: int = field(ge=0)
+    mem_available_bytes: int = field(ge=0)
+    swap_total_bytes: int = field(ge=0)
+    swap_free_bytes: int = field(ge=0)
+    swaps: list[SwapDevice] = field(default_factory=list)
     swappiness: int | None = None
     page_cluster: int | None = None
     memlock_limit_bytes: int | None = None  # None: unlimited
@@ -233,36 +227,36 @@ class MemoryFacts(Part):
         return self.mem_total_bytes + self.swap_total_bytes
 
 
-class NumaNode(Part):
+class NumaNode(Record):
     id: int
     cpus: list[int]
     mem_total_bytes: int | None = None
 
 
-class NumaFacts(Part):
-    nodes: list[NumaNode] = Field(default_factory=list)
+class NumaFacts(Record):
+    nodes: list[NumaNode] = field(default_factory=list)
     cpu_count: int
 
 
-class IommuFacts(Part):
-    class_entries: list[str] = Field(default_factory=list)  # /sys/class/iommu
+class IommuFacts(Record):
+    class_entries: list[str] = field(default_factory=list)  # /sys/class/iommu
     group_count: int = 0
     default_domain_type: str | None = None  # identity (passthrough), DMA, DMA-FQ, ...
-    cmdline_flags: dict[str, str] = Field(default_factory=dict)
+    cmdline_flags: dict[str, str] = field(default_factory=dict)
 
     @property
     def enabled(self) -> bool:
         return bool(self.class_entries) or self.group_count > 0
 
 
-class KernelFacts(Part):
+class KernelFacts(Record):
     release: str
     cmdline: str
     virtualization: str | None = None  # systemd-detect-virt / DMI verdict; None on bare metal
     virtualization_evidence: str | None = None
 
 
-class DaemonLimits(Part):
+class DaemonLimits(Record):
     """The engine daemon's own limits: what a container's `ulimits` start from."""
 
     pid: int
@@ -273,7 +267,7 @@ class DaemonLimits(Part):
     cap_sys_resource: bool | None = None  # may raise limits above the hard ones (runc needs it for memlock -1)
 
 
-class ContainerFacts(Part):
+class ContainerFacts(Record):
     """A container hostctl rendered (it carries the io.hostctl.profile label)."""
 
     id: str
@@ -288,10 +282,10 @@ class ContainerFacts(Part):
     image_id: str | None = None  # the image it runs, as the engine resolved its reference (sha256:...)
     started_at: str | None = None
     finished_at: str | None = None
-    labels: dict[str, str] = Field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)
 
 
-class ImageFacts(Part):
+class ImageFacts(Record):
     ref: str
     id: str | None = None  # None: not in this engine (reason says why)
     reason: str | None = None
@@ -300,7 +294,7 @@ class ImageFacts(Part):
 class EngineFacts(Absence):
     version: str | None = None
     api_version: str | None = None
-    runtimes: list[str] = Field(default_factory=list)
+    runtimes: list[str] = field(default_factory=list)
     default_runtime: str | None = None
     cgroup_version: str | None = None
     cgroup_driver: str | None = None
@@ -308,20 +302,20 @@ class EngineFacts(Absence):
     compose_reason: str | None = None
     daemon: DaemonLimits | None = None
     daemon_reason: str | None = None
-    containers: list[ContainerFacts] = Field(default_factory=list)
+    containers: list[ContainerFacts] = field(default_factory=list)
     # The images the profile's plan names, resolved to the engine's image ids (the service
     # fingerprint's third part, hostctl/service/fingerprint.py).
-    images: list[ImageFacts] = Field(default_factory=list)
+    images: list[ImageFacts] = field(default_factory=list)
 
 
-class MountEntry(Part):
+class MountEntry(Record):
     source: str
     target: str
     fs_type: str
     options: str
 
 
-class PathFacts(Part):
+class PathFacts(Record):
     """A directory the plan relies on: where it lives and how much room it has."""
 
     path: str
@@ -339,7 +333,7 @@ class PathFacts(Part):
     entries: list[str] | None = None  # the first few names inside the directory, when it exists
 
 
-class P2PVerdict(Part):
+class P2PVerdict(Record):
     """The functional P2P verdict stored by `provision --only gpu`, with what it was measured under."""
 
     # failed: the run with P2P exited with an error (e.g. an NCCL/CUDA error) while the control passed
@@ -349,28 +343,26 @@ class P2PVerdict(Part):
     kernel_cmdline: str | None = None
     busbw_gbps: float | None = None
     control_busbw_gbps: float | None = None
-    gpu_uuids: list[str] = Field(default_factory=list)  # the GPUs it was measured on, in rank order
+    gpu_uuids: list[str] = field(default_factory=list)  # the GPUs it was measured on, in rank order
     detail: str | None = None  # the reason, in words
 
 
-class QualifyVerdict(Part):
+class QualifyVerdict(Record):
     """The context ladder's verdict stored by `hostctl bench --suite qualify`, with the service
     fingerprint (hostctl/service/fingerprint.py) it was measured under."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
-
-    schema_: Literal["hostctl.qualify/v1"] = Field(default="hostctl.qualify/v1", alias="schema")
+    schema_: Literal["hostctl.qualify/v1"] = field(default="hostctl.qualify/v1", alias="schema")
     passed: bool
     measured_at: str
     profile: str | None = None
     recipe: str | None = None
     context: int | None = None
-    fingerprint: dict = Field(default_factory=dict)  # ServiceFingerprint.to_dict()
-    rungs: list[dict] = Field(default_factory=list)  # [{name, pass, detail}]
+    fingerprint: dict = field(default_factory=dict)  # ServiceFingerprint.to_dict()
+    rungs: list[dict] = field(default_factory=list)  # [{name, pass, detail}]
     result: str | None = None  # the hostctl.bench/v1 file it came from
 
 
-class PortFacts(Part):
+class PortFacts(Record):
     """A TCP port the plan binds (the runtime's API): free, or who listens on it."""
 
     host: str
@@ -383,7 +375,7 @@ class PortFacts(Part):
     reason: str | None = None
 
 
-class ShmSegment(Part):
+class ShmSegment(Record):
     name: str
     size_bytes: int
     used_bytes: int  # RAM it occupies (tmpfs pages)
@@ -398,12 +390,12 @@ class ShmFacts(Absence):
     path: str = "/dev/shm"
     total_bytes: int | None = None
     free_bytes: int | None = None
-    segments: list[ShmSegment] = Field(default_factory=list)
+    segments: list[ShmSegment] = field(default_factory=list)
     scanned_processes: int = 0
     unreadable_processes: int = 0
 
 
-class KernelEvent(Part):
+class KernelEvent(Record):
     """An OOM kill or a GPU Xid error in the kernel log (hostctl.kernel_events)."""
 
     kind: Literal["host_oom", "memcg_oom", "xid"]
@@ -421,10 +413,10 @@ class KernelLogFacts(Absence):
     records: int = 0
     first_record_s: float | None = None
     complete: bool | None = None  # False: the ring buffer dropped records since boot
-    events: list[KernelEvent] = Field(default_factory=list)
+    events: list[KernelEvent] = field(default_factory=list)
 
 
-class PciBridgeAcs(Part):
+class PciBridgeAcs(Record):
     """One PCI device on a GPU's path, as `lspci -vvv` lists its ACS control register."""
 
     bdf: str  # full, with the domain: 0000:00:01.1
@@ -452,14 +444,14 @@ class AcsFacts(Absence):
     (sysfs) and the ACS control of every device on those paths (`lspci -vvv`). available=False:
     lspci could not run, or there are fewer than two GPUs (reason says which)."""
 
-    gpu_paths: dict[str, list[str]] = Field(default_factory=dict)  # GPU bus id -> root..GPU; absent: no sysfs path
-    devices: list[PciBridgeAcs] = Field(default_factory=list)  # the devices on those paths lspci lists
+    gpu_paths: dict[str, list[str]] = field(default_factory=dict)  # GPU bus id -> root..GPU; absent: no sysfs path
+    devices: list[PciBridgeAcs] = field(default_factory=list)  # the devices on those paths lspci lists
 
     def device(self, bdf: str) -> PciBridgeAcs | None:
         return next((d for d in self.devices if d.bdf == bdf), None)
 
 
-class ProvisionedPart(Part):
+class ProvisionedPart(Record):
     """A provision part that converged on this host: a fresh look decided nothing more to do."""
 
     converged_at: str
@@ -468,7 +460,7 @@ class ProvisionedPart(Part):
     hostctl: str | None = None  # the hostctl version that ran it
 
 
-class ServiceRecord(Part):
+class ServiceRecord(Record):
     """What the last `hostctl up` or `down` left: ready (up passed its gate), failed, or down."""
 
     state: str
@@ -476,7 +468,7 @@ class ServiceRecord(Part):
     at: str | None = None
 
 
-class SupervisedEnding(Part):
+class SupervisedEnding(Record):
     """One death or hang the supervisor (`up --foreground`) ended on (restarts.json, README "Supervision")."""
 
     ended_at: str
@@ -484,28 +476,22 @@ class SupervisedEnding(Part):
     cause: str  # a failure catalogue id, or runtime-died / runtime-hang
     title: str | None = None
     exit_code: int | None = None
-    lines: list[str] = Field(default_factory=list)
+    lines: list[str] = field(default_factory=list)
     restart_at: str | None = None  # the next supervised start began
     ready_again_at: str | None = None
 
 
-class StateFacts(Part):
+class StateFacts(Record):
     """What earlier hostctl runs left in /var/lib/hostctl."""
 
     p2p: P2PVerdict | None = None
     qualify: QualifyVerdict | None = None
-    provisioned: dict[str, ProvisionedPart] = Field(default_factory=dict)  # part -> when it converged
+    provisioned: dict[str, ProvisionedPart] = field(default_factory=dict)  # part -> when it converged
     service: ServiceRecord | None = None
-    supervised: list[SupervisedEnding] = Field(default_factory=list)  # oldest first
+    supervised: list[SupervisedEnding] = field(default_factory=list)  # oldest first
 
-    @model_serializer(mode="wrap")
-    def _omit_empty(self, handler):
-        # Snapshots made before these records existed (the bundled examples) stay byte-identical.
-        data = handler(self)
-        for key, empty in (("provisioned", {}), ("service", None), ("supervised", [])):
-            if data.get(key) == empty:
-                data.pop(key)
-        return data
+    # Snapshots made before these records existed (the bundled examples) stay byte-identical.
+    _omit_when = {"provisioned": {}, "service": None, "supervised": []}
 
     @property
     def runtime_expected(self) -> bool:
@@ -513,11 +499,11 @@ class StateFacts(Part):
         return self.service is not None and self.service.state == "ready"
 
 
-class HostFacts(Part):
-    schema_: Literal["hostctl.facts/v1"] = Field(default=FACTS_SCHEMA, alias="schema")
+class HostFacts(Record):
+    schema_: Literal["hostctl.facts/v1"] = field(default=FACTS_SCHEMA, alias="schema")
     hostname: str
     collected_at: str
-    notes: list[str] = Field(default_factory=list)  # provenance, e.g. for a snapshot made from a report in docs/field-reports.md
+    notes: list[str] = field(default_factory=list)  # provenance, e.g. for a snapshot made from a report in docs/field-reports.md
     kernel: KernelFacts
     gpus: GpuFacts
     disks: DiskFacts
@@ -525,26 +511,17 @@ class HostFacts(Part):
     numa: NumaFacts
     iommu: IommuFacts
     engine: EngineFacts
-    mounts: list[MountEntry] = Field(default_factory=list)
-    paths: list[PathFacts] = Field(default_factory=list)
-    state: StateFacts = Field(default_factory=StateFacts)
+    mounts: list[MountEntry] = field(default_factory=list)
+    paths: list[PathFacts] = field(default_factory=list)
+    state: StateFacts = field(default_factory=StateFacts)
     # Read live for doctor; absent (None / empty) in snapshots made before they existed.
     kernel_log: KernelLogFacts | None = None
     shm: ShmFacts | None = None
-    ports: list[PortFacts] = Field(default_factory=list)
+    ports: list[PortFacts] = field(default_factory=list)
     acs: AcsFacts | None = None  # None: not read (a snapshot from before hostctl read ACS)
-
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     def path(self, path: str) -> PathFacts | None:
         return next((p for p in self.paths if p.path == path), None)
 
     def port(self, port: int) -> PortFacts | None:
         return next((p for p in self.ports if p.port == port), None)
-
-    def to_json(self) -> str:
-        return self.model_dump_json(by_alias=True, indent=2) + "\n"
-
-    @classmethod
-    def from_json(cls, text: str) -> "HostFacts":
-        return cls.model_validate_json(text)

@@ -40,7 +40,7 @@ def parse_mountinfo(text: str) -> list[MountLine]:
             fs_type, source = fields[sep + 1], fields[sep + 2]
         except (ValueError, IndexError):
             continue
-        entry = MountEntry.model_construct(source=unescape(source), target=unescape(target), fs_type=fs_type, options=options)
+        entry = MountEntry(source=unescape(source), target=unescape(target), fs_type=fs_type, options=options)
         lines.append(MountLine(dev, unescape(root), entry))
     return lines
 
@@ -131,7 +131,7 @@ def probe_path(path: str, list_files: bool, mounts: Sequence[MountEntry],
     # A missing directory is described by where it would be created, so free space still means something.
     anchor = Path(os.path.realpath(_nearest_existing(p.absolute())))
     mount = (_holding_mount(str(anchor), lines) if lines else None) or mount_for(str(anchor), mounts)
-    facts = PathFacts.model_construct(path=path, exists=exists, symlink=first_symlink(str(p.absolute())),
+    facts = PathFacts(path=path, exists=exists, symlink=first_symlink(str(p.absolute())),
                       not_a_directory=not exists and os.path.lexists(p))
     if exists:
         facts.entries = _first_entries(p)

@@ -83,7 +83,7 @@ def container_of(pid: int, proc: Path = PROC) -> str | None:
 
 
 def probe_port(host: str, port: int, proc: Path = PROC) -> PortFacts:
-    facts = PortFacts.model_construct(host=host, port=port, listening=False)
+    facts = PortFacts(host=host, port=port, listening=False)
     tables, unreadable = [], []
     for name in ("tcp", "tcp6"):
         try:

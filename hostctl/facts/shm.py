@@ -62,8 +62,8 @@ def probe_shm(shm: Path = SHM, proc: Path = PROC, now: float | None = None) -> S
         st = os.statvfs(shm)
         entries = list(os.scandir(shm))
     except OSError as exc:
-        return ShmFacts.model_construct(available=False, reason=f"{shm}: {exc.strerror or exc}", path=str(shm))
-    facts = ShmFacts.model_construct(path=str(shm), total_bytes=st.f_blocks * st.f_frsize, free_bytes=st.f_bavail * st.f_frsize)
+        return ShmFacts(available=False, reason=f"{shm}: {exc.strerror or exc}", path=str(shm))
+    facts = ShmFacts(path=str(shm), total_bytes=st.f_blocks * st.f_frsize, free_bytes=st.f_bavail * st.f_frsize)
     candidates = []
     for entry in entries:
         if any(fnmatch.fnmatchcase(entry.name, p) for p in RUNTIME_PATTERNS):
@@ -82,6 +82,6 @@ def probe_shm(shm: Path = SHM, proc: Path = PROC, now: float | None = None) -> S
         else:
             # with some processes unreadable, "nobody maps it" is not proven
             in_use = None if facts.unreadable_processes else False
-        facts.segments.append(ShmSegment.model_construct(name=name, size_bytes=st_.st_size, used_bytes=st_.st_blocks * 512, uid=st_.st_uid,
+        facts.segments.append(ShmSegment(name=name, size_bytes=st_.st_size, used_bytes=st_.st_blocks * 512, uid=st_.st_uid,
                                          age_s=round(age, 1), in_use=in_use))
     return facts

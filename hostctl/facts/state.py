@@ -9,11 +9,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pydantic import ValidationError
-
 from hostctl import paths
 from hostctl.facts.model import (P2PVerdict, ProvisionedPart, QualifyVerdict, ServiceRecord, StateFacts,
                                  SupervisedEnding)
+from hostctl.record import RecordError
 
 P2P_FILE = "p2p.json"
 QUALIFY_FILE = "qualify.json"  # written by hostctl.service.saved.save_qualify
@@ -26,26 +25,26 @@ def probe_state(state_dir: Path | None = None) -> tuple[StateFacts, list[str]]:
     """(state, notes); a file that cannot be read is ignored with a note, never fatal."""
     state_dir = state_dir or paths.state_dir()
     notes: list[str] = []
-    state = StateFacts.model_construct()
-    state.p2p = _load(state_dir / P2P_FILE, notes, P2PVerdict.model_validate)
-    state.qualify = _load(state_dir / QUALIFY_FILE, notes, QualifyVerdict.model_validate)
+    state = StateFacts()
+    state.p2p = _load(state_dir / P2P_FILE, notes, P2PVerdict.validate)
+    state.qualify = _load(state_dir / QUALIFY_FILE, notes, QualifyVerdict.validate)
     provisioned = _load(state_dir / PROVISIONED_FILE, notes,
-                        lambda d: {k: ProvisionedPart.model_validate(v) for k, v in dict(d.get("parts", {})).items()})
+                        lambda d: {k: ProvisionedPart.validate(v) for k, v in dict(d.get("parts", {})).items()})
     state.provisioned = provisioned or {}
     state.service = _load(state_dir / SERVICE_FILE, notes, _service)
     state.supervised = _load(state_dir / RESTARTS_FILE, notes,
-                             lambda d: [SupervisedEnding.model_validate(e) for e in d["entries"]]) or []
+                             lambda d: [SupervisedEnding.validate(e) for e in d["entries"]]) or []
     return state, notes
 
 
 def _service(doc: dict) -> ServiceRecord:
-    # Three strings, checked here rather than by pydantic: building ServiceRecord's validator costs
-    # more (~7 ms) than all of this probe's reading, and every `facts`, `plan` and `doctor` reads it.
+    # service.json is the lifecycle's own document (hostctl/service/saved.py), not a ServiceRecord:
+    # its time is under the key of its state.
     at = doc.get("down_at") if doc.get("state") == "down" else doc.get("ready_at") or doc.get("failed_at")
     for key, value in (("container", doc.get("container")), ("at", at)):
         if value is not None and not isinstance(value, str):
             raise TypeError(f"{key} must be a string, not {type(value).__name__}")
-    return ServiceRecord.model_construct(state=str(doc["state"]), container=doc.get("container"), at=at)
+    return ServiceRecord(state=str(doc["state"]), container=doc.get("container"), at=at)
 
 
 def _load(path: Path, notes: list[str], parse):
@@ -60,7 +59,7 @@ def _load(path: Path, notes: list[str], parse):
         return parse(json.loads(text))
     except json.JSONDecodeError as exc:
         notes.append(f"ignored {path}: not valid JSON ({exc.msg} at line {exc.lineno})")
-    except ValidationError as exc:
+    except RecordError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "(top level)"
         notes.append(f"ignored {path}: {where}: {first['msg']}")

@@ -51,11 +51,11 @@ def probe_numa() -> NumaFacts:
     for name in sorted(names, key=lambda n: int(n[4:])):
         cpus = parse_cpulist(_read(NODE_DIR / name / "cpulist") or "")
         m = _NODE_MEMTOTAL.search(_read(NODE_DIR / name / "meminfo") or "")
-        nodes.append(NumaNode.model_construct(id=int(name[4:]), cpus=cpus, mem_total_bytes=int(m.group(1)) * 1024 if m else None))
+        nodes.append(NumaNode(id=int(name[4:]), cpus=cpus, mem_total_bytes=int(m.group(1)) * 1024 if m else None))
     if not nodes:
         # no NUMA sysfs (CONFIG_NUMA off, or hidden in a container): the host is one node
-        nodes = [NumaNode.model_construct(id=0, cpus=list(range(cpu_count)))]
-    return NumaFacts.model_construct(nodes=nodes, cpu_count=cpu_count)
+        nodes = [NumaNode(id=0, cpus=list(range(cpu_count)))]
+    return NumaFacts(nodes=nodes, cpu_count=cpu_count)
 
 
 def kernel_args(cmdline: str) -> list[str]:
@@ -83,7 +83,7 @@ def probe_iommu(cmdline: str) -> IommuFacts:
         key, _, value = arg.partition("=")
         if key in IOMMU_FLAGS:
             flags[key] = value
-    return IommuFacts.model_construct(class_entries=entries, group_count=len(groups), default_domain_type=domain, cmdline_flags=flags)
+    return IommuFacts(class_entries=entries, group_count=len(groups), default_domain_type=domain, cmdline_flags=flags)
 
 
 def _detect_virt_tool() -> tuple[str | None, str] | None:
@@ -125,7 +125,7 @@ def probe_virtualization() -> tuple[str | None, str]:
 
 def probe_kernel() -> KernelFacts:
     virt, evidence = probe_virtualization()
-    return KernelFacts.model_construct(
+    return KernelFacts(
         release=os.uname().release,
         cmdline=_read(CMDLINE) or "",
         virtualization=virt,

@@ -28,7 +28,7 @@ def build_plan(config: Config, facts: HostFacts) -> Plan:
     storage = plan_storage(config, facts, world=max(len(placement.gpus), 1))
     power = plan_power(config, facts)
     runtime = plan_runtime(config, memory, placement, nccl, storage)
-    return Plan.model_construct(
+    return Plan(
         profile=config.profile.name,
         recipe=config.recipe.id,
         phase=config.profile.phase,

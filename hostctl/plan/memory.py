@@ -38,7 +38,7 @@ def plan_memory(config: Config, facts: HostFacts) -> MemoryPlan:
     policy = config.profile.memory
     recipe = config.recipe
     ram, swap = facts.memory.mem_total_bytes, facts.memory.swap_total_bytes
-    plan = MemoryPlan.model_construct(host_ram_bytes=ram, host_swap_bytes=swap, host_reserve_bytes=policy.host_reserve)
+    plan = MemoryPlan(host_ram_bytes=ram, host_swap_bytes=swap, host_reserve_bytes=policy.host_reserve)
 
     if policy.container_ram is not None:
         limit = policy.container_ram

@@ -3,59 +3,28 @@
 Plans are values. The planners in this package build them from a Config and HostFacts
 without any I/O; renderers, provision steps and doctor checks read them.
 
-The planners build them with `model_construct`: their inputs are a validated Config and trusted
-or validated facts, and validating each part built ~15 validators per process (~17 ms of `plan` on
-the 2-CPU machine, benchmarks/results/doctor_quick-2vcpu-shared.txt, round 3). A planner must
-therefore pass exactly the types validation would make: tests/unit/test_plan_trusted.py checks
-every bundled example and this host, value by value and the JSON byte for byte.
+They are records (hostctl/record.py), made as the planners say: the inputs are a validated
+Config and trusted or validated facts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from hostctl.plan.codes import CODES
+from hostctl.record import Record, field
 from hostctl.storage_roles import Role
 
 PLAN_SCHEMA = "hostctl.plan/v1"
 
 
-_FACTORIES: dict[type, tuple[tuple[str, Callable[[], object]], ...]] = {}
-
-
-class Part(BaseModel):
-    # defer_build: validators are built on first use, not at import (doctor without a profile
-    # imports these models and never builds a plan).
-    model_config = ConfigDict(extra="forbid", defer_build=True)
-
-    @classmethod
-    def model_construct(cls, _fields_set: set[str] | None = None, **values: object):
-        # pydantic 2.13's model_construct asks inspect.signature() of every default_factory on
-        # every call (whether it takes the validated data): ~0.3 ms for `list` or `dict`, ~8 ms of
-        # a plan. The factories here take nothing: call them directly, and keep the fields set
-        # what pydantic would record (only those given).
-        factories = _FACTORIES.get(cls)
-        if factories is None:
-            factories = _FACTORIES[cls] = tuple((name, f.default_factory) for name, f in cls.model_fields.items()
-                                                if f.default_factory is not None)
-        if _fields_set is None:
-            _fields_set = set(values)
-        for name, factory in factories:
-            if name not in values:
-                values[name] = factory()
-        return super().model_construct(_fields_set, **values)
-
-
-class Decision(Part):
+class Decision(Record):
     key: str
     value: str
     reason: str
 
 
-class Problem(Part):
+class Problem(Record):
     """Something that stops (error) or weakens (warn) the plan, with what to do about it."""
 
     code: str  # stable: what is wrong (hostctl/plan/codes.py); doctor routes by it, never by the wording
@@ -65,17 +34,17 @@ class Problem(Part):
     fix: str | None = None
 
 
-class Section(Part):
-    decisions: list[Decision] = Field(default_factory=list)
-    problems: list[Problem] = Field(default_factory=list)
+class Section(Record):
+    decisions: list[Decision] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
 
     def decide(self, key: str, value: object, reason: str) -> None:
-        self.decisions.append(Decision.model_construct(key=key, value=str(value), reason=reason))
+        self.decisions.append(Decision(key=key, value=str(value), reason=reason))
 
     def problem(self, code: str, severity: Literal["error", "warn"], message: str, fix: str | None = None) -> None:
         if code not in CODES:
             raise ValueError(f"unknown plan problem code {code!r}: declare it in hostctl/plan/codes.py")
-        self.problems.append(Problem.model_construct(code=code, severity=severity, area=self.area(), message=message, fix=fix))
+        self.problems.append(Problem(code=code, severity=severity, area=self.area(), message=message, fix=fix))
 
     def with_codes(self, *codes: str) -> list[Problem]:
         """This section's problems whose code is one of `codes`."""
@@ -98,7 +67,7 @@ class MemoryPlan(Section):
     conversion_missing_bytes: int = 0
 
 
-class SelectedGpu(Part):
+class SelectedGpu(Record):
     rank: int
     index: int
     uuid: str
@@ -108,12 +77,12 @@ class SelectedGpu(Part):
 
 
 class PlacementPlan(Section):
-    gpus: list[SelectedGpu] = Field(default_factory=list)
+    gpus: list[SelectedGpu] = field(default_factory=list)
     numa_node: int | None = None  # the node the runtime is bound to, if any
     cpuset: str | None = None
     bind_memory: bool = False
-    env: dict[str, str] = Field(default_factory=dict)
-    cap_add: dict[str, str] = Field(default_factory=dict)  # capability -> why
+    env: dict[str, str] = field(default_factory=dict)
+    cap_add: dict[str, str] = field(default_factory=dict)  # capability -> why
 
 
 class NcclPlan(Section):
@@ -121,11 +90,11 @@ class NcclPlan(Section):
     p2p: bool | None = None
     p2p_level: str | None = None
     custom_all_reduce: bool | None = None
-    env: dict[str, str] = Field(default_factory=dict)
-    serve_flags: list[str] = Field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    serve_flags: list[str] = field(default_factory=list)
 
 
-class RoleTarget(Part):
+class RoleTarget(Record):
     role: Role
     drive: str | None  # drive name, or None for a plain directory
     host_path: str
@@ -133,25 +102,25 @@ class RoleTarget(Part):
     mount: str | None  # the drive's mountpoint the path depends on
 
 
-class RankStore(Part):
+class RankStore(Record):
     rank: int
     drive: str
     host_dir: str
     shared: bool  # True: this rank reads the shared expert store as it is
-    files: list[str] = Field(default_factory=list)  # files bound over the shared store path
+    files: list[str] = field(default_factory=list)  # files bound over the shared store path
     status: str
 
 
 class StoragePlan(Section):
-    roles: list[RoleTarget] = Field(default_factory=list)
-    rank_stores: list[RankStore] = Field(default_factory=list)
-    required_mounts: list[str] = Field(default_factory=list)
+    roles: list[RoleTarget] = field(default_factory=list)
+    rank_stores: list[RankStore] = field(default_factory=list)
+    required_mounts: list[str] = field(default_factory=list)
 
     def role(self, name: str) -> RoleTarget | None:
         return next((r for r in self.roles if r.role == name), None)
 
 
-class PowerSetting(Part):
+class PowerSetting(Record):
     index: int
     uuid: str
     desired_w: float | None
@@ -162,10 +131,10 @@ class PowerSetting(Part):
 
 
 class PowerPlan(Section):
-    gpus: list[PowerSetting] = Field(default_factory=list)
+    gpus: list[PowerSetting] = field(default_factory=list)
 
 
-class Volume(Part):
+class Volume(Record):
     source: str
     target: str
     read_only: bool = False
@@ -182,7 +151,7 @@ class RuntimeSpec(Section):
     project: str = "hostctl"
     service: str = "runtime"
     image: str
-    gpu_uuids: list[str] = Field(default_factory=list)
+    gpu_uuids: list[str] = field(default_factory=list)
     api_host: str
     api_port: int
     api_key_env: str | None = None
@@ -192,20 +161,20 @@ class RuntimeSpec(Section):
     mem_reservation: str | None = None
     memswap_limit: str | None = None
     cpuset: str | None = None
-    cap_add: dict[str, str] = Field(default_factory=dict)
-    env: dict[str, str] = Field(default_factory=dict)
-    env_sources: dict[str, str] = Field(default_factory=dict)  # variable -> where its value came from
-    volumes: list[Volume] = Field(default_factory=list)
-    command: list[str] = Field(default_factory=list)
+    cap_add: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    env_sources: dict[str, str] = field(default_factory=dict)  # variable -> where its value came from
+    volumes: list[Volume] = field(default_factory=list)
+    command: list[str] = field(default_factory=list)
     health_start_period_s: int
-    labels: dict[str, str] = Field(default_factory=dict)
-    required_mounts: list[str] = Field(default_factory=list)
+    labels: dict[str, str] = field(default_factory=dict)
+    required_mounts: list[str] = field(default_factory=list)
     load_timeout_s: int
     hang_timeout_s: int = 60  # the recipe's; the unit's WatchdogSec= is set above it
 
 
-class Plan(Part):
-    schema_: Literal["hostctl.plan/v1"] = Field(default=PLAN_SCHEMA, alias="schema")
+class Plan(Record):
+    schema_: Literal["hostctl.plan/v1"] = field(default=PLAN_SCHEMA, alias="schema")
     profile: str
     recipe: str
     phase: str
@@ -215,9 +184,7 @@ class Plan(Part):
     storage: StoragePlan
     power: PowerPlan
     runtime: RuntimeSpec
-    warnings: list[str] = Field(default_factory=list)
-
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    warnings: list[str] = field(default_factory=list)
 
     def sections(self) -> list[Section]:
         return [self.memory, self.placement, self.nccl, self.storage, self.power, self.runtime]
@@ -229,6 +196,3 @@ class Plan(Part):
     @property
     def errors(self) -> list[Problem]:
         return [p for p in self.problems if p.severity == "error"]
-
-    def to_json(self) -> str:
-        return self.model_dump_json(by_alias=True, indent=2) + "\n"

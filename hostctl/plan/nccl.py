@@ -48,7 +48,7 @@ def _worse(a: str | None, b: str | None) -> str | None:
 def plan_nccl(config: Config, facts: HostFacts, placement: PlacementPlan) -> NcclPlan:
     from hostctl.plan.model import NcclPlan  # here: doctor without a profile imports this module
 
-    plan = NcclPlan.model_construct()
+    plan = NcclPlan()
     ranks = placement.gpus
     if len(ranks) < 2:
         plan.decide("NCCL", "not used", "fewer than two GPUs serve: no collectives run")

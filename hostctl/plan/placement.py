@@ -72,10 +72,10 @@ def select_gpus(config: Config, facts: HostFacts, plan: PlacementPlan) -> list[G
 def plan_placement(config: Config, facts: HostFacts) -> PlacementPlan:
     from hostctl.plan.model import PlacementPlan, SelectedGpu  # here: doctor without a profile imports this module
 
-    plan = PlacementPlan.model_construct()
+    plan = PlacementPlan()
     gpus = select_gpus(config, facts, plan)
     plan.gpus = [
-        SelectedGpu.model_construct(rank=r, index=g.index, uuid=g.uuid, name=g.name, pci_bus_id=g.pci_bus_id, numa_node=g.numa_node)
+        SelectedGpu(rank=r, index=g.index, uuid=g.uuid, name=g.name, pci_bus_id=g.pci_bus_id, numa_node=g.numa_node)
         for r, g in enumerate(gpus)
     ]
     nodes = {n.id: n for n in facts.numa.nodes}

@@ -20,7 +20,7 @@ def desired_limit(config: Config, index: int, uuid: str) -> float | None:
 
 
 def plan_power(config: Config, facts: HostFacts) -> PowerPlan:
-    plan = PowerPlan.model_construct()
+    plan = PowerPlan()
     configured = config.profile.gpu.power_limit_w is not None or bool(config.profile.gpu.power_limits_w)
     if not facts.gpus.available:
         if configured:
@@ -31,7 +31,7 @@ def plan_power(config: Config, facts: HostFacts) -> PowerPlan:
     for gpu in sorted(facts.gpus.devices, key=lambda g: g.index):
         want = desired_limit(config, gpu.index, gpu.uuid)
         p = gpu.power
-        setting = PowerSetting.model_construct(index=gpu.index, uuid=gpu.uuid, desired_w=want, current_w=p.limit_w,
+        setting = PowerSetting(index=gpu.index, uuid=gpu.uuid, desired_w=want, current_w=p.limit_w,
                                min_w=p.min_w, max_w=p.max_w, action="none")
         if want is None:
             plan.decide(f"GPU {gpu.index} power limit", "unchanged", "the profile sets none")

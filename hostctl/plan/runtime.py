@@ -47,7 +47,7 @@ def plan_runtime(config: Config, memory: MemoryPlan, placement: PlacementPlan, n
     settings = profile.runtime
     image = settings.image or recipe.image or ""
     gpus = bool(placement.gpus)
-    spec = RuntimeSpec.model_construct(
+    spec = RuntimeSpec(
         project=settings.project,
         image=image,
         api_host=settings.api_host,
@@ -86,24 +86,24 @@ def plan_runtime(config: Config, memory: MemoryPlan, placement: PlacementPlan, n
     values: dict[str, str | None] = {"planes_cache": None, "expert_store": None, "models_dir": settings.models_dir}
     model_path = recipe.model
     if settings.model_dir:
-        spec.volumes.append(Volume.model_construct(source=settings.model_dir, target=MODEL_IN_CONTAINER, read_only=True,
+        spec.volumes.append(Volume(source=settings.model_dir, target=MODEL_IN_CONTAINER, read_only=True,
                                    why="the checkpoint, read-only"))
         model_path = MODEL_IN_CONTAINER
     elif not recipe.model.startswith("/"):
         spec.problem(codes.RUNTIME_NO_MODEL_DIR, "error", f"the recipe's model {recipe.model!r} is not a path and the profile sets no runtime.model_dir",
                      fix="set runtime.model_dir to the checkpoint's directory on the host")
     if settings.models_dir:
-        spec.volumes.append(Volume.model_construct(source=settings.models_dir, target=MODELS_IN_CONTAINER, read_only=True,
+        spec.volumes.append(Volume(source=settings.models_dir, target=MODELS_IN_CONTAINER, read_only=True,
                                    why="extra models named as {model:NAME}"))
     for target in storage.roles:
-        spec.volumes.append(Volume.model_construct(source=target.host_path, target=target.container_path,
+        spec.volumes.append(Volume(source=target.host_path, target=target.container_path,
                                    why=target.role.replace("_", " ")))
         if target.role in values:
             values[target.role] = target.container_path
     store = storage.role("expert_store")
     for rank in storage.rank_stores:
         for name in rank.files:
-            spec.volumes.append(Volume.model_construct(source=f"{rank.host_dir}/{name}", target=f"{store.container_path}/{name}",
+            spec.volumes.append(Volume(source=f"{rank.host_dir}/{name}", target=f"{store.container_path}/{name}",
                                        why=f"rank {rank.rank}'s store file, read from drive {rank.drive}"))
     spec.required_mounts = list(storage.required_mounts)
 

@@ -44,19 +44,19 @@ def _role_target(config: Config, role: str, plan: StoragePlan) -> RoleTarget | N
     if target is None and role == "compile_cache":
         plan.decide("compile cache", DEFAULT_COMPILE_CACHE,
                     "no drive named for it: kept in hostctl's state directory so tuned kernels survive restarts")
-        return RoleTarget.model_construct(role=role, drive=None, host_path=DEFAULT_COMPILE_CACHE,
+        return RoleTarget(role=role, drive=None, host_path=DEFAULT_COMPILE_CACHE,
                           container_path=CONTAINER_PATHS[role], mount=None)
     if target is None:
         return None
     drive = config.profile.drive(target)
     if drive is None:
-        return RoleTarget.model_construct(role=role, drive=None, host_path=target, container_path=CONTAINER_PATHS[role], mount=None)
-    return RoleTarget.model_construct(role=role, drive=drive.name, host_path=f"{drive.mount}/{ROLE_DIRS[role]}",
+        return RoleTarget(role=role, drive=None, host_path=target, container_path=CONTAINER_PATHS[role], mount=None)
+    return RoleTarget(role=role, drive=drive.name, host_path=f"{drive.mount}/{ROLE_DIRS[role]}",
                       container_path=CONTAINER_PATHS[role], mount=drive.mount)
 
 
 def plan_storage(config: Config, facts: HostFacts, world: int) -> StoragePlan:
-    plan = StoragePlan.model_construct()
+    plan = StoragePlan()
     needed = set(config.recipe.storage) | {"compile_cache"}
     for role in ROLES:
         target = _role_target(config, role, plan)
@@ -85,7 +85,7 @@ def plan_storage(config: Config, facts: HostFacts, world: int) -> StoragePlan:
             if drive is None:
                 continue
             if name == store.drive:
-                plan.rank_stores.append(RankStore.model_construct(rank=rank, drive=name, host_dir=store.host_path, shared=True,
+                plan.rank_stores.append(RankStore(rank=rank, drive=name, host_dir=store.host_path, shared=True,
                                                   status="reads the shared expert store"))
                 plan.decide(f"rank {rank} store", name, "the shared expert store is on this drive")
                 continue
@@ -94,7 +94,7 @@ def plan_storage(config: Config, facts: HostFacts, world: int) -> StoragePlan:
             files = rank_files([n for n, _ in (copy.files or [])], rank, world) if copy else []
             sizes = dict(copy.files or []) if copy else {}
             shared_sizes = dict(shared_facts.files or []) if shared_facts else {}
-            entry = RankStore.model_construct(rank=rank, drive=name, host_dir=host_dir, shared=False, status="")
+            entry = RankStore(rank=rank, drive=name, host_dir=host_dir, shared=False, status="")
             if len(files) == len(RANK_FILE_EXTS):
                 mismatched = [f for f in files if f in shared_sizes and shared_sizes[f] != sizes[f] and not f.endswith(".lock")]
                 if mismatched:

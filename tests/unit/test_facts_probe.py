@@ -138,7 +138,7 @@ def test_mount_for_takes_longest_and_topmost():
     assert mount_for("/mnt/ssd 1/tmp/x", mounts).fs_type == "tmpfs"
     assert mount_for("/mnt/ssd 10", mounts).target == "/"  # a prefix of the name is not a parent
     assert mount_for("/home", mounts).fs_type == "btrfs"
-    stacked = mounts + [mounts[1].model_copy(update={"source": "overlay", "fs_type": "overlay"})]
+    stacked = mounts + [mounts[1].copy(update={"source": "overlay", "fs_type": "overlay"})]
     assert mount_for("/etc", stacked).fs_type == "overlay"
 
 

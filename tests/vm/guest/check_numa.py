@@ -115,7 +115,7 @@ class OneGpuAt(NvmlAdapter):
 def plan_for(serial: str):
     config = load_config(PROFILE)
     facts = collect()
-    facts = facts.model_copy(update={"gpus": probe_gpus(OneGpuAt(pci_address(serial)))})
+    facts = facts.copy(update={"gpus": probe_gpus(OneGpuAt(pci_address(serial)))})
     return build_plan(config, facts)
 
 
