@@ -13,14 +13,17 @@ from __future__ import annotations
 import ipaddress
 import re
 from pathlib import Path
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from typing import TYPE_CHECKING, Any, Literal
 
 from hostctl import paths, safepaths, safetext
 from hostctl.errors import InputError
 from hostctl.storage_roles import ROLES, Role
 from hostctl.bytesizes import GIB, MIB, TIB, parse_size
+from hostctl.record import Record, field
+from hostctl.strict_record import StrictRecord, validates, validates_record
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
 Phase = Literal["converting", "serving"]
 PLACEHOLDER_RE = re.compile(r"\{([a-z_]+)(?::([^{}]+))?\}")
@@ -41,14 +44,6 @@ def normalise_mountpoint(path: str) -> str:
     if not parts:
         raise ValueError(f"expected a directory other than /, got {path!r}")
     return "/" + "/".join(parts)
-
-
-class Strict(BaseModel):
-    # strict: a boolean is not a number (`api_port = true` is not port 1) and "8000" is not 8000;
-    # no infinities or NaN in any float (they would pass every range and overflow later).
-    # defer_build: validators are built on first use, not at import (~40 ms): --help and doctor
-    # without a profile import this module and validate nothing.
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False, defer_build=True)
 
 
 def _problem(problem: str | None) -> None:
@@ -73,7 +68,7 @@ def _size_in(v: int | None, lo: int, hi: int, why_lo: str, why_hi: str = "") -> 
 # ---------------------------------------------------------------- drive identity
 
 
-class DriveIdentity(Strict):
+class DriveIdentity(StrictRecord):
     """How a drive is recognised: stable forms first; `path:` only with a warning."""
 
     kind: Literal["serial", "wwn", "by-id", "path"]
@@ -108,29 +103,29 @@ class DriveIdentity(Strict):
 # ---------------------------------------------------------------- host profile
 
 
-class Drive(Strict):
+class Drive(StrictRecord):
     # The name goes into filesystem labels: "hcdata-<name>" must fit ext4's 16 bytes (so <= 9
     # characters) and, for xfs, its 12 bytes (<= 5 characters; checked below).
-    name: str = Field(pattern=r"^[a-z][a-z0-9-]{0,8}$", description="short name (<= 9 chars: it goes into 16-byte filesystem labels)")
+    name: str = field(pattern=r"^[a-z][a-z0-9-]{0,8}$", description="short name (<= 9 chars: it goes into 16-byte filesystem labels)")
     identity: DriveIdentity
-    swap: int = Field(default=0, description="swap partition size in bytes, a whole number of MiB (0: no swap partition)")
+    swap: int = field(default=0, description="swap partition size in bytes, a whole number of MiB (0: no swap partition)")
     # 0..32767 only: swapon -p -1 leaves the kernel to pick its own negative priority, which then
     # never equals the profile's -1, so every run would turn the swap off and on again.
-    swap_priority: int = Field(default=100, ge=0, le=32767, strict=True,
+    swap_priority: int = field(default=100, ge=0, le=32767, strict=True,
                                description="swap priority, 0..32767 (equal priorities interleave the drives)")
     filesystem: Literal["ext4", "xfs"] = "ext4"
     mountpoint: str | None = None
-    mount_options: list[str] = Field(
+    mount_options: list[str] = field(
         default_factory=list,
         description="extra mount options for the data filesystem, added to defaults,noatime,nofail "
         "(e.g. noinit_itable for sparse test images, discard)")
 
-    @field_validator("identity", mode="before")
+    @validates("identity", mode="before")
     @classmethod
     def _identity(cls, v: Any) -> Any:
         return DriveIdentity.parse(v) if isinstance(v, str) else v
 
-    @field_validator("swap", mode="before")
+    @validates("swap", mode="before")
     @classmethod
     def _size(cls, v: Any) -> int:
         size = parse_size(v)
@@ -141,12 +136,12 @@ class Drive(Strict):
                              f"{size / MIB:.3f} MiB); write e.g. '{size // MIB or 1}MiB'")
         return size
 
-    @field_validator("mountpoint")
+    @validates("mountpoint")
     @classmethod
     def _mount(cls, v: str | None) -> str | None:
         return None if v is None else normalise_mountpoint(v)
 
-    @field_validator("mountpoint")
+    @validates("mountpoint")
     @classmethod
     def _mount_safe(cls, v: str | None) -> str | None:
         # The mountpoint goes into the service unit's RequiresMountsFor= and fstab: no control
@@ -155,7 +150,7 @@ class Drive(Strict):
             _problem(safetext.control_problem(v) or safetext.unit_path_problem(v) or safepaths.host_dir_problem(v))
         return v
 
-    @field_validator("mount_options")
+    @validates("mount_options")
     @classmethod
     def _options(cls, v: list[str]) -> list[str]:
         for option in v:
@@ -164,7 +159,7 @@ class Drive(Strict):
                                  "(letters, digits and _.=:/+- only; no commas or spaces)")
         return v
 
-    @model_validator(mode="after")
+    @validates_record
     def _label_fits(self) -> "Drive":
         if self.filesystem == "xfs" and len(self.name) > XFS_NAME_MAX:
             raise ValueError(f"name {self.name!r}: an xfs label holds 12 bytes, so a drive formatted as xfs needs a "
@@ -176,44 +171,44 @@ class Drive(Strict):
         return self.mountpoint or f"/mnt/hostctl/{self.name}"
 
 
-class MemoryPolicy(Strict):
-    host_reserve: int = Field(default=8 * 1024**3, description="physical RAM kept outside the container")
-    reservation_margin: int = Field(default=4 * 1024**3, description="soft limit this far below the hard cap")
-    container_ram_swap: int | None = Field(default=None, description="container RAM+swap cap; default derived")
-    container_ram: int | None = Field(default=None, description="container RAM cap; default MemTotal minus host_reserve")
+class MemoryPolicy(StrictRecord):
+    host_reserve: int = field(default=8 * 1024**3, description="physical RAM kept outside the container")
+    reservation_margin: int = field(default=4 * 1024**3, description="soft limit this far below the hard cap")
+    container_ram_swap: int | None = field(default=None, description="container RAM+swap cap; default derived")
+    container_ram: int | None = field(default=None, description="container RAM cap; default MemTotal minus host_reserve")
 
-    @field_validator("host_reserve", "reservation_margin", "container_ram_swap", "container_ram", mode="before")
+    @validates("host_reserve", "reservation_margin", "container_ram_swap", "container_ram", mode="before")
     @classmethod
     def _size(cls, v: Any) -> Any:
         return None if v is None else parse_size(v)
 
     # Ranges with their reasons: each of these values is a guard, and 0 (or a typo) would turn
     # it off -- container_ram = 0 rendered no memory cap at all.
-    @field_validator("host_reserve")
+    @validates("host_reserve")
     @classmethod
     def _reserve(cls, v: int) -> int:
         return _size_in(v, 512 * MIB, 64 * TIB, "the OS and desktop need RAM outside the container; with less the "
                         "kernel's OOM killer, not the container's cap, acts first")
 
-    @field_validator("reservation_margin")
+    @validates("reservation_margin")
     @classmethod
     def _margin(cls, v: int) -> int:
         return _size_in(v, 0, 64 * TIB, "")
 
-    @field_validator("container_ram", "container_ram_swap")
+    @validates("container_ram", "container_ram_swap")
     @classmethod
     def _cap(cls, v: int | None) -> int | None:
         return _size_in(v, 256 * MIB, 64 * TIB, "a cap this small (0 renders no cap at all) leaves the runtime no room "
                         "to start; remove the key to derive the cap from the host reserve")
 
 
-class GpuPolicy(Strict):
-    devices: list[str] | None = Field(default=None, max_length=64,
+class GpuPolicy(StrictRecord):
+    devices: list[str] | None = field(default=None, max_length=64,
                                       description="GPU UUIDs or indices to serve on; default: the first N")
     power_limit_w: float | None = None
-    power_limits_w: dict[str, float] = Field(default_factory=dict, description="per GPU (UUID or index) overrides")
+    power_limits_w: dict[str, float] = field(default_factory=dict, description="per GPU (UUID or index) overrides")
 
-    @field_validator("power_limit_w", "power_limits_w", mode="before")
+    @validates("power_limit_w", "power_limits_w", mode="before")
     @classmethod
     def _no_booleans(cls, v: Any) -> Any:
         values = v.values() if isinstance(v, dict) else [v]
@@ -221,7 +216,7 @@ class GpuPolicy(Strict):
             raise ValueError("expected a number of watts, got a boolean")
         return v
 
-    @field_validator("devices")
+    @validates("devices")
     @classmethod
     def _devices(cls, v: list[str] | None) -> list[str] | None:
         for d in v or []:
@@ -229,14 +224,14 @@ class GpuPolicy(Strict):
                                             "a GPU index such as 0 or a UUID such as GPU-5c2f...-..."))
         return v
 
-    @field_validator("power_limit_w")
+    @validates("power_limit_w")
     @classmethod
     def _positive(cls, v: float | None) -> float | None:
         if v is not None and not 0 < v <= 10_000:
             raise ValueError(f"expected a positive number of watts (at most 10000), got {v}")
         return v
 
-    @field_validator("power_limits_w")
+    @validates("power_limits_w")
     @classmethod
     def _positive_each(cls, v: dict[str, float]) -> dict[str, float]:
         for key, watts in v.items():
@@ -245,18 +240,18 @@ class GpuPolicy(Strict):
         return v
 
 
-class StorageRoles(Strict):
+class StorageRoles(StrictRecord):
     """Which drive (by name) or directory (absolute path) holds each cache role."""
 
     planes_cache: str | None = None
     expert_store: str | None = None
     compile_cache: str | None = None
-    rank_stores: list[str] = Field(default_factory=list, description="drive for each TP rank's store, in rank order")
-    swappiness_converting: int = Field(default=100, ge=0, le=200)
-    swappiness_serving: int = Field(default=10, ge=0, le=200)
-    page_cluster: int = Field(default=0, ge=0, le=10)
+    rank_stores: list[str] = field(default_factory=list, description="drive for each TP rank's store, in rank order")
+    swappiness_converting: int = field(default=100, ge=0, le=200)
+    swappiness_serving: int = field(default=10, ge=0, le=200)
+    page_cluster: int = field(default=0, ge=0, le=10)
 
-    @field_validator("planes_cache", "expert_store", "compile_cache")
+    @validates("planes_cache", "expert_store", "compile_cache")
     @classmethod
     def _role(cls, v: str | None) -> str | None:
         # An absolute path is a read-write bind into the runtime: never a system directory
@@ -275,30 +270,30 @@ NOT_A_KEY_ENV = frozenset({"PATH", "HOME", "USER", "LOGNAME", "SHELL", "PWD", "O
                            "SHLVL", "TMPDIR", "MAIL", "DISPLAY", "EDITOR", "SUDO_USER", "SUDO_UID", "SUDO_GID", "_"})
 
 
-class RuntimeSettings(Strict):
-    image: str | None = Field(default=None, description="override the recipe's runtime image")
+class RuntimeSettings(StrictRecord):
+    image: str | None = field(default=None, description="override the recipe's runtime image")
     api_host: str = "127.0.0.1"
-    api_port: int = Field(default=8000, ge=1, le=65535)
-    api_key_env: str | None = Field(default=None, description="name of the environment variable holding the API key")
-    model_dir: str | None = Field(default=None, description="host directory of the checkpoint, mounted read-only")
-    models_dir: str | None = Field(default=None, description="host directory holding extra models ({model:NAME})")
+    api_port: int = field(default=8000, ge=1, le=65535)
+    api_key_env: str | None = field(default=None, description="name of the environment variable holding the API key")
+    model_dir: str | None = field(default=None, description="host directory of the checkpoint, mounted read-only")
+    models_dir: str | None = field(default=None, description="host directory holding extra models ({model:NAME})")
     # `hostctl model` (README "model"): where registry names resolve, and a host-local pin.
-    models_file: str | None = Field(default=None, description="a models file (vLLM-MoET's bench/models.yaml format) "
+    models_file: str | None = field(default=None, description="a models file (vLLM-MoET's bench/models.yaml format) "
                                     "resolving the recipe's model name; default: the bundled runtime/models.yaml")
-    model_revision: str | None = Field(default=None, description="pin the checkpoint to this commit (40 hex) on "
+    model_revision: str | None = field(default=None, description="pin the checkpoint to this commit (40 hex) on "
                                        "this host, over the recipe's or the models file's revision")
-    project_dir: str = Field(default=str(paths.STATE_DIR / "project"), description="where the rendered project lives")
-    project: str = Field(default="hostctl", pattern=r"^[a-z0-9][a-z0-9_-]{0,40}$",
+    project_dir: str = field(default=str(paths.STATE_DIR / "project"), description="where the rendered project lives")
+    project: str = field(default="hostctl", pattern=r"^[a-z0-9][a-z0-9_-]{0,40}$",
                          description="Compose project name; the container is <project>-runtime")
 
-    @field_validator("image")
+    @validates("image")
     @classmethod
     def _image(cls, v: str | None) -> str | None:
         if v is not None:
             _problem(safetext.image_problem(v))
         return v
 
-    @field_validator("api_key_env")
+    @validates("api_key_env")
     @classmethod
     def _key_env(cls, v: str | None) -> str | None:
         # Compose reads ${NAME:?...}: a name that is not an environment name (MY-KEY) turned the
@@ -312,7 +307,7 @@ class RuntimeSettings(Strict):
                              "name a variable that holds only the key, such as HOSTCTL_API_KEY")
         return v
 
-    @field_validator("model_dir", "models_dir", "project_dir")
+    @validates("model_dir", "models_dir", "project_dir")
     @classmethod
     def _host_dir(cls, v: str | None) -> str | None:
         # model_dir and models_dir are bind sources; project_dir is where render writes.
@@ -321,7 +316,7 @@ class RuntimeSettings(Strict):
         _problem(safepaths.host_dir_problem(v))
         return safepaths.normalise(v)
 
-    @field_validator("api_host")
+    @validates("api_host")
     @classmethod
     def _host(cls, v: str) -> str:
         try:
@@ -330,7 +325,7 @@ class RuntimeSettings(Strict):
             raise ValueError(f"expected an IP address such as 127.0.0.1, got {v!r}") from None
         return v
 
-    @model_validator(mode="after")
+    @validates_record
     def _exposed_needs_key(self) -> "RuntimeSettings":
         if not ipaddress.ip_address(self.api_host).is_loopback and not self.api_key_env:
             raise ValueError(
@@ -344,18 +339,18 @@ class RuntimeSettings(Strict):
         return not ipaddress.ip_address(self.api_host).is_loopback
 
 
-class HostProfile(Strict):
-    name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$")
-    description: str = Field(default="", max_length=1000)
-    recipe: str = Field(description="bundled recipe name or a path to a recipe YAML", max_length=4000)
+class HostProfile(StrictRecord):
+    name: str = field(pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$")
+    description: str = field(default="", max_length=1000)
+    recipe: str = field(description="bundled recipe name or a path to a recipe YAML", max_length=4000)
     phase: Phase = "serving"
-    drives: list[Drive] = Field(default_factory=list)
-    memory: MemoryPolicy = Field(default_factory=MemoryPolicy)
-    gpu: GpuPolicy = Field(default_factory=GpuPolicy)
-    storage: StorageRoles = Field(default_factory=StorageRoles)
-    runtime: RuntimeSettings = Field(default_factory=RuntimeSettings)
+    drives: list[Drive] = field(default_factory=list)
+    memory: MemoryPolicy = field(default_factory=MemoryPolicy)
+    gpu: GpuPolicy = field(default_factory=GpuPolicy)
+    storage: StorageRoles = field(default_factory=StorageRoles)
+    runtime: RuntimeSettings = field(default_factory=RuntimeSettings)
 
-    @model_validator(mode="after")
+    @validates_record
     def _drives_unique(self) -> "HostProfile":
         seen: dict[str, dict[str, int]] = {"name": {}, "identity": {}, "mount": {}}
         for i, drive in enumerate(self.drives):
@@ -377,7 +372,7 @@ class HostProfile(Strict):
                 raise ValueError(f"storage.rank_stores[{i}]: {target!r} is not a drive name ({sorted(names)})")
         return self
 
-    @field_validator("description", "recipe")
+    @validates("description", "recipe")
     @classmethod
     def _text(cls, v: str) -> str:
         _problem(safetext.text_problem(v))
@@ -390,27 +385,27 @@ class HostProfile(Strict):
 # ---------------------------------------------------------------- recipe
 
 
-class Requires(Strict):
+class Requires(StrictRecord):
     # Upper bounds: a value past them is a typo, and an absurd one (1e308) overflows the arithmetic.
-    gpus: int = Field(ge=0, le=64, description="GPUs per host (no host has more than 64)")
-    vram_gb: float | None = Field(default=None, ge=0, le=10_000)
-    host_ram_gb: float | None = Field(default=None, ge=0, le=1_000_000)
-    extra_models: list[str] = Field(default_factory=list, max_length=64)
+    gpus: int = field(ge=0, le=64, description="GPUs per host (no host has more than 64)")
+    vram_gb: float | None = field(default=None, ge=0, le=10_000)
+    host_ram_gb: float | None = field(default=None, ge=0, le=1_000_000)
+    extra_models: list[str] = field(default_factory=list, max_length=64)
 
 
-class Architecture(Strict):
+class Architecture(StrictRecord):
     """What validation must know about the model, declared here so it never opens model files."""
 
     sparse_mla: bool = False
-    checkpoint_scale_dtype: str | None = Field(default=None, description="e.g. F8_E8M0")
+    checkpoint_scale_dtype: str | None = field(default=None, description="e.g. F8_E8M0")
 
 
-class Conversion(Strict):
+class Conversion(StrictRecord):
     """What the first start (building planes and packs) needs from the host."""
 
-    host_ram_swap_gib: float = Field(default=0, ge=0, le=1_048_576, description="host MemTotal + SwapTotal needed")
-    cache_free_gib: float = Field(default=0, ge=0, le=1_048_576, description="free space needed on the cache filesystems")
-    layers: int | None = Field(default=None, ge=1, le=10_000, description="layers converted, for progress")
+    host_ram_swap_gib: float = field(default=0, ge=0, le=1_048_576, description="host MemTotal + SwapTotal needed")
+    cache_free_gib: float = field(default=0, ge=0, le=1_048_576, description="free space needed on the cache filesystems")
+    layers: int | None = field(default=None, ge=1, le=10_000, description="layers converted, for progress")
 
 
 # The longest window any served model has is ~10M tokens; `context: 1e30` rendered --max-model-len 1e30.
@@ -419,23 +414,23 @@ MAX_CONTEXT = 16 * 1024 * 1024
 MAX_TIMEOUT_S = 7 * 24 * 3600
 
 
-class SmokeTest(Strict):
-    name: str = Field(max_length=200)
+class SmokeTest(StrictRecord):
+    name: str = field(max_length=200)
     kind: Literal["chat", "tool_call", "models", "needle"]
-    prompt: str | None = Field(default=None, max_length=100_000)
-    expect: str | None = Field(default=None, max_length=10_000)
+    prompt: str | None = field(default=None, max_length=100_000)
+    expect: str | None = field(default=None, max_length=10_000)
     tool: dict[str, Any] | None = None
     expect_call: dict[str, Any] | None = None
-    tokens: int | None = Field(default=None, ge=1, le=MAX_CONTEXT, description="needle: prompt length in tokens")
-    max_completion_tokens: int = Field(default=16, ge=1, le=1_000_000)
+    tokens: int | None = field(default=None, ge=1, le=MAX_CONTEXT, description="needle: prompt length in tokens")
+    max_completion_tokens: int = field(default=16, ge=1, le=1_000_000)
 
-    @field_validator("name")
+    @validates("name")
     @classmethod
     def _name(cls, v: str) -> str:
         _problem(safetext.text_problem(v))
         return v
 
-    @model_validator(mode="after")
+    @validates_record
     def _fields_for_kind(self) -> "SmokeTest":
         need = {"chat": ("prompt", "expect"), "tool_call": ("prompt", "tool", "expect_call"),
                 "needle": ("expect", "tokens"), "models": ()}[self.kind]
@@ -458,38 +453,38 @@ class SmokeTest(Strict):
         return {"type": "function", "function": tool}
 
 
-class Recipe(Strict):
+class Recipe(StrictRecord):
     # vLLM-MoET bench recipe fields, accepted unchanged.
     id: str
-    role: str | None = Field(default=None, max_length=200)
-    model: str = Field(max_length=4000)
+    role: str | None = field(default=None, max_length=200)
+    model: str = field(max_length=4000)
     served_name: str
-    summary: str | None = Field(default=None, max_length=1000)
+    summary: str | None = field(default=None, max_length=1000)
     requires: Requires
-    context: int = Field(ge=1, le=MAX_CONTEXT)
-    load_timeout_s: int = Field(ge=1, le=MAX_TIMEOUT_S)
-    watchdog_s: int | None = Field(default=None, ge=1, le=MAX_TIMEOUT_S,
+    context: int = field(ge=1, le=MAX_CONTEXT)
+    load_timeout_s: int = field(ge=1, le=MAX_TIMEOUT_S)
+    watchdog_s: int | None = field(default=None, ge=1, le=MAX_TIMEOUT_S,
                                    description="hostctl: seconds without log progress before "
                                    "`up` calls the runtime stuck (default: min(load_timeout_s, 600))")
-    hang_timeout_s: int = Field(default=60, ge=1, le=MAX_TIMEOUT_S,
+    hang_timeout_s: int = field(default=60, ge=1, le=MAX_TIMEOUT_S,
                                 description="hostctl: seconds /health may fail while the container lives before "
                                 "`up --foreground` calls the ready runtime hung (README \"Supervision\")")
-    env: dict[str, Any] = Field(default_factory=dict, max_length=500)
-    serve_args: list[str] = Field(default_factory=list, max_length=500)
-    warmup: dict[str, Any] = Field(default_factory=dict)
-    suite_params: dict[str, Any] = Field(default_factory=dict)
-    tuning: dict[str, Any] = Field(default_factory=dict)
+    env: dict[str, Any] = field(default_factory=dict, max_length=500)
+    serve_args: list[str] = field(default_factory=list, max_length=500)
+    warmup: dict[str, Any] = field(default_factory=dict)
+    suite_params: dict[str, Any] = field(default_factory=dict)
+    tuning: dict[str, Any] = field(default_factory=dict)
     # hostctl's own fields.
-    image: str | None = Field(default=None, description="runtime image the recipe runs in")
-    revision: str | None = Field(default=None, description="the checkpoint commit (40 hex) the recipe was proven on: "
+    image: str | None = field(default=None, description="runtime image the recipe runs in")
+    revision: str | None = field(default=None, description="the checkpoint commit (40 hex) the recipe was proven on: "
                                  "needed with a hub repository id as model; with a registry name it must match the "
                                  "models file's pin")
-    architecture: Architecture = Field(default_factory=Architecture)
-    conversion: Conversion = Field(default_factory=Conversion)
-    storage: list[Role] = Field(default_factory=list)
-    smoke: list[SmokeTest] = Field(default_factory=list)
+    architecture: Architecture = field(default_factory=Architecture)
+    conversion: Conversion = field(default_factory=Conversion)
+    storage: list[Role] = field(default_factory=list)
+    smoke: list[SmokeTest] = field(default_factory=list)
 
-    @field_validator("env")
+    @validates("env")
     @classmethod
     def _env_scalars(cls, v: dict[str, Any]) -> dict[str, Any]:
         from hostctl.secrets import is_secret_name
@@ -511,7 +506,7 @@ class Recipe(Strict):
                 raise ValueError(f"env.{key}: the value{shown} {problem}")
         return v
 
-    @field_validator("id")
+    @validates("id")
     @classmethod
     def _id(cls, v: str) -> str:
         # The id goes into unit Description= lines, Compose labels and rendered headers.
@@ -521,21 +516,21 @@ class Recipe(Strict):
             raise ValueError(f"{v!r}: '..' is not part of an id")
         return v
 
-    @field_validator("served_name")
+    @validates("served_name")
     @classmethod
     def _served(cls, v: str) -> str:
         _problem(safetext.match_problem(v, safetext.SERVED_NAME, "a served model name such as deepseek-v4-flash or "
                                         "org/Model-Name (letters, digits and ._:/@+-)"))
         return v
 
-    @field_validator("model", "role", "summary")
+    @validates("model", "role", "summary")
     @classmethod
     def _plain_text(cls, v: str | None) -> str | None:
         if v is not None:
             _problem(safetext.text_problem(v))
         return v
 
-    @field_validator("serve_args")
+    @validates("serve_args")
     @classmethod
     def _args_text(cls, v: list[str]) -> list[str]:
         for i, entry in enumerate(v):
@@ -544,14 +539,14 @@ class Recipe(Strict):
                 raise ValueError(f"serve_args[{i}] {problem}")
         return v
 
-    @field_validator("image")
+    @validates("image")
     @classmethod
     def _image(cls, v: str | None) -> str | None:
         if v is not None:
             _problem(safetext.image_problem(v))
         return v
 
-    @model_validator(mode="after")
+    @validates_record
     def _needle_fits_context(self) -> "Recipe":
         for i, test in enumerate(self.smoke):
             if test.tokens is not None and test.tokens > self.context:
@@ -687,8 +682,10 @@ def _format_validation(exc: ValidationError, source: str) -> InputError:
 
 
 def parse_profile(data: dict, source: str = "profile") -> HostProfile:
+    from pydantic import ValidationError
+
     try:
-        return HostProfile.model_validate(data)
+        return HostProfile.validate(data)
     except ValidationError as exc:
         raise _format_validation(exc, source) from None
 
@@ -696,8 +693,10 @@ def parse_profile(data: dict, source: str = "profile") -> HostProfile:
 def parse_recipe(data: Any, source: str = "recipe") -> Recipe:
     if not isinstance(data, dict):
         raise InputError(f"{source} is not valid", details=[f"expected a mapping at the top level, got {type(data).__name__}"])
+    from pydantic import ValidationError
+
     try:
-        recipe = Recipe.model_validate(data)
+        recipe = Recipe.validate(data)
     except ValidationError as exc:
         raise _format_validation(exc, source) from None
     problems = recipe_problems(recipe)
@@ -760,15 +759,13 @@ def load_recipe(path: Path) -> Recipe:
     return parse_recipe(doc.data, str(path))
 
 
-class Config(BaseModel):
+class Config(Record):
     """A validated profile with its recipe, and the warnings loading produced."""
-
-    model_config = ConfigDict(frozen=True, defer_build=True)
 
     profile: HostProfile
     recipe: Recipe
     source: str
-    warnings: list[str] = Field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
 
 def _validated(path: Path) -> tuple[Config, Path]:

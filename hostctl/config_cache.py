@@ -1,15 +1,14 @@
 """A validated Config remembered by exactly what it was made from, so the read-only commands
-skip building pydantic's validators (`plan`, `doctor --config`), and `status` and `logs`, which
-need only the runtime's names, import neither pydantic nor the config models at all.
+import neither pydantic nor PyYAML (`plan`, `doctor --config`), and `status` and `logs`, which
+need only the runtime's names, not even the config models.
 
-Loading the bundled demo profile costs ~50-70 ms on the 2-CPU machine, almost all of it
-pydantic building the validators of the profile and recipe models on their first use (the
-validation itself is well under 1 ms); reading a remembered one costs ~0.2 ms, and pydantic and
-the config models cost ~60 ms more to import (benchmarks/doctor_quick.py). A Config is a pure
-function of the profile's path and bytes, the recipe's path and bytes, and the code that
-validates them, so an entry is found by a hash of all of those: editing the profile or the
-recipe, or installing another hostctl or pydantic, misses the cache and validates afresh (and
-so reports a bad field, exit 2, as always).
+The profile and recipe models are StrictRecords (hostctl/strict_record.py): pydantic validates
+them, and costs ~120 ms to import and ~50-70 ms to build their validators on the 2-CPU machine;
+reading a remembered Config back costs ~0.2 ms and imports the plain classes only
+(benchmarks/doctor_quick.py). A Config is a pure function of the profile's path and bytes, the
+recipe's path and bytes, and the code that validates them, so an entry is found by a hash of all
+of those: editing the profile or the recipe, or installing another hostctl or pydantic, misses
+the cache and validates afresh (and so reports a bad field, exit 2, as always).
 
 An entry is one JSON file: the runtime's names (hostctl.service.identity), the load's warnings,
 the recipe's path and digest, and the Config as a pickle. A pickle runs code when read, so an

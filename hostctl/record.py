@@ -27,10 +27,13 @@ _MISSING: Any = object()
 
 
 class _FieldSpec:
-    __slots__ = ("name", "key", "default", "factory", "ge")
+    __slots__ = ("name", "key", "default", "factory", "ge", "constraints")
 
-    def __init__(self, name: str, key: str, default: Any, factory: Callable[[], Any] | None, ge: float | None):
-        self.name, self.key, self.default, self.factory, self.ge = name, key, default, factory, ge
+    def __init__(self, name: str, key: str, default: Any, factory: Callable[[], Any] | None,
+                 constraints: dict[str, Any]):
+        self.name, self.key, self.default, self.factory = name, key, default, factory
+        self.ge = constraints.get("ge")
+        self.constraints = constraints  # for a StrictRecord: what pydantic checks (hostctl/strict_record.py)
 
     def fill(self) -> Any:
         return self.factory() if self.factory is not None else self.default
@@ -39,16 +42,18 @@ class _FieldSpec:
 class _Field:
     """What `field()` returns: read once by Record.__init_subclass__, never seen on an instance."""
 
-    __slots__ = ("default", "factory", "alias", "ge")
+    __slots__ = ("default", "factory", "alias", "constraints")
 
-    def __init__(self, default: Any, factory: Callable[[], Any] | None, alias: str | None, ge: float | None):
-        self.default, self.factory, self.alias, self.ge = default, factory, alias, ge
+    def __init__(self, default: Any, factory: Callable[[], Any] | None, alias: str | None, constraints: dict[str, Any]):
+        self.default, self.factory, self.alias, self.constraints = default, factory, alias, constraints
 
 
 def field(default: Any = _MISSING, *, default_factory: Callable[[], Any] | None = None, alias: str | None = None,
-          ge: float | None = None) -> Any:
-    """A field with a factory for its default, a JSON name other than its own, or a lower bound."""
-    return _Field(default, default_factory, alias, ge)
+          **constraints: Any) -> Any:
+    """A field with a factory for its default, a JSON name other than its own, or constraints: a
+    Record checks `ge`; a StrictRecord hands all of them (pattern, ge, le, max_length, strict,
+    description) to pydantic as pydantic.Field's."""
+    return _Field(default, default_factory, alias, constraints)
 
 
 class RecordError(ValueError):
@@ -71,6 +76,8 @@ class Record:
     _fields: ClassVar[dict[str, _FieldSpec]] = {}
     _omit_when: ClassVar[dict[str, Any]] = {}  # field -> the value for which to_dict leaves it out
     _hints: ClassVar[dict[str, Any] | None] = None
+    # the constraints `validate` checks; None: any (a StrictRecord hands them to pydantic)
+    _constraints: ClassVar[frozenset[str] | None] = frozenset({"ge"})
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -80,10 +87,14 @@ class Record:
                 continue
             value = cls.__dict__.get(name, _MISSING)
             if isinstance(value, _Field):
+                unknown = set(value.constraints) - cls._constraints if cls._constraints is not None else set()
+                if unknown:
+                    raise TypeError(f"{cls.__name__}.{name}: a Record checks only {sorted(cls._constraints)}, "
+                                    f"not {sorted(unknown)}")
                 delattr(cls, name)
-                fields[name] = _FieldSpec(name, value.alias or name, value.default, value.factory, value.ge)
+                fields[name] = _FieldSpec(name, value.alias or name, value.default, value.factory, value.constraints)
             else:
-                fields[name] = _FieldSpec(name, name, value, None, None)
+                fields[name] = _FieldSpec(name, name, value, None, {})
         cls._fields = fields
         cls._hints = None
 
@@ -139,7 +150,11 @@ class Record:
     def validate(cls, data: Any):
         """A record from untrusted data (a parsed JSON document); RecordError names each bad field."""
         errors: list[dict[str, Any]] = []
-        value = _check(cls, data, (), errors)
+        try:
+            value = _check(cls, data, (), errors)
+        except RecursionError:
+            raise RecordError(cls.__name__, [{"loc": (), "msg": "nested too deeply", "type": "recursion_loop",
+                                              "input": None}]) from None
         if errors:
             raise RecordError(cls.__name__, errors)
         return value
@@ -148,7 +163,7 @@ class Record:
     def from_json(cls, text: str | bytes):
         try:
             data = json.loads(text)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise RecordError(cls.__name__, [{"loc": (), "msg": f"Invalid JSON: {exc}", "type": "json_invalid",
                                               "input": None}]) from None
         return cls.validate(data)
@@ -197,7 +212,10 @@ def _check(tp: Any, value: Any, loc: tuple, errors: list) -> Any:
     if tp in _SCALARS:
         kind, msg = _SCALARS[tp]
         if tp is float and isinstance(value, int) and not isinstance(value, bool):
-            return float(value)
+            try:
+                return float(value)
+            except OverflowError:
+                return _err(errors, loc, "finite_number", "Input should be a finite number", value)
         if type(value) is tp or (tp is float and type(value) is float):
             return value
         return _err(errors, loc, kind, msg, value)

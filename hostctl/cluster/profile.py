@@ -20,11 +20,11 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
-
 from hostctl import safepaths, safetext
-from hostctl.config import NOT_A_KEY_ENV, Strict, _format_validation, _problem
+from hostctl.config import NOT_A_KEY_ENV, _format_validation, _problem
 from hostctl.errors import InputError
+from hostctl.record import field
+from hostctl.strict_record import StrictRecord, validates, validates_record
 
 Role = Literal["leader", "follower", "replica", "router"]
 MULTI_NODE_ROLES = ("leader", "follower")
@@ -56,23 +56,23 @@ def address_problem(text: str) -> str | None:
     return None
 
 
-class Member(Strict):
-    name: str = Field(pattern=r"^[a-z][a-z0-9-]{0,23}$", description="the member's name (--member NAME)")
+class Member(StrictRecord):
+    name: str = field(pattern=r"^[a-z][a-z0-9-]{0,23}$", description="the member's name (--member NAME)")
     role: Role
-    address: str = Field(description="the host's private or loopback address")
-    profile: str | None = Field(default=None, max_length=4000,
+    address: str = field(description="the host's private or loopback address")
+    profile: str | None = field(default=None, max_length=4000,
                                 description="its host profile (TOML), relative to cluster.toml; not for the router")
-    facts: str | None = Field(default=None, max_length=4000,
+    facts: str | None = field(default=None, max_length=4000,
                               description="a facts snapshot of that host, for `plan` run elsewhere")
-    rank: int | None = Field(default=None, ge=0, le=63, description="node rank (leader 0, followers 1..N-1)")
-    api_port: int | None = Field(default=None, ge=1, le=65535,
+    rank: int | None = field(default=None, ge=0, le=63, description="node rank (leader 0, followers 1..N-1)")
+    api_port: int | None = field(default=None, ge=1, le=65535,
                                  description="the API port (router: its port); default the profile's")
-    state_dir: str | None = Field(default=None, description="where this member keeps its state and project")
-    ssh: str | None = Field(default=None, max_length=1000,
+    state_dir: str | None = field(default=None, description="where this member keeps its state and project")
+    ssh: str | None = field(default=None, max_length=1000,
                             description="ssh://user@host[:port]: how doctor and the group take-down reach this host "
                             "(the SSH transport of `verify --host`)")
 
-    @field_validator("ssh")
+    @validates("ssh")
     @classmethod
     def _ssh(cls, v: str | None) -> str | None:
         if v is not None:
@@ -86,20 +86,20 @@ class Member(Strict):
                 raise ValueError(f"expected ssh://user@host[:port], got {v!r}")
         return v
 
-    @field_validator("address")
+    @validates("address")
     @classmethod
     def _address(cls, v: str) -> str:
         _problem(address_problem(v))
         return v
 
-    @field_validator("profile", "facts")
+    @validates("profile", "facts")
     @classmethod
     def _text(cls, v: str | None) -> str | None:
         if v is not None:
             _problem(safetext.text_problem(v))
         return v
 
-    @field_validator("state_dir")
+    @validates("state_dir")
     @classmethod
     def _state(cls, v: str | None) -> str | None:
         if v is None:
@@ -107,7 +107,7 @@ class Member(Strict):
         _problem(safepaths.host_dir_problem(v))
         return safepaths.normalise(v)
 
-    @model_validator(mode="after")
+    @validates_record
     def _fields_for_role(self) -> "Member":
         if self.role == "router":
             if self.profile is not None:
@@ -126,39 +126,39 @@ class Member(Strict):
         return self
 
 
-class RouterSettings(Strict):
-    image: str = Field(default="hostctl/vllm-router:0.1.17", description="the router image (hostctl.images router)")
+class RouterSettings(StrictRecord):
+    image: str = field(default="hostctl/vllm-router:0.1.17", description="the router image (hostctl.images router)")
     policy: Literal["round_robin", "random", "power_of_two", "cache_aware"] = "round_robin"
-    health_check_interval_s: int = Field(default=10, ge=1, le=3600,
+    health_check_interval_s: int = field(default=10, ge=1, le=3600,
                                          description="seconds between the router's health checks of each replica")
-    health_failure_threshold: int = Field(default=2, ge=1, le=100,
+    health_failure_threshold: int = field(default=2, ge=1, le=100,
                                           description="failed checks before a replica is taken out")
-    metrics_port: int = Field(default=29000, ge=1, le=65535,
+    metrics_port: int = field(default=29000, ge=1, le=65535,
                               description="vllm-router's Prometheus port (on 127.0.0.1)")
 
-    @field_validator("image")
+    @validates("image")
     @classmethod
     def _image(cls, v: str) -> str:
         _problem(safetext.image_problem(v))
         return v
 
 
-class ClusterProfile(Strict):
-    name: str = Field(pattern=r"^[a-z][a-z0-9-]{0,23}$")
-    description: str = Field(default="", max_length=1000)
-    socket_ifname: str = Field(default="lo", pattern=r"^[A-Za-z0-9_.:-]{1,15}$",
+class ClusterProfile(StrictRecord):
+    name: str = field(pattern=r"^[a-z][a-z0-9-]{0,23}$")
+    description: str = field(default="", max_length=1000)
+    socket_ifname: str = field(default="lo", pattern=r"^[A-Za-z0-9_.:-]{1,15}$",
                                description="the interface NCCL and Gloo use (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME)")
-    master_port: int = Field(default=MASTER_PORT, ge=1024, le=65535,
+    master_port: int = field(default=MASTER_PORT, ge=1024, le=65535,
                              description="the leader's port for vLLM's multi-node rendezvous")
-    collective_timeout_s: int = Field(default=120, ge=5, le=3600,
+    collective_timeout_s: int = field(default=120, ge=5, le=3600,
                                       description="doctor --level full: how long a member's all-reduce waits for "
                                       "every other member to join")
-    api_key_env: str | None = Field(default=None, description="the environment variable holding the API key")
-    api_key_file: str | None = Field(default=None, description="a file (mode 0600) holding the API key")
-    router: RouterSettings = Field(default_factory=RouterSettings)
-    hosts: list[Member] = Field(min_length=1, max_length=64)
+    api_key_env: str | None = field(default=None, description="the environment variable holding the API key")
+    api_key_file: str | None = field(default=None, description="a file (mode 0600) holding the API key")
+    router: RouterSettings = field(default_factory=RouterSettings)
+    hosts: list[Member] = field(min_length=1, max_length=64)
 
-    @field_validator("api_key_env")
+    @validates("api_key_env")
     @classmethod
     def _key_env(cls, v: str | None) -> str | None:
         if v is None:
@@ -168,7 +168,7 @@ class ClusterProfile(Strict):
             raise ValueError(f"{v} is set in every shell to a well-known value; name a variable that holds only the key")
         return v
 
-    @field_validator("api_key_file")
+    @validates("api_key_file")
     @classmethod
     def _key_file(cls, v: str | None) -> str | None:
         if v is not None:
@@ -177,7 +177,7 @@ class ClusterProfile(Strict):
                 raise ValueError(f"expected an absolute path, got {v!r}")
         return v
 
-    @model_validator(mode="after")
+    @validates_record
     def _cluster(self) -> "ClusterProfile":
         _check_members(self)
         return self
@@ -300,8 +300,10 @@ def _check_members(c: ClusterProfile) -> None:
 def parse_cluster(data: Any, source: str = "cluster profile") -> ClusterProfile:
     if not isinstance(data, dict):
         raise InputError(f"{source} is not valid", details=[f"expected a table at the top level, got {type(data).__name__}"])
+    from pydantic import ValidationError
+
     try:
-        return ClusterProfile.model_validate(data)
+        return ClusterProfile.validate(data)
     except ValidationError as exc:
         raise _format_validation(exc, source) from None
 

@@ -79,7 +79,7 @@ def gather(*, doctor_json: str, facts: HostFacts, plan: Plan | None, config: Con
             b.add(f"profile/{src.name}", src.read_text())
         except OSError as exc:
             b.missing.append(f"profile {src}: {exc.strerror or exc}")
-        b.add("profile/recipe.json", config.recipe.model_dump_json(indent=2) + "\n")
+        b.add("profile/recipe.json", config.recipe.to_json())
     kernel, why = _kernel_excerpt(facts, live)
     if kernel is not None:
         b.add("kernel.log", kernel)
