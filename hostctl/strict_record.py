@@ -36,8 +36,8 @@ def validates(*names: str, mode: str = "after") -> Callable[[Any], Any]:
 
 
 def validates_record(method: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    """Mark a method as a check of the whole record, run after its fields: it returns the record
-    or raises ValueError."""
+    """Mark a method as a check of the whole record, run after its fields: it raises ValueError,
+    or the record stands (what it returns is not used)."""
     method.__validates_record__ = True  # type: ignore[attr-defined]
     return method
 
@@ -111,18 +111,21 @@ def _schema(cls: type[StrictRecord], handler: Any) -> Any:
     hints = cls.hints()
     field_checks: dict[str, list[tuple[str, Callable[[Any], Any]]]] = {}
     record_checks: list[Callable[[Any], Any]] = []
+    # by name, the subclass's winning: an overridden check runs once, as the subclass has it
+    members: dict[str, Any] = {}
     for klass in reversed(cls.__mro__):
-        for attr, value in vars(klass).items():
-            func = getattr(value, "__func__", value)
-            marked = getattr(func, "__validates__", None)
-            if marked is not None:
-                names, mode = marked
-                for name in names:
-                    if name not in cls._fields:
-                        raise TypeError(f"{cls.__name__}.{attr} checks {name!r}, which is not a field")
-                    field_checks.setdefault(name, []).append((mode, getattr(cls, attr)))
-            elif getattr(func, "__validates_record__", False):
-                record_checks.append(func)
+        members.update(vars(klass))
+    for attr, value in members.items():
+        func = getattr(value, "__func__", value)
+        marked = getattr(func, "__validates__", None)
+        if marked is not None:
+            names, mode = marked
+            for name in names:
+                if name not in cls._fields:
+                    raise TypeError(f"{cls.__name__}.{attr} checks {name!r}, which is not a field")
+                field_checks.setdefault(name, []).append((mode, getattr(cls, attr)))
+        elif getattr(func, "__validates_record__", False):
+            record_checks.append(func)
 
     fields = {}
     for name, spec in cls._fields.items():
@@ -145,14 +148,24 @@ def _schema(cls: type[StrictRecord], handler: Any) -> Any:
     def make(values: dict[str, Any]) -> Any:
         record = cls._make(values)
         for check in record_checks:
-            record = check(record)
+            check(record)  # raises, or the record stands as made
         return record
 
-    def keep_instances(value: Any, inner: Callable[[Any], Any]) -> Any:
-        return value if isinstance(value, cls) else inner(value)
+    def instance_or_dict(value: Any, inner: Callable[[Any], Any]) -> Any:
+        if isinstance(value, cls):
+            return value  # already validated (or made by trusted code): kept as it is
+        if not isinstance(value, dict):
+            from pydantic_core import PydanticCustomError
+
+            raise PydanticCustomError("model_type", "Input should be a valid dictionary or instance of {name}",
+                                      {"name": cls.__name__})
+        return inner(value)
 
     built = cs.no_info_after_validator_function(
         make, cs.typed_dict_schema(fields, extra_behavior="forbid", cls_name=cls.__name__, config=_CORE_CONFIG))
-    return cs.no_info_wrap_validator_function(
-        keep_instances, built, serialization=cs.plain_serializer_function_ser_schema(lambda r: r.to_dict()))
+    # JSON input goes straight to the fields: a function in between would hand them Python
+    # values, and an array would then not be a tuple.
+    return cs.json_or_python_schema(
+        json_schema=built, python_schema=cs.no_info_wrap_validator_function(instance_or_dict, built),
+        serialization=cs.plain_serializer_function_ser_schema(lambda r: r.to_dict()))
 
