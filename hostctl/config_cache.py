@@ -49,6 +49,7 @@ NAME_TYPES = {"project": str, "api_host": str, "api_port": int, "api_key_env": (
               "project_dir": str}
 KEEP = 64  # entries; tests and tuning sweeps load many profiles, a user has a few
 MAX_ENTRY_BYTES = 1024 * 1024
+STALE_TMP_S = 3600
 
 
 def cache_dir() -> Path:
@@ -278,13 +279,13 @@ def _write(target: Path, blob: bytes) -> None:
     tmp = target.with_name(f".{target.name}.{os.getpid()}-{time.monotonic_ns()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     try:
-        with os.fdopen(fd, "wb", closefd=False) as fh:
-            fh.write(blob)
-    finally:
-        os.close(fd)
-    try:
+        try:
+            with os.fdopen(fd, "wb", closefd=False) as fh:
+                fh.write(blob)
+        finally:
+            os.close(fd)
         os.replace(tmp, target)
-    except OSError:
+    except BaseException:  # a full disk, Ctrl-C: no half-written file stays behind
         tmp.unlink(missing_ok=True)
         raise
 
@@ -293,6 +294,15 @@ def _prune(folder: Path) -> None:
     entries = sorted(folder.glob("*.json"), key=lambda p: p.stat().st_mtime_ns, reverse=True)
     for old in entries[KEEP:]:
         old.unlink(missing_ok=True)
+    # what a writer killed between its write and its rename left (_write's names); an hour old,
+    # so another process's write in progress is never taken from under it
+    stale = time.time() - STALE_TMP_S
+    for tmp in folder.glob(".*.json.*"):
+        try:
+            if tmp.lstat().st_mtime < stale:
+                tmp.unlink()
+        except OSError:
+            pass
 
 
 def load(profile: Path, validate: Callable[[], tuple[Config, Path]]) -> Config:

@@ -136,6 +136,37 @@ def test_old_entries_are_pruned(home, monkeypatch):
     assert len(entries(home)) == 3
 
 
+def test_what_a_killed_writer_left_is_removed_once_it_is_old(home):
+    config.load_config(profile(home, name="p0"))
+    folder = entries(home)[0].parent
+    old, fresh = folder / ".abc.json.111-1", folder / ".def.json.222-2"
+    for tmp in (old, fresh):
+        tmp.write_bytes(b"half an entry")
+    hour_ago = os.stat(fresh).st_mtime - config_cache.STALE_TMP_S - 60
+    os.utime(old, (hour_ago, hour_ago))
+    config.load_config(profile(home, name="p1"))  # a miss: written, then pruned
+    assert not old.exists() and fresh.exists()  # a write in progress elsewhere is left alone
+    assert len(entries(home)) == 2
+
+
+def test_a_write_that_fails_leaves_no_file(home, monkeypatch):
+    class Full:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def write(self, data):
+            raise OSError(28, "No space left on device")
+
+    real = os.fdopen
+    monkeypatch.setattr(config_cache.os, "fdopen", lambda fd, mode="r", **k: Full() if "w" in mode else real(fd, mode, **k))
+    config.load_config(profile(home))  # the load itself still answers
+    folder = home / "cache" / "hostctl" / "config"
+    assert folder.is_dir() and list(folder.iterdir()) == []
+
+
 def test_the_runtime_names_are_read_without_pydantic(home):
     path = profile(home, runtime='[runtime]\nproject = "cc-names"\napi_port = 8123\n')
     from hostctl.service import identity
