@@ -1,6 +1,6 @@
 """Record: the base of the values hostctl builds itself (HostFacts, the Plan), and their checks.
 
-A record is a plain class with named, annotated fields: defining one costs ~20 us and making one
+A record is a plain class with named, annotated fields: defining one costs ~50 us and making one
 is a keyword call, where a pydantic model cost ~1 ms of class creation and pulling in pydantic
 (~120 ms of `doctor`, `facts` and `plan` on the 2-CPU machine, benchmarks/results/doctor_quick-*.txt,
 round 5). What a probe or planner makes is trusted as made; what comes from a file (a facts
@@ -9,8 +9,9 @@ types these records use: str, int, float, bool, None, Literal, `X | None`, list[
 dict[str, X], bare dict and list, and nested records, with `ge` bounds. Its errors have the shape pydantic's
 have ({loc, msg, type, input}), so the profile's errors and a snapshot's read alike.
 
-The profile and the recipe (hostctl/config.py) stay pydantic models: their validators are the
-product, and the config cache (hostctl/config_cache.py) spares most runs from building them.
+The profile and the recipe (hostctl/config.py) are StrictRecords (hostctl/strict_record.py):
+pydantic validates them, because their checks are the product, and only when the config cache
+(hostctl/config_cache.py) does not remember the profile.
 """
 
 from __future__ import annotations
