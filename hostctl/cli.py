@@ -35,9 +35,9 @@ if TYPE_CHECKING:
     from hostctl.service.identity import RuntimeIdentity
 
 # Start-up cost (benchmarks/doctor_quick.py): a command imports what it uses, inside its function.
-# pydantic (it validates a profile the config cache does not remember), the facts, rich, the docker SDK, httpx, jinja2 and YAML are
-# not imported to parse the arguments or print --help; tests/unit/test_cli_imports.py keeps the
-# heavy optional modules out of --help, plan and status.
+# pydantic (it validates a profile the config cache does not remember), the facts, rich, the docker
+# SDK, httpx, jinja2 and YAML are not imported to parse the arguments or print --help;
+# tests/unit/test_cli_imports.py keeps the heavy optional modules out of --help, plan and status.
 
 
 class _Console:

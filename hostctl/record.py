@@ -28,11 +28,12 @@ _MISSING: Any = object()
 
 
 class _FieldSpec:
-    __slots__ = ("name", "key", "default", "factory", "ge", "constraints")
+    __slots__ = ("name", "key", "default", "factory", "required", "ge", "constraints")
 
     def __init__(self, name: str, key: str, default: Any, factory: Callable[[], Any] | None,
                  constraints: dict[str, Any]):
         self.name, self.key, self.default, self.factory = name, key, default, factory
+        self.required = default is _MISSING and factory is None
         self.ge = constraints.get("ge")
         self.constraints = constraints  # for a StrictRecord: what pydantic checks (hostctl/strict_record.py)
 
@@ -103,7 +104,7 @@ class Record:
         for name, spec in self._fields.items():
             value = values.pop(name, _MISSING)
             if value is _MISSING:
-                if spec.default is _MISSING and spec.factory is None:
+                if spec.required:
                     raise TypeError(f"{type(self).__name__}: missing field {name!r}")
                 value = spec.fill()
             object.__setattr__(self, name, value)
@@ -217,7 +218,7 @@ def _check(tp: Any, value: Any, loc: tuple, errors: list) -> Any:
                 return float(value)
             except OverflowError:
                 return _err(errors, loc, "finite_number", "Input should be a finite number", value)
-        if type(value) is tp or (tp is float and type(value) is float):
+        if type(value) is tp:
             return value
         return _err(errors, loc, kind, msg, value)
     origin = typing.get_origin(tp)
@@ -276,7 +277,7 @@ def _check_record(cls: type[Record], value: Any, loc: tuple, errors: list) -> An
         known.add(spec.key)
         known.add(name)
         if key not in value:
-            if spec.default is _MISSING and spec.factory is None:
+            if spec.required:
                 _err(errors, loc + (spec.key,), "missing", "Field required", value)
             continue
         got = _check(hints[name], value[key], loc + (key,), errors)

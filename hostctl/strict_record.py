@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from hostctl.record import _MISSING, Record
+from hostctl.record import Record
 
 _ADAPTERS: dict[type, Any] = {}
 
@@ -98,7 +98,7 @@ def _adapter(cls: type) -> Any:
     if adapter is None:
         from pydantic import ConfigDict, TypeAdapter
 
-        adapter = _ADAPTERS[cls] = TypeAdapter(cls, config=ConfigDict(strict=True, allow_inf_nan=False, title=cls.__name__))
+        adapter = _ADAPTERS[cls] = TypeAdapter(cls, config=ConfigDict(title=cls.__name__))
     return adapter
 
 
@@ -138,11 +138,10 @@ def _schema(cls: type[StrictRecord], handler: Any) -> Any:
         for mode, check in field_checks.get(name, []):
             wrap = cs.no_info_before_validator_function if mode == "before" else cs.no_info_after_validator_function
             schema = wrap(check, schema)
-        required = spec.default is _MISSING and spec.factory is None
-        if not required:
+        if not spec.required:
             schema = (cs.with_default_schema(schema, default_factory=spec.factory) if spec.factory is not None
                       else cs.with_default_schema(schema, default=spec.default))
-        fields[name] = cs.typed_dict_field(schema, required=required,
+        fields[name] = cs.typed_dict_field(schema, required=spec.required,
                                            validation_alias=spec.key if spec.key != name else None)
 
     def make(values: dict[str, Any]) -> Any:
