@@ -274,7 +274,7 @@ def remember(profile: Path, recipe: Path, config: Config, profile_bytes: bytes |
 
 
 def _write(target: Path, blob: bytes) -> None:
-    """Whole or not at all (a rename), but without hostctl.atomic's fsyncs: an entry lost in a
+    """Whole or not at all (a rename), but without hostctl.safefs's fsyncs: an entry lost in a
     crash is validated again, and a miss in a test run must not wait on the disk."""
     tmp = target.with_name(f".{target.name}.{os.getpid()}-{time.monotonic_ns()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)

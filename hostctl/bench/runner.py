@@ -23,7 +23,7 @@ from pathlib import Path
 import httpx
 
 from hostctl import __version__, paths
-from hostctl.atomic import write_atomic
+from hostctl.safefs import write_file
 from hostctl.bench import probes as probes_mod
 from hostctl.bench import qualify, suites, text
 from hostctl.bench.client import Api, ApiError
@@ -196,10 +196,10 @@ def run(config: Config, plan: Plan, suite_ref: str, *, out_dir: Path | None, say
         doc["finished_at"] = _now()
         doc["seconds"] = round(time.perf_counter() - t_run, 3)
         doc["summary"] = {s: sum(1 for p in doc["probes"] if p["status"] == s) for s in ("ok", "failed", "skipped")}
-        write_atomic(path, json.dumps(doc, indent=2) + "\n")
+        write_file(path, json.dumps(doc, indent=2) + "\n")
         if suite.id == qualify.QUALIFY_SUITE and doc["status"] != "interrupted":
             doc["qualify"] = qualify.store(doc, str(path)) if store_verdict else qualify.verdict(doc, str(path))
-            write_atomic(path, json.dumps(doc, indent=2) + "\n")
+            write_file(path, json.dumps(doc, indent=2) + "\n")
     return doc, path
 
 

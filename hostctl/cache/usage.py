@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from datetime import datetime, timezone
 
 from hostctl import paths
-from hostctl.atomic import write_atomic
+from hostctl.safefs import write_file
 
 USAGE_FILE = "cache-use.json"
 USAGE_SCHEMA = "hostctl.cache-use/v1"
@@ -65,4 +65,4 @@ def record_ready(config, plan, log_lines: Iterable[str]) -> None:
     for g in generations(scan_for(roots), key):
         if g.use == "used":
             used[g.id] = now
-    write_atomic(paths.state_dir() / USAGE_FILE, json.dumps(doc, indent=2) + "\n")
+    write_file(paths.state_dir() / USAGE_FILE, json.dumps(doc, indent=2) + "\n")

@@ -52,8 +52,8 @@ def remember(plugin: str, version: str, before: dict | None) -> None:
     if ident is None or ident != before:
         return
     try:
-        from hostctl.atomic import write_atomic  # only on a miss: tempfile and its imports cost ~4 ms
+        from hostctl.safefs import write_file  # only on a miss: tempfile and its imports cost ~4 ms
 
-        write_atomic(user_cache_dir() / CACHE_NAME, json.dumps({"schema": CACHE_SCHEMA, **ident, "version": version}) + "\n")
+        write_file(user_cache_dir() / CACHE_NAME, json.dumps({"schema": CACHE_SCHEMA, **ident, "version": version}) + "\n")
     except OSError:
         pass  # a read-only or full home: the next probe asks the plugin again

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Literal
 
 from hostctl import paths
-from hostctl.atomic import write_atomic
+from hostctl.safefs import write_file
 from hostctl.facts.acs import PCI_DEVICES, probe_acs
 from hostctl.facts.model import TOPOLOGY_ORDER, AcsFacts, Gpu, HostFacts, P2PVerdict
 from hostctl.facts.state import P2P_FILE
@@ -187,7 +187,7 @@ def verdict_applies(verdict: P2PVerdict | None, facts: HostFacts, uuids: list[st
 
 def store_verdict(verdict: P2PVerdict, state_dir: Path | None = None) -> Path:
     """Write state_dir()/p2p.json atomically."""
-    return write_atomic((state_dir or paths.state_dir()) / P2P_FILE, json.dumps(verdict.to_dict(), indent=2) + "\n")
+    return write_file((state_dir or paths.state_dir()) / P2P_FILE, json.dumps(verdict.to_dict(), indent=2) + "\n")
 
 
 def _now() -> str:

@@ -10,7 +10,7 @@
   name, size and content sha256 (docs/model-and-cache-formats.md, "Snapshot marker", says how it
   is computed and where that comes from).
 
-Both are replaced atomically (hostctl.atomic), so an interrupted pull leaves the last good one.
+Both are replaced atomically (hostctl.safefs), so an interrupted pull leaves the last good one.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from hostctl.atomic import write_atomic
+from hostctl.safefs import write_file
 
 MANIFEST_NAME = ".hostctl-model.json"
 MANIFEST_SCHEMA = "hostctl.model-manifest/v1"
@@ -80,7 +80,7 @@ def manifest_path(model_dir: str | Path) -> Path:
 
 
 def write_manifest(model_dir: str | Path, manifest: Manifest) -> Path:
-    return write_atomic(manifest_path(model_dir), manifest.to_json())
+    return write_file(manifest_path(model_dir), manifest.to_json())
 
 
 def weight_files(index_text: bytes | None, listing: list[str]) -> list[str] | None:
@@ -133,4 +133,4 @@ def write_marker(model_dir: str | Path, manifest: Manifest) -> Path | None:
             return None
         shards.append((name, entry.size, entry.sha256))
     doc = marker_document(manifest.repo, manifest.revision, marker_digest(config_text, index_text, shards))
-    return write_atomic(root / MARKER_NAME, json.dumps(doc, sort_keys=True))
+    return write_file(root / MARKER_NAME, json.dumps(doc, sort_keys=True))

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hostctl import paths
-from hostctl.atomic import write_atomic
+from hostctl.safefs import write_file
 from hostctl.config import DriveIdentity, load_recipe, parse_profile, recipe_path
 from hostctl.errors import FailedError, InputError, RefusedError
 from hostctl.facts.model import HostFacts
@@ -128,7 +128,7 @@ def init_profile(*, facts_path: Path | None, options: InitOptions, recipe_ref: s
     if out is None:
         return InitResult(proposal, source, text, None, False)
     try:
-        write_atomic(out, text, exclusive=not force)
+        write_file(out, text, exclusive=not force)
     except FileExistsError:
         _refuse_existing(out)  # it appeared while init was deciding
     except OSError as exc:

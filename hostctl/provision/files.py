@@ -7,7 +7,7 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
-from hostctl import atomic, paths, testhooks
+from hostctl import paths, safefs, testhooks
 
 
 def read_text(host_path: str) -> str | None:
@@ -29,6 +29,6 @@ def diff(host_path: str, old: str | None, new: str) -> str:
     return "".join(line if line.endswith("\n") else line + "\n" for line in lines).rstrip("\n")
 
 
-def write_atomic(host_path: str, text: str) -> Path:
+def write_file(host_path: str, text: str) -> Path:
     """Replace the file at this host path (under the sysroot), keeping its mode and owner."""
-    return atomic.write_atomic(paths.system_path(host_path), text, before_replace=lambda: testhooks.at_write(host_path))
+    return safefs.write_file(paths.system_path(host_path), text, before_replace=lambda: testhooks.at_write(host_path))

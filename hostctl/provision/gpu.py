@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from hostctl import paths
-from hostctl.atomic import write_atomic
+from hostctl.safefs import write_file
 from hostctl.config import Config
 from hostctl.errors import FailedError, InputError
 from hostctl.facts.gpu import NVIDIA_VERSION, NvmlAdapter, NvmlUnavailable
@@ -219,7 +219,7 @@ def _unit(d: Decision, config: Config, plan: Plan, snap: GpuSnapshot, hostctl_bi
         target = paths.system_path(UNIT_PATH)
         d.add(Action("gpu/power-unit", f"write {UNIT_PATH} ({len(text.splitlines())} lines, "
                      f"{'replacing a different one' if current is not None else 'new'})",
-                     run=lambda: write_atomic(target, text, mode=0o644) and None,
+                     run=lambda: write_file(target, text, mode=0o644) and None,
                      diff=file_edit.diff(UNIT_PATH, current, text), changes=UNIT_PATH, why=why))
     else:
         d.add(Settled("gpu/power-unit", f"{UNIT_PATH} is current"))

@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from hostctl import __version__, paths
-from hostctl.atomic import write_atomic
+from hostctl.safefs import write_file
 from hostctl.config import Config
 from hostctl.facts.state import PROVISIONED_FILE
 
@@ -38,4 +38,4 @@ def record_converged(part: str, config: Config, state_dir: Path | None = None) -
     if isinstance(old, dict) and all(old.get(k) == v for k, v in entry.items()) and old.get("converged_at"):
         return path  # converged before with this profile: a re-run leaves the record (and its mtime) as it is
     parts[part] = {"converged_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), **entry}
-    return write_atomic(path, json.dumps({"schema": SCHEMA, "parts": parts}, indent=2, sort_keys=True) + "\n")
+    return write_file(path, json.dumps({"schema": SCHEMA, "parts": parts}, indent=2, sort_keys=True) + "\n")

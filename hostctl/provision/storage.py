@@ -285,7 +285,7 @@ def _mkdir(step: str, path: str, owner: tuple[int, int] | None, *, create: bool,
 
 def _write(step: str, host_path: str, old: str | None, new: str, why: str = "") -> Action:
     diff = files.diff(host_path, old, new)
-    return Action(step=step, describe=f"edit {host_path}:\n{diff}", run=lambda: files.write_atomic(host_path, new) and None,
+    return Action(step=step, describe=f"edit {host_path}:\n{diff}", run=lambda: files.write_file(host_path, new) and None,
                   diff=diff, changes=host_path, why=why)
 
 

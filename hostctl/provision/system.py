@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from hostctl import paths
-from hostctl.atomic import write_atomic
+from hostctl.safefs import write_file
 from hostctl.config import Config, recipe_path
 from hostctl.errors import FailedError, InputError
 from hostctl.facts.model import HostFacts
@@ -114,7 +114,7 @@ def _file_action(host_path: PurePosixPath, current: bytes | None, data: bytes) -
     old, new = text_of(current), text_of(data)
     diff = file_edit.diff(str(host_path), old, new) if new is not None else None
     return Action(step=f"system/file{host_path}", describe=f"{verb} {host_path} ({len(data)} bytes, mode 0644)",
-                  run=lambda: write_atomic(target, data, mode=0o644) and None, diff=diff, changes=str(host_path),
+                  run=lambda: write_file(target, data, mode=0o644) and None, diff=diff, changes=str(host_path),
                   why=_why(host_path))
 
 

@@ -12,7 +12,7 @@ import json
 from datetime import datetime, timedelta, timezone
 
 from hostctl import paths
-from hostctl.atomic import write_atomic
+from hostctl.safefs import write_file
 
 HISTORY_FILE = "restarts.json"
 SCHEMA = "hostctl.restarts/v1"
@@ -38,7 +38,7 @@ def load() -> list[dict]:
 
 
 def _save(entries: list[dict]) -> None:
-    write_atomic(paths.state_dir() / HISTORY_FILE,
+    write_file(paths.state_dir() / HISTORY_FILE,
                  json.dumps({"schema": SCHEMA, "entries": entries[-KEEP:]}, indent=2) + "\n")
 
 

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from hostctl import paths
-from hostctl.atomic import write_atomic
+from hostctl.safefs import write_file
 
 SERVICE_FILE = "service.json"
 SMOKE_FILE = "last-smoke.json"
@@ -18,7 +18,7 @@ QUALIFY_FILE = "qualify.json"  # read back by hostctl.facts.state
 
 
 def _write(name: str, doc: dict) -> Path:
-    return write_atomic(paths.state_dir() / name, json.dumps(doc, indent=2) + "\n")
+    return write_file(paths.state_dir() / name, json.dumps(doc, indent=2) + "\n")
 
 
 def _read(name: str) -> dict | None:

@@ -35,7 +35,7 @@ from datetime import datetime, timezone
 import httpx
 
 from hostctl import paths
-from hostctl.atomic import write_atomic
+from hostctl.safefs import write_file
 from hostctl.config import Config
 from hostctl.failures import StartEvidence, Finding, classify
 from hostctl.plan.model import Plan
@@ -183,7 +183,7 @@ def process_start(pid: int) -> int | None:
 
 
 def _save_supervisor(name: str) -> None:
-    write_atomic(paths.state_dir() / SUPERVISOR_FILE,
+    write_file(paths.state_dir() / SUPERVISOR_FILE,
                  json.dumps({"pid": os.getpid(), "start": process_start(os.getpid()), "container": name,
                              "since": _now_iso()}) + "\n")
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import yaml
 
 from hostctl import paths
-from hostctl.atomic import write_atomic
+from hostctl.safefs import write_file
 from hostctl.bench import runner as bench_runner
 from hostctl.bench import suites
 from hostctl.config import Config, parse_recipe
@@ -95,7 +95,7 @@ def _with_knob_files(plan: Plan, boot: tplan.Boot, knob_dir: Path) -> Plan:
 
 def _write_knobs(knob_dir: Path, values: dict) -> None:
     for var, value in values.items():
-        write_atomic(knob_dir / var, f"{value}\n")
+        write_file(knob_dir / var, f"{value}\n")
 
 
 class Sweep:
@@ -288,10 +288,10 @@ class Sweep:
                       f"{self.doc['winner']['trial']}, {self.tp.tuning.objective} = {self.doc['winner']['objective']}\n"
                       f"# from {self.recipe_source}; results in {self.out_dir}/tune.json. Review, then copy it over "
                       "the recipe yourself: tune never applies it.\n")
-            write_atomic(target, header + yaml.safe_dump(tuned, sort_keys=False))
+            write_file(target, header + yaml.safe_dump(tuned, sort_keys=False))
             self.doc["tuned_recipe"] = str(target)
         path = self.out_dir / "tune.json"
-        write_atomic(path, json.dumps(self.doc, indent=2, default=str) + "\n")
+        write_file(path, json.dumps(self.doc, indent=2, default=str) + "\n")
         return path
 
 

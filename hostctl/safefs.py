@@ -1,0 +1,303 @@
+"""Who may steer a path root uses, and the one way hostctl opens, creates and replaces files
+(README "Security"). hostctl trusts root and the invoking user (SUDO_UID under sudo, else the
+real uid) and nobody else on the host.
+
+A path is *safe* when no one else can change where it leads: every directory on the way is owned
+by a trusted user and writable by no one else (group-write is allowed only through the owner's
+own private group, as login's USERGROUPS_ENAB makes it; a sticky directory such as /tmp is fine
+for entries a trusted user owns), and every symlink on the way is a trusted user's in such a
+directory. Folders are walked one component at a time with `openat` and `O_NOFOLLOW`, so the
+check and the use are the same directory (no window between a check and a second lookup); files
+are created with `O_EXCL` under that directory's fd and their mode and owner are set on the open
+file, never on a path.
+
+A refusal is an `UntrustedPathError` (exit 3) naming the path, who owns it and its mode.
+"""
+
+from __future__ import annotations
+
+import grp
+import os
+import pwd
+import stat
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from hostctl.errors import RefusedError
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+MAX_LINKS = 40  # the kernel's own limit on links followed in one lookup (ELOOP)
+TEMP_MARK = ".hostctl-"  # temporaries are .<name>.hostctl-<random>; a killed writer's are removed
+
+
+class UntrustedPathError(RefusedError):
+    """A path someone other than root and the invoking user could swap or has written."""
+
+    code = "untrusted-path"
+
+    def __init__(self, path: str | Path, why: str, *, fix: str | None = None):
+        self.path = str(path)
+        super().__init__(f"{path}: {why}", fix=fix or (
+            "hostctl runs as root and trusts only root and the user who ran sudo: use a folder and files that only "
+            "they own and can write (e.g. under your home or /var/lib/hostctl), or fix the owner and mode shown"))
+
+
+def invoking_uid(env: dict[str, str] | None = None) -> int:
+    """The user who ran hostctl: SUDO_UID under sudo (as root), else the real uid."""
+    env = os.environ if env is None else env
+    sudo = env.get("SUDO_UID", "")
+    if os.geteuid() == 0 and sudo.isdigit():
+        return int(sudo)
+    return os.getuid()
+
+
+def trusted_uids() -> frozenset[int]:
+    return frozenset({0, os.geteuid(), invoking_uid()})
+
+
+def owner_name(uid: int) -> str:
+    try:
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def _private_group(st: os.stat_result) -> bool:
+    """The file's group is its owner's own: the owner's primary group with no other members."""
+    try:
+        return pwd.getpwuid(st.st_uid).pw_gid == st.st_gid and not grp.getgrgid(st.st_gid).gr_mem
+    except KeyError:
+        return False
+
+
+def others_can_write(st: os.stat_result) -> bool:
+    """Anyone but the owner can write it (root can always; that is trusted)."""
+    if st.st_mode & stat.S_IWOTH:
+        return True
+    return bool(st.st_mode & stat.S_IWGRP) and not _private_group(st)
+
+
+def describe(st: os.stat_result) -> str:
+    return f"owned by {owner_name(st.st_uid)}, mode {stat.filemode(st.st_mode)}"
+
+
+def _swappable(st: os.stat_result) -> bool:
+    """Others could rename or replace entries of this directory (sticky protects others' entries)."""
+    return others_can_write(st) and not st.st_mode & stat.S_ISVTX
+
+
+def check_file_stat(path: str | Path, st: os.stat_result) -> None:
+    """A file hostctl will trust (a profile, a recipe, an ssh config, a key, an env file): a
+    trusted user's and writable by no one else, as sshd's StrictModes asks of authorized_keys."""
+    if st.st_uid not in trusted_uids():
+        raise UntrustedPathError(path, f"the file is {describe(st)}; hostctl reads only files that root or you own")
+    if others_can_write(st):
+        raise UntrustedPathError(path, f"the file is {describe(st)}: others can change it; "
+                                       f"fix: chmod go-w {path}")
+
+
+def _component(parent_fd: int, name: str, shown: str, parent: str, parent_st: os.stat_result) -> os.stat_result | None:
+    """The lstat of one component, or None when it is missing; refused when someone else could
+    swap it: its folder writable by others (and not sticky), or the entry itself not a trusted
+    user's (a folder or link of another user leads wherever they like)."""
+    if _swappable(parent_st):
+        raise UntrustedPathError(parent, f"the folder is {describe(parent_st)}: others can replace what is in it")
+    try:
+        st = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    if st.st_uid not in trusted_uids():
+        raise UntrustedPathError(shown, f"it is {describe(st)}; root would follow what that user put there")
+    return st
+
+
+def open_dir(path: str | Path, *, create: bool = False, mode: int = 0o755,
+             owner: tuple[int, int] | None = None, follow: bool = True) -> int:
+    """An fd of the directory `path` (absolute or relative to the cwd), walked from / one
+    component at a time; `create` makes what is missing (mode `mode`, chowned to `owner` on the
+    open directory). `follow=False` refuses any symlink on the way (names from outside, below a
+    folder of hostctl's). Raises UntrustedPathError when anyone but root and the invoking user
+    could change where it leads, NotADirectoryError / FileNotFoundError as open would."""
+    path = Path(os.path.abspath(path))
+    todo = list(path.parts[1:])
+    fd = os.open("/", _DIR_FLAGS)
+    shown, links = Path("/"), 0
+    try:
+        st = os.fstat(fd)
+        while todo:
+            part = todo.pop(0)
+            if part in ("", "."):
+                continue
+            if part == "..":
+                new = os.open("..", _DIR_FLAGS, dir_fd=fd)
+                os.close(fd)
+                fd, shown = new, shown.parent
+                st = os.fstat(fd)
+                continue
+            here = shown / part
+            cst = _component(fd, part, str(here), str(shown), st)
+            if cst is None:
+                if not create:
+                    raise FileNotFoundError(2, "No such file or directory", str(here))
+                try:
+                    os.mkdir(part, mode, dir_fd=fd)
+                except FileExistsError:
+                    todo.insert(0, part)  # made by someone a moment ago: look again
+                    continue
+                new = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                if owner is not None:
+                    os.fchown(new, *owner)
+                os.close(fd)
+                fd, shown = new, here
+                st = os.fstat(fd)
+                continue
+            if stat.S_ISLNK(cst.st_mode):
+                if not follow:
+                    raise UntrustedPathError(here, "it is a symlink, and this path must not pass through one")
+                links += 1
+                target = os.readlink(part, dir_fd=fd)
+                if links > MAX_LINKS or not target:
+                    raise UntrustedPathError(here, "too many symlinks on the way")
+                if target.startswith("/"):
+                    os.close(fd)
+                    fd, shown = os.open("/", _DIR_FLAGS), Path("/")
+                    st = os.fstat(fd)
+                todo[:0] = [p for p in Path(target).parts if p != "/"]
+                continue
+            new = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            nst = os.fstat(new)
+            if (nst.st_dev, nst.st_ino) != (cst.st_dev, cst.st_ino):  # swapped between the stat and the open
+                os.close(new)
+                raise UntrustedPathError(here, "it changed while hostctl was opening it")
+            os.close(fd)
+            fd, shown, st = new, here, nst
+        if _swappable(st):
+            raise UntrustedPathError(shown, f"the folder is {describe(st)}: others can replace what is in it")
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+@contextmanager
+def opened_dir(path: str | Path, **kwargs) -> Iterator[int]:
+    fd = open_dir(path, **kwargs)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def check_dir(path: str | Path, *, private: bool = False) -> None:
+    """Refuse a folder (and the way to it) that another user could swap or write; `private`: also
+    one that others can write into at all (a project folder Compose reads, an output folder)."""
+    with opened_dir(path) as fd:
+        st = os.fstat(fd)
+        if private and others_can_write(st):
+            raise UntrustedPathError(path, f"the folder is {describe(st)}: others can put files in it")
+
+
+def read_trusted(path: str | Path, *, max_bytes: int) -> bytes:
+    """The bytes of a file hostctl will act on as root: the way to it safe, the file itself a
+    trusted user's, writable by no one else, regular (a FIFO would block), at most `max_bytes`."""
+    path = Path(path)
+    with opened_dir(path.parent) as dfd:
+        fd = os.open(path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UntrustedPathError(path, "it is not a regular file")
+        check_file_stat(path, st)
+        chunks, size = [], 0
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > max_bytes:
+                raise ValueError(f"{path} is larger than {max_bytes} bytes")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def remove_stale_temps(dir_fd: int, name: str) -> None:
+    prefix = f".{name}{TEMP_MARK}"
+    for entry in os.listdir(dir_fd):
+        if entry.startswith(prefix):
+            try:
+                os.unlink(entry, dir_fd=dir_fd)
+            except (FileNotFoundError, IsADirectoryError):
+                pass
+
+
+def create_temp(dir_fd: int, name: str, mode: int = 0o600) -> tuple[int, str]:
+    """A new, empty temporary file for `name` in the directory: O_EXCL, never a link."""
+    for _ in range(100):
+        tmp = f".{name}{TEMP_MARK}{os.urandom(6).hex()}"
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode,
+                           dir_fd=dir_fd), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name for {name}")
+
+
+def fsync_dir(dir_fd: int) -> None:
+    os.fsync(dir_fd)  # the rename itself must survive a power cut
+
+
+def commit_temp(dir_fd: int, tmp: str, name: str, *, exclusive: bool = False) -> None:
+    """Give the finished temporary its name: atomically replace (or, `exclusive`, claim a name no
+    one has: a hard link never overwrites), then fsync the directory."""
+    if exclusive:
+        try:
+            os.link(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+            os.unlink(tmp, dir_fd=dir_fd)
+        except FileExistsError:
+            raise
+        except OSError:  # a filesystem without hard links: claim the name first, then fill it
+            os.close(os.open(name, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o600, dir_fd=dir_fd))
+            os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    else:
+        os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    fsync_dir(dir_fd)
+
+
+def write_file(target: str | Path, data: str | bytes, *, mode: int | None = None,
+               owner: tuple[int, int] | None = None, exclusive: bool = False, create_dirs: bool = True,
+               dir_mode: int = 0o755, before_replace: Callable[[], None] | None = None) -> Path:
+    """Replace `target` with `data` so that a crash leaves the old file or the new one. The folder
+    is opened safely (open_dir); a file being replaced keeps its mode and owner unless `mode` /
+    `owner` are given; a new one gets `mode` or 0644. The temporary is made with O_EXCL, its mode
+    and owner set on the open file, data and rename fsynced. `exclusive`: FileExistsError when
+    `target` exists. A temporary left by a writer that was killed goes first."""
+    target = Path(target)
+    with opened_dir(target.parent, create=create_dirs, mode=dir_mode, owner=owner) as dfd:
+        remove_stale_temps(dfd, target.name)
+        try:
+            st = os.stat(target.name, dir_fd=dfd, follow_symlinks=False)
+            # another user's file is replaced, never handed back to them
+            trusted = stat.S_ISREG(st.st_mode) and st.st_uid in trusted_uids()
+            kept = (st.st_mode & 0o7777, (st.st_uid, st.st_gid)) if trusted else (None, None)
+        except FileNotFoundError:
+            kept = (None, None)
+        fd, tmp = create_temp(dfd, target.name)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data.encode() if isinstance(data, str) else data)
+                fh.flush()
+                os.fchmod(fh.fileno(), mode if mode is not None else (kept[0] if kept[0] is not None else 0o644))
+                chown_to = owner or kept[1]
+                if chown_to is not None and chown_to != (os.geteuid(), os.getegid()):
+                    os.fchown(fh.fileno(), *chown_to)
+                os.fsync(fh.fileno())
+            if before_replace is not None:
+                before_replace()
+            commit_temp(dfd, tmp, target.name, exclusive=exclusive)
+        except BaseException:
+            try:
+                os.unlink(tmp, dir_fd=dfd)
+            except FileNotFoundError:
+                pass
+            raise
+    return target
