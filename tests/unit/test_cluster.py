@@ -294,6 +294,59 @@ def test_render_writes_one_project_per_member(tmp_path, capsys, monkeypatch):
     assert "GLOO_SOCKET_IFNAME=lo" in env and oct(os.stat(tmp_path / "out" / "follow" / "runtime.env").st_mode)[-3:] == "600"
 
 
+ROUTER_STAND_IN = """import json, os, sys
+
+
+def parse_router_args(args):
+    return args[args.index("--api-key") + 1]
+
+
+def launch_router(key):
+    with open("/proc/self/cmdline", "rb") as fh:
+        cmdline = fh.read().replace(b"\\0", b" ").decode()
+    with open(os.environ["STAND_IN_OUT"], "w") as fh:
+        json.dump({"key": key, "cmdline": cmdline}, fh)
+
+
+def main():
+    launch_router(parse_router_args(sys.argv[1:]))
+"""
+
+
+def test_the_router_key_reaches_vllm_router_but_not_its_argv(tmp_path, monkeypatch):
+    """The rendered router container's entrypoint and command, run as a process: vllm-router gets
+    the key, and the process's argv (/proc/PID/cmdline, what `ps` shows every local user) does
+    not hold it. vllm-router itself lives only in the router image, so a stand-in module with its
+    launcher's two functions (vllm_router.launch_router: parse_router_args, launch_router, main)
+    records what it was given."""
+    import subprocess
+    import sys
+
+    monkeypatch.setattr("hostctl.service.compose.compose_available",
+                        lambda: type("R", (), {"ok": False, "why": lambda self: "not in unit tests"})())
+    monkeypatch.setenv("HC_TEST_KEY", "planted-key-0987")
+    assert cli.main(["render", "--cluster", str(write_cluster(tmp_path, replicas())), "--out", str(tmp_path / "o")]) == 0
+    svc = yaml.safe_load((tmp_path / "o" / "gw" / "compose.yaml").read_text())["services"]["router"]
+    pkg, bin_dir = tmp_path / "pkg" / "vllm_router", tmp_path / "bin"
+    pkg.mkdir(parents=True)
+    bin_dir.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "launch_router.py").write_text(ROUTER_STAND_IN)
+    (bin_dir / "python3").symlink_to(sys.executable)
+    (bin_dir / "vllm-router").write_text(f"#!{sys.executable}\nfrom vllm_router.launch_router import main\nmain()\n")
+    (bin_dir / "vllm-router").chmod(0o755)
+    # What Compose runs: entrypoint + command, with $$ read as one $.
+    argv = [a.replace("$$", "$").replace("/opt/venv/bin/", f"{bin_dir}/") for a in svc["entrypoint"] + svc["command"]]
+    out = tmp_path / "seen.json"
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(tmp_path / "pkg"), "STAND_IN_OUT": str(out),
+           "HOSTCTL_ROUTER_KEY": "planted-key-0987"}
+    subprocess.run(argv, env=env, check=True, timeout=60)
+    seen = json.loads(out.read_text())
+    assert seen["key"] == "planted-key-0987"
+    assert "planted-key-0987" not in seen["cmdline"]
+    assert "--host" in seen["cmdline"]  # the stand-in did read the real argv
+
+
 def test_render_the_router_project_without_the_key(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr("hostctl.service.compose.compose_available",
                         lambda: type("R", (), {"ok": False, "why": lambda self: "not in unit tests"})())
