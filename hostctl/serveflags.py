@@ -35,6 +35,10 @@ OWNED: dict[str, str] = {
     "--config": "a YAML file of further flags, which could set any flag above unseen",
 }
 SHORT_ALIASES: dict[str, str] = {}
+# On a member of one model across hosts, the cluster plan owns the rendezvous flags too
+# (hostctl.cluster.plan.CLUSTER_FLAGS); these are vLLM 0.32's short aliases among them.
+CLUSTER_ALIASES: dict[str, str] = {"-tp": "--tensor-parallel-size", "-pp": "--pipeline-parallel-size",
+                                   "-n": "--nnodes", "-r": "--node-rank", "-dpa": "--data-parallel-address"}
 # The canonical spellings a recipe may still write, and what hostctl does with each instead of
 # passing it on: vLLM-MoET's recipes carry --max-model-len equal to their context (config checks
 # it is), and --hf-token VALUE is moved out of argv into the 0600 env file as HF_TOKEN.
@@ -55,23 +59,24 @@ def normalise(token: str) -> tuple[str, str | None]:
     return name, (value if eq else None)
 
 
-def owned(token: str) -> Owned | None:
-    """The owned flag argparse could read `token` as, or None. An ambiguous prefix (`--h`,
-    `--p`) names the first owned flag it could be: vLLM would refuse it anyway."""
+def owned(token: str, flags=OWNED, aliases: dict[str, str] | None = None) -> Owned | None:
+    """The flag of `flags` (default: OWNED) argparse could read `token` as, or None. An ambiguous
+    prefix (`--h`, `--p`) names the first owned flag it could be: vLLM would refuse it anyway."""
+    aliases = SHORT_ALIASES if aliases is None else aliases
     if not token.startswith("-") or token in ("-", "--"):
         return None
     name, value = normalise(token)
     if not name.startswith("--"):
-        if name in SHORT_ALIASES:
-            return Owned(SHORT_ALIASES[name], value)
+        if name in aliases:
+            return Owned(aliases[name], value)
         # -xVALUE: argparse splits a short option from its glued value
-        for alias, flag in SHORT_ALIASES.items():
+        for alias, flag in aliases.items():
             if name.startswith(alias):
                 return Owned(flag, token[len(alias):])
         return None
     if len(name) <= 2:
         return None
-    for flag in OWNED:
+    for flag in flags:
         if flag.startswith(name):
             return Owned(flag, value)
     return None

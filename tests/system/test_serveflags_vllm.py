@@ -6,7 +6,8 @@
 - the rendered demo project's argv parses to the plan's host and port;
 - the list holds: every owned flag is one of vLLM's options, no other vLLM option is a prefix of
   an owned one (so refusing every prefix refuses nothing vLLM would read as another flag), and
-  no short alias vLLM defines belongs to an owned flag (serveflags.SHORT_ALIASES).
+  no short alias vLLM defines belongs to an owned flag (serveflags.SHORT_ALIASES); the same for
+  the rendezvous flags a cluster plan owns (CLUSTER_FLAGS, serveflags.CLUSTER_ALIASES).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import pytest
 import yaml
 
 from hostctl import examples, serveflags
+from hostctl.cluster.plan import CLUSTER_FLAGS
 from hostctl.config import parse_recipe
 from hostctl.errors import InputError
 from hostctl.plan import build_plan
@@ -93,3 +95,7 @@ def test_vllms_parser_agrees_with_serveflags(demo_image):
     assert [o for o in options for f in serveflags.OWNED if f.startswith(o) and o != f] == []
     owned_aliases = {s: f for s, f in got["aliases"].items() if f in serveflags.OWNED}
     assert owned_aliases == serveflags.SHORT_ALIASES
+    # The same for the flags a cluster plan owns on a member (hostctl.cluster.plan.CLUSTER_FLAGS).
+    assert set(CLUSTER_FLAGS) <= options
+    assert [o for o in options for f in CLUSTER_FLAGS if f.startswith(o) and o != f] == []
+    assert {s: f for s, f in got["aliases"].items() if f in CLUSTER_FLAGS} == serveflags.CLUSTER_ALIASES

@@ -251,6 +251,27 @@ def test_a_recipe_that_does_not_split_is_refused(tmp_path, capsys):
     assert code == 2 and "3 GPUs" in err and "do not split evenly over 2 hosts" in err
 
 
+@pytest.mark.parametrize("entry", ["--master-ad 10.9.9.9", "--master_addr=10.9.9.9", "-dpa 10.9.9.9",
+                                   "--data-parallel-addr 10.9.9.9", "--enforce-eager --headl", "-r 0"])
+def test_a_cluster_flag_in_another_spelling_is_refused_on_a_member(tmp_path, capsys, entry):
+    """One model across hosts: the recipe's exact copy of a rendezvous flag is replaced; another
+    spelling argparse reads as the same flag would survive, so plan refuses it naming the entry
+    (the rendered members would otherwise carry it into every host's argv)."""
+    recipe = yaml.safe_load((paths.recipes_dir() / "demo-cpu-tiny-moe.yaml").read_text())
+    recipe["serve_args"].append(entry)
+    (tmp_path / "r.yaml").write_text(yaml.safe_dump(recipe))
+    prof = (HOSTS / "demo-cpu.toml").read_text().replace('recipe = "demo-cpu-tiny-moe"', f'recipe = "{tmp_path / "r.yaml"}"')
+    (tmp_path / "p.toml").write_text(prof)
+    doc = multinode()
+    for h in doc["hosts"]:
+        h["profile"] = str(tmp_path / "p.toml")
+    out = tmp_path / "o"
+    code = cli.main(["render", "--cluster", str(write_cluster(tmp_path, doc)), "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and f"recipe.serve_args[{len(recipe['serve_args']) - 1}]" in err, err
+    assert not out.exists()
+
+
 def test_another_recipe_or_image_on_one_host_is_refused(tmp_path, capsys):
     prof = (HOSTS / "demo-cpu.toml").read_text().replace('[runtime]', '[runtime]\nimage = "hostctl/other:1"')
     (tmp_path / "other.toml").write_text(prof.replace('recipe = "demo-cpu-tiny-moe"',
