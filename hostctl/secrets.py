@@ -71,7 +71,9 @@ def looks_secret(name: str, value: object) -> bool:
         return False
     if is_secret_name(name) or SHAPES.fullmatch(value.strip()):
         return True
-    return bool(_HINT_NAME.search(name)) and not name.upper().endswith("_ENV") and high_entropy(value.strip())
+    # A bare hint word ("key": a dictionary's or a cache's key) names nothing secret by itself.
+    hinted = bool(_HINT_NAME.search(name)) and not _HINT_NAME.fullmatch(name.rstrip("sS"))
+    return hinted and not name.upper().endswith("_ENV") and high_entropy(value.strip())
 
 
 def _usable(value: object) -> str | None:

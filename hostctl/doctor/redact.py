@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from hostctl.secrets import MASK, high_entropy, redact_values
+from hostctl.secrets import MASK, looks_secret, redact_values
 
 # A variable or key whose name says "secret". Names that only *point at* a secret
 # (api_key_env = "MY_KEY_VAR") keep their value: it is a variable name, not the key.
@@ -29,11 +29,10 @@ _PATTERNS: tuple[tuple[re.Pattern, str], ...] = (
     # the password in scheme://user:password@host
     (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^/\s:@]+:)[^@\s/]+@"), lambda m: m.group(1) + MASK + "@"),
     # NAME=value under a name that only hints at a credential (WANDB_KEY, DB_PASS): hidden when
-    # the value looks generated (hostctl.secrets.high_entropy), so CACHE_KEY=layers stays
-    (re.compile(r"(?i)((?<!\$\{)\b[A-Za-z0-9_.-]*(?:KEY|TOKEN|SECRET|PASS|AUTH|CRED|PRIVATE|SIGNATURE|COOKIE|SESSION)"
-                r"[A-Za-z0-9_.-]*[\"']?\s*[:=]\s*[\"']?)([A-Za-z0-9_.~+/=:-]{16,})"),
-     lambda m: m.group(1) + MASK if high_entropy(m.group(2)) and not m.group(1).upper().rstrip("\"' :=").endswith("_ENV")
-     else m.group(0)),
+    # the value looks generated (hostctl.secrets.looks_secret), so CACHE_KEY=layers stays
+    (re.compile(r"(?i)((?<!\$\{)\b([A-Za-z0-9_.-]*(?:KEY|TOKEN|SECRET|PASS|AUTH|CRED|PRIVATE|SIGNATURE|COOKIE|SESSION)"
+                r"[A-Za-z0-9_.-]*)[\"']?\s*[:=]\s*[\"']?)([A-Za-z0-9_.~+/=:-]{16,})"),
+     lambda m: m.group(1) + MASK if looks_secret(m.group(2), m.group(3)) else m.group(0)),
     # a bearer credential wherever it is quoted (a header dump, a curl line in a log)
     (re.compile(r"(?i)\b(bearer\s+)(?!\*\*\*REDACTED)[A-Za-z0-9._~+/=-]{8,}"), lambda m: m.group(1) + MASK),
     # bare tokens that are secrets whatever surrounds them

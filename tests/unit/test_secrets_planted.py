@@ -170,3 +170,8 @@ def test_an_error_hides_a_token_hostctl_never_saw_by_its_shape(capsys, monkeypat
     assert token not in text and "hf_" in text
     assert secrets.looks_secret("WANDB_KEY", "9c4e7Q2b81fa0d36e5b7c9a4f1d28e6b0a3c5f7d")
     assert not secrets.looks_secret("CACHE_KEY", "layers") and not secrets.looks_secret("TOKENIZER", "/models/x/tok.json")
+    from hostctl.doctor.redact import redact
+
+    # a pack's cache key (cache --json) is a hash under a bare "key": data, not a credential
+    assert redact('"key": "0123456789abcdef0a1b"') == '"key": "0123456789abcdef0a1b"'
+    assert redact("WANDB_KEY=9c4e7Q2b81fa0d36e5b7c9a4f1d28e6b0a3c5f7d") == "WANDB_KEY=" + secrets.MASK
