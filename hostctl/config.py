@@ -604,16 +604,35 @@ def _secret_flag(flag: str) -> bool:
     return is_secret_name(flag.lstrip("-").replace("-", "_"))
 
 
+def _owned_flag_problem(flag: str, value: str | None) -> str | None:
+    """Why an entry sets a serve flag hostctl owns (hostctl.serveflags), in any spelling: the flag
+    itself, or a value that argparse would read as an option after a flag that takes none."""
+    from hostctl import serveflags
+
+    if flag in serveflags.ACCEPTED_CANONICAL:
+        problem = None
+    else:
+        problem = serveflags.refusal(flag)
+    if problem is None and value is not None:
+        problem = serveflags.refusal(value.strip())
+    if problem is None:
+        return None
+    return problem + "; remove it from serve_args (`hostctl plan` shows the value hostctl sets)"
+
+
 def recipe_problems(recipe: Recipe) -> list[str]:
     """Rules that follow from the field reports (docs/field-reports.md); each message names the field and the fix."""
     problems: list[str] = []
     args = recipe.args()
     for i, (flag, value) in enumerate(args.pairs):
-        if not flag.startswith("-"):
+        refused = _owned_flag_problem(flag, value)
+        if refused:
+            problems.append(f"serve_args[{i}]: {refused}")
+        elif not flag.startswith("-"):
             problems.append(f"serve_args[{i}]: expected a flag such as '--max-num-seqs 2', got {flag[:80]!r}")
         elif not safetext.FLAG.fullmatch(flag):
             problems.append(f"serve_args[{i}]: {flag[:80]!r} is not a flag name (letters, digits and _.- after --)")
-        elif value is not None and flag not in SECRET_FLAGS_TO_ENV and flag != "--api-key" and _secret_flag(flag):
+        elif value is not None and flag not in SECRET_FLAGS_TO_ENV and _secret_flag(flag):
             problems.append(f"serve_args[{i}]: {flag} carries a secret on the command line, where `ps`, compose.yaml "
                             "and `docker inspect` show it; pass it through env instead (redacted, mode 0600)")
     seqs = args.get("--max-num-seqs")

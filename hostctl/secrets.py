@@ -6,8 +6,11 @@ Pattern redaction (hostctl.doctor.redact) finds secrets by their shape (`HF_TOKE
 `'api_key': ['...']` args dump, URL-quoted or JSON-escaped. What hostctl knows is secret is
 hidden by value as well: the API key (the variable runtime.api_key_env names), every recipe env
 value whose name says secret, a secret serve argument (`--hf-token X`), and the caller's own
-secret-named variables (HF_TOKEN and the like). The CLI remembers them as soon as it knows them
-(environment at start, the config once loaded) and filters stdout and stderr through them.
+secret-named variables (HF_TOKEN and the like). Besides names, a value is secret by its shape
+(looks_secret: an hf_/sk- token, or a credential-like value under a hinting name such as
+WANDB_KEY). The CLI remembers them as soon as it knows them (environment at start, the config
+once loaded) and filters stdout and stderr through hostctl.doctor.redact.redact, the one
+redaction every output uses.
 """
 
 from __future__ import annotations
@@ -31,9 +34,46 @@ ENV_SECRETS = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "VLLM_API_KEY")
 _known: set[str] = set()
 
 
+# A name that only hints at a credential (WANDB_KEY, SESSION_AUTH, DB_PASS, X_SIGNING_KEY_ID): its
+# value is taken for a secret when it also looks like one (high_entropy), so CACHE_KEY=layers or
+# TOKENIZER=/models/x/tokenizer.json stay readable while WANDB_KEY=3f9c...e1 does not.
+_HINT_NAME = re.compile(r"(?i)KEY|TOKEN|SECRET|PASS|AUTH|CRED|PRIVATE|SIGNATURE|COOKIE|SESSION")
+# Values that are secrets whatever their name says: Hugging Face, OpenAI-style and GitHub tokens,
+# and a bearer credential.
+SHAPES = re.compile(r"(?:hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}|gh[pousr]_[A-Za-z0-9]{30,}|(?i:bearer)\s+[A-Za-z0-9._~+/=-]{8,})")
+_TOKEN_CHARS = re.compile(r"[A-Za-z0-9_.~+/=:-]{16,}")
+
+
 def is_secret_name(name: str) -> bool:
     """True for HF_TOKEN, VLLM_API_KEY, MY_SECRET, db_password; False for API_KEY_ENV, tokens_per_s."""
     return bool(_SECRET_NAME.match(name)) and not name.upper().endswith("_ENV")
+
+
+def high_entropy(value: str) -> bool:
+    """A value shaped like a generated credential: 16+ characters from a token's alphabet, letters
+    and digits mixed, about as varied as random text (>= 3.3 bits a character), and not a path
+    or URL (those are what a long value under such a name usually is)."""
+    import math
+
+    if not _TOKEN_CHARS.fullmatch(value) or value.startswith(("/", ".")) or "://" in value:
+        return False
+    if not (any(c.isdigit() for c in value) and any(c.isalpha() for c in value)):
+        return False
+    counts = {c: value.count(c) for c in set(value)}
+    bits = -sum(n / len(value) * math.log2(n / len(value)) for n in counts.values())
+    return bits >= 3.3
+
+
+def looks_secret(name: str, value: object) -> bool:
+    """Whether NAME=value holds a secret, by name (is_secret_name), by the value's shape (SHAPES),
+    or by a hinting name with a credential-like value (WANDB_KEY=<40 random characters>)."""
+    if not isinstance(value, str):
+        return False
+    if is_secret_name(name) or SHAPES.fullmatch(value.strip()):
+        return True
+    # A bare hint word ("key": a dictionary's or a cache's key) names nothing secret by itself.
+    hinted = bool(_HINT_NAME.search(name)) and not _HINT_NAME.fullmatch(name.rstrip("sS"))
+    return hinted and not name.upper().endswith("_ENV") and high_entropy(value.strip())
 
 
 def _usable(value: object) -> str | None:
@@ -45,7 +85,7 @@ def _usable(value: object) -> str | None:
 
 def from_environment(environ: Mapping[str, str] | None = None) -> set[str]:
     env = os.environ if environ is None else environ
-    return {v for name, raw in env.items() if (name in ENV_SECRETS or is_secret_name(name)) and (v := _usable(raw))}
+    return {v for name, raw in env.items() if (name in ENV_SECRETS or looks_secret(name, raw)) and (v := _usable(raw))}
 
 
 def from_config(config, environ: Mapping[str, str] | None = None) -> set[str]:
@@ -58,11 +98,10 @@ def from_config(config, environ: Mapping[str, str] | None = None) -> set[str]:
     if key_env and (v := _usable(env.get(key_env))):
         found.add(v)
     for name, raw in config.recipe.env.items():
-        if is_secret_name(name) and (v := _usable(raw)):
+        if looks_secret(name, raw) and (v := _usable(raw)):
             found.add(v)
     for flag, value in config.recipe.args().pairs:
-        if value is not None and (flag in SECRET_FLAGS_TO_ENV or flag == "--api-key"
-                                  or is_secret_name(flag.lstrip("-").replace("-", "_"))):
+        if value is not None and (flag in SECRET_FLAGS_TO_ENV or looks_secret(flag.lstrip("-").replace("-", "_"), value)):
             if v := _usable(value):
                 found.add(v)
     return found
@@ -96,15 +135,9 @@ def redact_values(text: str, values: Iterable[str] | None = None) -> str:
     return text
 
 
-def redact_values_bytes(data: bytes) -> bytes:
-    if not _known or not data:
-        return data
-    for value in sorted(_known, key=len, reverse=True):
-        for form in sorted(_forms(value), key=len, reverse=True):
-            raw = form.encode()
-            if raw and raw in data:
-                data = data.replace(raw, MASK.encode())
-    return data
+def _redact_bytes(data: bytes) -> bytes:
+    # Bytes written past the text layer get the same redaction; undecodable bytes pass unchanged.
+    return _redact(data.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
 
 
 class _RedactingBinary:
@@ -116,18 +149,26 @@ class _RedactingBinary:
         self._buf += bytes(data)
         head, sep, tail = self._buf.rpartition(b"\n")
         if sep:
-            self._t.write(redact_values_bytes(head + sep))
+            self._t.write(_redact_bytes(head + sep))
             self._buf = tail
         return len(data)
 
     def flush(self) -> None:
         if self._buf:
-            self._t.write(redact_values_bytes(self._buf))
+            self._t.write(_redact_bytes(self._buf))
             self._buf = b""
         self._t.flush()
 
     def __getattr__(self, name):
         return getattr(self._t, name)
+
+
+def _redact(text: str) -> str:
+    # The one redaction (by value, then by shape) lives in hostctl.doctor.redact, which imports this
+    # module for the values: imported here when first needed.
+    from hostctl.doctor.redact import redact
+
+    return redact(text)
 
 
 class RedactingStream:
@@ -144,7 +185,7 @@ class RedactingStream:
         self._buf += text
         head, sep, tail = self._buf.rpartition("\n")
         if sep:
-            self._t.write(redact_values(head + sep))
+            self._t.write(_redact(head + sep))
             self._buf = tail
         return len(text)
 
@@ -154,7 +195,7 @@ class RedactingStream:
 
     def flush(self) -> None:
         if self._buf:
-            self._t.write(redact_values(self._buf))
+            self._t.write(_redact(self._buf))
             self._buf = ""
         if self.buffer is not None:
             self.buffer.flush()

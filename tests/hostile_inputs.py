@@ -294,6 +294,25 @@ def recipe_cases() -> Iterator[Case]:
         r = copy.deepcopy(base)
         r["serve_args"] = [*r["serve_args"], entry]
         yield plan_case("recipe/serve-args", f"serve_args += {entry!r}", recipe=r, names="serve_args")
+    # serve flags hostctl owns (hostctl.serveflags), in every spelling vLLM's argparse accepts
+    owned = [f"{f} {v}" for f in ("--host", "--hos", "--ho", "--h", "--HOST") for v in ("0.0.0.0",)]
+    owned += ["--host=0.0.0.0", "--hos=0.0.0.0", "--port 80", "--por=80", "--po 80", "--api-key sk-hostile",
+              "--api-ke hostile-key", "--api_key hostile-key", "--api-k=hostile-key", "--hf-tok hf_abcdefghijklmnop",
+              "--hf_token=hf_abcdefghijklmnop", "--served-model-name other", "--served 1", "--model /etc",
+              "--mod /etc", "--uds /tmp/x.sock", "--config /tmp/x.yaml", "--conf=/tmp/x.yaml", "--max_model_len 2048",
+              "--max-model 2048", "--enforce-eager --hos=0.0.0.0", "--enforce-eager --port=1"]
+    for entry in owned:
+        r = copy.deepcopy(base)
+        r["serve_args"] = [*r["serve_args"], entry]
+        expect = OK if entry == "--HOST 0.0.0.0" else REFUSED  # argparse is case-sensitive: not vLLM's --host
+        yield plan_case("recipe/owned-flag", f"serve_args += {entry!r}", recipe=r, expect=expect,
+                        names=None if expect == OK else "serve_args[")
+        yield plan_case("recipe/owned-flag-render", f"render, serve_args += {entry!r}", recipe=r, expect=expect,
+                        names=None if expect == OK else "serve_args[", command=("render", "--out", "{w}/out"))
+    for entry in ["--max-model-len 2048", "--hf-config-path /models/x", "--headless", "--hf-overrides {}"]:
+        r = copy.deepcopy(base)
+        r["serve_args"] = [*r["serve_args"], entry]
+        yield plan_case("benign/serve-flag", f"serve_args += {entry!r}", recipe=r, expect=OK)
     for v in [1, True, None, ["--x"]]:
         r = copy.deepcopy(base)
         r["serve_args"] = [*r["serve_args"], v]

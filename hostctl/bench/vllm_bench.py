@@ -75,9 +75,18 @@ def docker_argv(plan: Plan, name: str, result_dir: Path, levels_argv: list[list[
     for v in plan.runtime.volumes:
         if v.read_only:
             argv += ["-v", f"{v.source}:{v.target}:ro"]
-    if plan.runtime.api_key_env and os.environ.get(plan.runtime.api_key_env):
-        argv += ["-e", f"OPENAI_API_KEY={os.environ[plan.runtime.api_key_env]}"]
+    if docker_env(plan) is not None:
+        # The name alone: docker copies the value from its own environment (docker_env), so the key
+        # is not in this argv, which `ps` shows every local user while the bench runs.
+        argv += ["-e", "OPENAI_API_KEY"]
     return argv + [plan.runtime.image, "-c", LAUNCHER, json.dumps(levels_argv)]
+
+
+def docker_env(plan: Plan) -> dict[str, str] | None:
+    """The docker CLI's environment when the runtime has an API key (OPENAI_API_KEY set to it),
+    else None (the caller's environment as is)."""
+    key = os.environ.get(plan.runtime.api_key_env) if plan.runtime.api_key_env else None
+    return {**os.environ, "OPENAI_API_KEY": key} if key else None
 
 
 class BenchServe:
@@ -97,7 +106,8 @@ class BenchServe:
         argvs = [level_argv(self.plan, self.base_url, self.served_name, concurrency=n, input_tokens=input_tokens,
                             output_tokens=output_tokens, runs=runs, seed=self.seed) for n in levels]
         try:
-            res = runner.run(docker_argv(self.plan, self.name, work, argvs), timeout=TIMEOUT_S)
+            res = runner.run(docker_argv(self.plan, self.name, work, argvs), timeout=TIMEOUT_S,
+                             env=docker_env(self.plan))
             out: dict = {"tool": "vllm bench serve", "image": self.plan.runtime.image, "levels": {}}
             for n in levels:
                 path = work / f"c{n}.json"

@@ -197,6 +197,26 @@ def split(cluster: ClusterProfile, recipe: Recipe) -> tuple[int, int, list[Decis
                              "over the network)")]
 
 
+def _refuse_cluster_flag_spellings(cluster: ClusterProfile, recipe: Recipe) -> None:
+    """A recipe's exact copy of a flag the cluster plan owns is dropped; any other spelling
+    argparse would read as one (`-tp 4`, `--master-ad X`, `--headl`, a value read as an option)
+    would survive the drop, so it is refused (hostctl.serveflags), naming the entry."""
+    from hostctl import serveflags
+
+    problems = []
+    for i, (flag, value) in enumerate(recipe.args().pairs):
+        tokens = ([] if flag in CLUSTER_FLAGS else [flag]) + ([value.strip()] if value else [])
+        for token in tokens:
+            hit = serveflags.owned(token, CLUSTER_FLAGS, serveflags.CLUSTER_ALIASES)
+            if hit is not None:
+                problems.append(f"recipe.serve_args[{i}]: {token.split('=', 1)[0][:80]!r} is read by vLLM as "
+                                f"{hit.flag}, which the cluster plan sets on every host of one model across hosts")
+    if problems:
+        raise InputError(f"cluster {cluster.name}: the recipe sets a flag the cluster owns", details=problems,
+                         fix="remove it from the recipe's serve_args (write the canonical flag, which the cluster "
+                         "plan replaces, or leave it out); nothing was changed")
+
+
 def member_config(cluster: ClusterProfile, member: Member, config: Config, tp: int) -> Config:
     """The member's Config as its host serves its part: the cluster's project, state directory,
     address, port and key, and (one model across hosts) the recipe cut to TP GPUs per host.
@@ -215,6 +235,7 @@ def member_config(cluster: ClusterProfile, member: Member, config: Config, tp: i
         raise _format_validation(exc, f"{member.name}'s host profile as cluster {cluster.name} runs it") from None
     recipe = config.recipe
     if cluster.mode == "multi-node":
+        _refuse_cluster_flag_spellings(cluster, recipe)
         pairs = [(f, v) for f, v in recipe.args().pairs if f not in CLUSTER_FLAGS]
         recipe = Recipe.validate({**recipe.to_dict(), "requires": {**recipe.requires.to_dict(),
                                         "gpus": tp if recipe.requires.gpus else 0},

@@ -146,10 +146,8 @@ def write(path: Path, contents: BundleContents) -> dict[str, int]:
     if contents.missing:
         manifest += ["", "not included:"] + [f"  {redact(m)}" for m in contents.missing]
     # The manifest's reasons quote exceptions and paths, which can carry a secret: it is redacted
-    # by value like every member (its own words hold none).
-    from hostctl.secrets import redact_values
-
-    members.insert(0, ("MANIFEST.txt", redact_values("\n".join(manifest) + "\n").encode()))
+    # like every member (its own words hold none).
+    members.insert(0, ("MANIFEST.txt", redact("\n".join(manifest) + "\n").encode()))
     root = path.name.removesuffix(".gz").removesuffix(".tar").removesuffix(".tgz") or "hostctl-bundle"
     root = redact(root).replace(MASK, "REDACTED")
     fd, tmp = tempfile.mkstemp(prefix=".hostctl-bundle-", dir=path.parent)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from hostctl.secrets import MASK, redact_values
+from hostctl.secrets import MASK, looks_secret, redact_values
 
 # A variable or key whose name says "secret". Names that only *point at* a secret
 # (api_key_env = "MY_KEY_VAR") keep their value: it is a variable name, not the key.
@@ -28,6 +28,13 @@ _PATTERNS: tuple[tuple[re.Pattern, str], ...] = (
      lambda m: m.group(1) + MASK),
     # the password in scheme://user:password@host
     (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^/\s:@]+:)[^@\s/]+@"), lambda m: m.group(1) + MASK + "@"),
+    # NAME=value under a name that only hints at a credential (WANDB_KEY, DB_PASS): hidden when
+    # the value looks generated (hostctl.secrets.looks_secret), so CACHE_KEY=layers stays
+    (re.compile(r"(?i)((?<!\$\{)\b([A-Za-z0-9_.-]*(?:KEY|TOKEN|SECRET|PASS|AUTH|CRED|PRIVATE|SIGNATURE|COOKIE|SESSION)"
+                r"[A-Za-z0-9_.-]*)[\"']?\s*[:=]\s*[\"']?)([A-Za-z0-9_.~+/=:-]{16,})"),
+     lambda m: m.group(1) + MASK if looks_secret(m.group(2), m.group(3)) else m.group(0)),
+    # a bearer credential wherever it is quoted (a header dump, a curl line in a log)
+    (re.compile(r"(?i)\b(bearer\s+)(?!\*\*\*REDACTED)[A-Za-z0-9._~+/=-]{8,}"), lambda m: m.group(1) + MASK),
     # bare tokens that are secrets whatever surrounds them
     (re.compile(r"\bhf_[A-Za-z0-9]{20,}\b"), lambda m: "hf_" + MASK),
     (re.compile(r"\bsk-[A-Za-z0-9_-]{20,}\b"), lambda m: "sk-" + MASK),
@@ -36,6 +43,9 @@ _PATTERNS: tuple[tuple[re.Pattern, str], ...] = (
 
 
 def redact(text: str) -> str:
+    """`text` with every secret hidden: the values hostctl knows (hostctl.secrets), then every
+    shape above. The one redaction for every output: stdout and stderr (secrets.RedactingStream),
+    JSON, errors, doctor's report and every member of a support bundle."""
     text = redact_values(text)
     for pattern, repl in _PATTERNS:
         text = pattern.sub(repl, text)
@@ -44,5 +54,4 @@ def redact(text: str) -> str:
 
 def count(text: str) -> int:
     """How many secrets redact() would hide (for the bundle's manifest)."""
-    masked = redact_values(text)
-    return masked.count(MASK) - text.count(MASK) + sum(len(pattern.findall(masked)) for pattern, _ in _PATTERNS)
+    return redact(text).count(MASK) - text.count(MASK)

@@ -2,8 +2,10 @@
 volumes, environment and the server's argv — assembled from the other plan sections.
 
 Serve arguments come from the recipe, except the few hostctl owns because they describe
-this host (address, port, served name, context): a recipe that says `--host 0.0.0.0` is
-overridden by the profile, which binds 127.0.0.1 unless it opts in with an API key.
+this host or its credentials (hostctl.serveflags: address, port, keys, served name, context).
+Config validation refuses a recipe that sets one in any spelling; the two canonical ones it
+accepts are handled here (`--max-model-len`, equal to the context, is dropped; `--hf-token` moves
+to the environment). The profile binds 127.0.0.1 unless it opts in with an API key.
 """
 
 from __future__ import annotations
@@ -16,8 +18,6 @@ from hostctl.bytesizes import docker_size
 SERVER = ["python3", "-m", "vllm.entrypoints.openai.api_server"]
 MODEL_IN_CONTAINER = "/model"
 MODELS_IN_CONTAINER = "/models"
-# Flags hostctl sets from the profile and recipe; the recipe's own copies are dropped.
-OWNED_FLAGS = ("--model", "--host", "--port", "--served-model-name", "--max-model-len", "--api-key")
 CACHE_ENV = {"VLLM_CACHE_ROOT": "/root/.cache/vllm", "TRITON_CACHE_DIR": "/root/.cache/triton"}
 NON_GPU_SHM = "1g"
 
@@ -135,10 +135,8 @@ def plan_runtime(config: Config, memory: MemoryPlan, placement: PlacementPlan, n
             spec.decide(flag, f"moved to the environment as {var}",
                         "a secret goes only to runtime.env (mode 0600), never into compose.yaml or the argv")
             continue
-        if flag in OWNED_FLAGS:
-            if flag == "--host" and value != settings.api_host:
-                spec.decide("--host", settings.api_host, f"the recipe asks for {value}; the profile decides the address")
-            continue
+        if flag == "--max-model-len":
+            continue  # config checked it equals the context, which hostctl passes itself
         if value is not None:
             value = _substitute(value, values)
             if value is None:

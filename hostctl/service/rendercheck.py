@@ -174,6 +174,28 @@ def compose_problems(text: str, plan: Plan, env: dict[str, str]) -> list[str]:
     for key, (got, want) in checks.items():
         if got != want:
             problems.append(f"compose.yaml: {key} is not what the plan says")
+    problems += command_problems([str(_unescape(a)) for a in svc["command"]], plan)
+    return problems
+
+
+def command_problems(argv: list[str], plan: Plan) -> list[str]:
+    """The server's argv read the way vLLM's argparse reads the flags hostctl owns
+    (hostctl.serveflags: prefixes, `=`, underscores, the last one wins): it must listen where the
+    plan says and carry no credential, so `plan` and the runtime cannot disagree about the address."""
+    from hostctl import serveflags
+
+    rt = plan.runtime
+    got = serveflags.effective(argv)
+    problems: list[str] = []
+    # A follower runs headless (no API): its plan's address is the leader's, which it waits for.
+    if rt.labels.get("io.hostctl.role") != "follower":
+        for flag, want in (("--host", rt.api_host), ("--port", str(rt.api_port))):
+            if got[flag] != want:
+                problems.append(f"compose.yaml: the server's argv makes vLLM use {flag} {got[flag]!r}, "
+                                f"the plan says {want!r}")
+    for flag in ("--uds", "--config", "--api-key", "--hf-token"):
+        if got[flag] is not None:
+            problems.append(f"compose.yaml: the server's argv sets {flag} ({serveflags.OWNED[flag]})")
     return problems
 
 

@@ -24,6 +24,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from hostctl import serveflags
 from hostctl.errors import InputError
 
 AXIS_KINDS = ("env", "serve_json", "serve_arg")
@@ -228,6 +229,15 @@ def _axis(a: Any, i: int) -> Axis:
     for f in ("arg",):
         if a.get(f) is not None and not str(a[f]).startswith("--"):
             raise InputError(f"{where}.arg: expected a flag such as --max-num-seqs, got {a[f]!r}")
+        # The axis becomes a serve argument: the flags hostctl owns are not tunable in any spelling.
+        owned = a.get(f) is not None and serveflags.refusal(str(a[f]))
+        if owned:
+            raise InputError(f"{where}.arg: {owned}", fix="tune another flag; nothing was changed")
+    if kind == "serve_arg":
+        for j, v in enumerate(values):
+            owned = isinstance(v, str) and serveflags.refusal(v.strip())
+            if owned:
+                raise InputError(f"{where}.values[{j}]: {owned}", fix="give the axis plain values; nothing was changed")
     return Axis(index=i, kind=kind, values=tuple(values), restart=restart, name=a.get("name"), arg=a.get("arg"),
                 key=a.get("key"), file_env=file_env if not restart else None)
 

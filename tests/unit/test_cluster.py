@@ -251,6 +251,27 @@ def test_a_recipe_that_does_not_split_is_refused(tmp_path, capsys):
     assert code == 2 and "3 GPUs" in err and "do not split evenly over 2 hosts" in err
 
 
+@pytest.mark.parametrize("entry", ["--master-ad 10.9.9.9", "--master_addr=10.9.9.9", "-dpa 10.9.9.9",
+                                   "--data-parallel-addr 10.9.9.9", "--enforce-eager --headl", "-r 0"])
+def test_a_cluster_flag_in_another_spelling_is_refused_on_a_member(tmp_path, capsys, entry):
+    """One model across hosts: the recipe's exact copy of a rendezvous flag is replaced; another
+    spelling argparse reads as the same flag would survive, so plan refuses it naming the entry
+    (the rendered members would otherwise carry it into every host's argv)."""
+    recipe = yaml.safe_load((paths.recipes_dir() / "demo-cpu-tiny-moe.yaml").read_text())
+    recipe["serve_args"].append(entry)
+    (tmp_path / "r.yaml").write_text(yaml.safe_dump(recipe))
+    prof = (HOSTS / "demo-cpu.toml").read_text().replace('recipe = "demo-cpu-tiny-moe"', f'recipe = "{tmp_path / "r.yaml"}"')
+    (tmp_path / "p.toml").write_text(prof)
+    doc = multinode()
+    for h in doc["hosts"]:
+        h["profile"] = str(tmp_path / "p.toml")
+    out = tmp_path / "o"
+    code = cli.main(["render", "--cluster", str(write_cluster(tmp_path, doc)), "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and f"recipe.serve_args[{len(recipe['serve_args']) - 1}]" in err, err
+    assert not out.exists()
+
+
 def test_another_recipe_or_image_on_one_host_is_refused(tmp_path, capsys):
     prof = (HOSTS / "demo-cpu.toml").read_text().replace('[runtime]', '[runtime]\nimage = "hostctl/other:1"')
     (tmp_path / "other.toml").write_text(prof.replace('recipe = "demo-cpu-tiny-moe"',
@@ -292,6 +313,59 @@ def test_render_writes_one_project_per_member(tmp_path, capsys, monkeypatch):
     assert "127.0.0.1:8211/health" in " ".join(fsvc["healthcheck"]["test"])
     env = (tmp_path / "out" / "follow" / "runtime.env").read_text()
     assert "GLOO_SOCKET_IFNAME=lo" in env and oct(os.stat(tmp_path / "out" / "follow" / "runtime.env").st_mode)[-3:] == "600"
+
+
+ROUTER_STAND_IN = """import json, os, sys
+
+
+def parse_router_args(args):
+    return args[args.index("--api-key") + 1]
+
+
+def launch_router(key):
+    with open("/proc/self/cmdline", "rb") as fh:
+        cmdline = fh.read().replace(b"\\0", b" ").decode()
+    with open(os.environ["STAND_IN_OUT"], "w") as fh:
+        json.dump({"key": key, "cmdline": cmdline}, fh)
+
+
+def main():
+    launch_router(parse_router_args(sys.argv[1:]))
+"""
+
+
+def test_the_router_key_reaches_vllm_router_but_not_its_argv(tmp_path, monkeypatch):
+    """The rendered router container's entrypoint and command, run as a process: vllm-router gets
+    the key, and the process's argv (/proc/PID/cmdline, what `ps` shows every local user) does
+    not hold it. vllm-router itself lives only in the router image, so a stand-in module with its
+    launcher's two functions (vllm_router.launch_router: parse_router_args, launch_router, main)
+    records what it was given."""
+    import subprocess
+    import sys
+
+    monkeypatch.setattr("hostctl.service.compose.compose_available",
+                        lambda: type("R", (), {"ok": False, "why": lambda self: "not in unit tests"})())
+    monkeypatch.setenv("HC_TEST_KEY", "planted-key-0987")
+    assert cli.main(["render", "--cluster", str(write_cluster(tmp_path, replicas())), "--out", str(tmp_path / "o")]) == 0
+    svc = yaml.safe_load((tmp_path / "o" / "gw" / "compose.yaml").read_text())["services"]["router"]
+    pkg, bin_dir = tmp_path / "pkg" / "vllm_router", tmp_path / "bin"
+    pkg.mkdir(parents=True)
+    bin_dir.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "launch_router.py").write_text(ROUTER_STAND_IN)
+    (bin_dir / "python3").symlink_to(sys.executable)
+    (bin_dir / "vllm-router").write_text(f"#!{sys.executable}\nfrom vllm_router.launch_router import main\nmain()\n")
+    (bin_dir / "vllm-router").chmod(0o755)
+    # What Compose runs: entrypoint + command, with $$ read as one $.
+    argv = [a.replace("$$", "$").replace("/opt/venv/bin/", f"{bin_dir}/") for a in svc["entrypoint"] + svc["command"]]
+    out = tmp_path / "seen.json"
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(tmp_path / "pkg"), "STAND_IN_OUT": str(out),
+           "HOSTCTL_ROUTER_KEY": "planted-key-0987"}
+    subprocess.run(argv, env=env, check=True, timeout=60)
+    seen = json.loads(out.read_text())
+    assert seen["key"] == "planted-key-0987"
+    assert "planted-key-0987" not in seen["cmdline"]
+    assert "--host" in seen["cmdline"]  # the stand-in did read the real argv
 
 
 def test_render_the_router_project_without_the_key(tmp_path, capsys, monkeypatch):

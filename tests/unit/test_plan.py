@@ -6,6 +6,7 @@ import yaml
 import snapshots
 from hostctl import examples
 from hostctl.config import Config, parse_recipe
+from hostctl.errors import InputError
 from hostctl.facts.model import P2PVerdict
 from hostctl.plan import build_plan
 from hostctl.plan.memory import plan_memory
@@ -288,13 +289,14 @@ def test_power_on_a_host_without_a_driver():
 # ---------------------------------------------------------------- runtime
 
 
-def test_recipe_host_flag_is_overridden_by_the_profile():
+def test_recipe_host_flag_is_refused_the_profile_decides_the_address():
     config, facts = examples.load("pro6000x1-resident")
-    config = with_recipe(config, lambda d: d["serve_args"].append("--host 0.0.0.0"))
+    with pytest.raises(InputError) as exc:
+        with_recipe(config, lambda d: d["serve_args"].append("--host 0.0.0.0"))
+    assert exc.value.exit_code == 2 and any("serve_args[" in d and "--host" in d for d in exc.value.details)
     rt = build_plan(config, facts).runtime
     i = rt.command.index("--host")
     assert rt.command[i + 1] == "127.0.0.1" and rt.command.count("--host") == 1
-    assert any("0.0.0.0" in d.reason for d in rt.decisions)
 
 
 def test_placeholder_without_a_role_drops_the_knob():

@@ -25,7 +25,8 @@ TOKENS = {  # where -> the token planted there
     "recipe env MY_SECRET": "Q7planted-envsecret-55e0",
     "recipe env DB_PASSWORD": "Q7planted-envpw-9b1f",
     "serve arg --hf-token": "Q7planted-argHF-7e21",
-    "serve arg --api-key": "Q7planted-argapi-0c4d",
+    # a name that only hints (no API_KEY/TOKEN/SECRET in it): found by the value's shape
+    "recipe env WANDB_KEY": "9c4e7Q2b81fa0d36e5b7c9a4f1d28e6b0a3c5f7d",
     "environment HF_TOKEN": "Q7planted-callerhf-3a3a",
     "environment api_key_env": "Q7planted-callerkey-6f6f",
 }
@@ -36,8 +37,10 @@ def planted(tmp_path, monkeypatch):
     monkeypatch.setattr(secrets, "_known", set())  # this test's own registry
     recipe = yaml.safe_load((paths.recipes_dir() / "dsv4-flash-0731-tp2-400k.yaml").read_text())
     recipe["env"].update({"HF_TOKEN": TOKENS["recipe env HF_TOKEN"], "VLLM_API_KEY": TOKENS["recipe env VLLM_API_KEY"],
-                          "MY_SECRET": TOKENS["recipe env MY_SECRET"], "DB_PASSWORD": TOKENS["recipe env DB_PASSWORD"]})
-    recipe["serve_args"] += [f"--hf-token {TOKENS['serve arg --hf-token']}", f"--api-key {TOKENS['serve arg --api-key']}"]
+                          "MY_SECRET": TOKENS["recipe env MY_SECRET"], "DB_PASSWORD": TOKENS["recipe env DB_PASSWORD"],
+                          "WANDB_KEY": TOKENS["recipe env WANDB_KEY"]})
+    # (an --api-key serve argument is refused outright: tests/unit/test_serveflags.py)
+    recipe["serve_args"] += [f"--hf-token {TOKENS['serve arg --hf-token']}"]
     (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(recipe))
     text = (HOSTS / "pro6000x2-desktop.toml").read_text().replace('recipe = "dsv4-flash-0731-tp2-400k"',
                                                                   'recipe = "recipe.yaml"')
@@ -155,3 +158,20 @@ def test_up_failure_report_and_logs_stream_hide_known_secrets(monkeypatch):
     stream.buffer.write(f"{token[half:]} end\nnext\n".encode())
     stream.flush()
     assert token.encode() not in raw.getvalue() and b"REDACTED" in raw.getvalue()
+
+
+def test_an_error_hides_a_token_hostctl_never_saw_by_its_shape(capsys, monkeypatch, tmp_path):
+    """A value nobody named as secret, shaped like one (an hf_ token, a bearer credential), quoted
+    in a bad-input error: stderr still hides it."""
+    monkeypatch.setattr(secrets, "_known", set())
+    token = "hf_Q7plantedShapeOnly4d2a9b8c"
+    code, text = run(["plan", "--config", str(tmp_path / f"{token}.toml")], capsys)
+    assert code == 2 and "does not exist" in text
+    assert token not in text and "hf_" in text
+    assert secrets.looks_secret("WANDB_KEY", "9c4e7Q2b81fa0d36e5b7c9a4f1d28e6b0a3c5f7d")
+    assert not secrets.looks_secret("CACHE_KEY", "layers") and not secrets.looks_secret("TOKENIZER", "/models/x/tok.json")
+    from hostctl.doctor.redact import redact
+
+    # a pack's cache key (cache --json) is a hash under a bare "key": data, not a credential
+    assert redact('"key": "0123456789abcdef0a1b"') == '"key": "0123456789abcdef0a1b"'
+    assert redact("WANDB_KEY=9c4e7Q2b81fa0d36e5b7c9a4f1d28e6b0a3c5f7d") == "WANDB_KEY=" + secrets.MASK

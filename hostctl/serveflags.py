@@ -1,0 +1,110 @@
+"""The vLLM serve flags hostctl owns, and how argparse would read a token as one of them.
+
+hostctl decides where the server listens and what credentials it holds (DESIGN.md "Trust model
+(root)"): a recipe, a tuning axis or anything else that contributes serve arguments may not set
+these in any spelling vLLM's parser accepts. That parser is argparse (vLLM's
+FlexibleArgumentParser), which takes
+  - any unambiguous prefix of a long option (`--hos` is `--host`),
+  - `--flag=value`,
+  - `--flag_name` for `--flag-name` (vLLM turns underscores after `--` into dashes),
+  - the short aliases vLLM defines (none for an owned flag in vLLM 0.32: SHORT_ALIASES).
+A single-dash token reaches only single-dash option strings (argparse matches `-x...` against
+the option strings that begin with `-x`, never against `--...`), so only SHORT_ALIASES matter.
+
+Why refusing every prefix is safe without vLLM installed: a prefix of an owned flag either
+resolves to it (unique in vLLM's parser: it must be refused) or is ambiguous there (vLLM itself
+exits with an error: refusing it costs nothing). It would cost something only if a prefix of an
+owned flag were itself one of vLLM's own option names; none is (checked against vLLM 0.32's
+parser in the demo image: tests/system/test_serveflags_vllm.py).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+# Each owned flag and why hostctl, not a recipe, sets it.
+OWNED: dict[str, str] = {
+    "--host": "the address the API listens on: the profile decides it (loopback unless it opts in with a key)",
+    "--port": "the port the API listens on: the profile's runtime.api_port",
+    "--uds": "a Unix socket instead of host and port: another place the API would listen",
+    "--api-key": "the API key: it reaches the server only as VLLM_API_KEY from the environment at start",
+    "--hf-token": "a Hugging Face token: a secret on the command line shows in compose.yaml and `ps`",
+    "--served-model-name": "the model id clients ask for: the recipe's served_name",
+    "--model": "the checkpoint: the profile's runtime.model_dir, mounted read-only at /model",
+    "--max-model-len": "the context: the recipe's context",
+    "--config": "a YAML file of further flags, which could set any flag above unseen",
+}
+SHORT_ALIASES: dict[str, str] = {}
+# On a member of one model across hosts, the cluster plan owns the rendezvous flags too
+# (hostctl.cluster.plan.CLUSTER_FLAGS); these are vLLM 0.32's short aliases among them.
+CLUSTER_ALIASES: dict[str, str] = {"-tp": "--tensor-parallel-size", "-pp": "--pipeline-parallel-size",
+                                   "-n": "--nnodes", "-r": "--node-rank", "-dpa": "--data-parallel-address"}
+# The canonical spellings a recipe may still write, and what hostctl does with each instead of
+# passing it on: vLLM-MoET's recipes carry --max-model-len equal to their context (config checks
+# it is), and --hf-token VALUE is moved out of argv into the 0600 env file as HF_TOKEN.
+ACCEPTED_CANONICAL = ("--max-model-len", "--hf-token")
+
+
+class Owned(NamedTuple):
+    flag: str          # the owned flag the token resolves to (or may resolve to)
+    value: str | None  # the value given with `=`, if any
+
+
+def normalise(token: str) -> tuple[str, str | None]:
+    """(option, value after '=') as vLLM's parser sees a `--` token: underscores become dashes
+    in the name, the value is kept as written."""
+    name, eq, value = token.partition("=")
+    if name.startswith("--"):
+        name = "--" + name[2:].replace("_", "-")
+    return name, (value if eq else None)
+
+
+def owned(token: str, flags=OWNED, aliases: dict[str, str] | None = None) -> Owned | None:
+    """The flag of `flags` (default: OWNED) argparse could read `token` as, or None. An ambiguous
+    prefix (`--h`, `--p`) names the first owned flag it could be: vLLM would refuse it anyway."""
+    aliases = SHORT_ALIASES if aliases is None else aliases
+    if not token.startswith("-") or token in ("-", "--"):
+        return None
+    name, value = normalise(token)
+    if not name.startswith("--"):
+        if name in aliases:
+            return Owned(aliases[name], value)
+        # -xVALUE: argparse splits a short option from its glued value
+        for alias, flag in aliases.items():
+            if name.startswith(alias):
+                return Owned(flag, token[len(alias):])
+        return None
+    if len(name) <= 2:
+        return None
+    for flag in flags:
+        if flag.startswith(name):
+            return Owned(flag, value)
+    return None
+
+
+def refusal(token: str) -> str | None:
+    """Why a token a recipe contributes to the server's argv cannot be there, or None."""
+    hit = owned(token)
+    if hit is None:
+        return None
+    shown = token if hit.value is None else token.split("=", 1)[0] + "=..."
+    spelled = "" if shown.split("=", 1)[0] == hit.flag else f" (vLLM reads it as {hit.flag})"
+    return f"{shown[:80]!r}{spelled} is a flag hostctl sets itself: {OWNED[hit.flag]}"
+
+
+def effective(argv: list[str]) -> dict[str, str | None]:
+    """What vLLM's parser ends up with for each owned flag in a rendered argv: the last value
+    given in any spelling (argparse keeps the last), or None when the flag is absent. A flag
+    with no value following counts as the empty string."""
+    out: dict[str, str | None] = {flag: None for flag in OWNED}
+    i = 0
+    while i < len(argv):
+        hit = owned(argv[i])
+        if hit is not None:
+            if hit.value is not None:
+                out[hit.flag] = hit.value
+            else:
+                out[hit.flag] = argv[i + 1] if i + 1 < len(argv) else ""
+                i += 1
+        i += 1
+    return out
