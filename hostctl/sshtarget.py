@@ -59,6 +59,8 @@ def _host_problem(host: str) -> str | None:
         return "no host"
     if host.startswith("-"):
         return f"the host {host[:60]!r} starts with '-': ssh would read it as an option"
+    if "%" in host:  # a %-escape, or an IPv6 zone id: ssh expands %-tokens in some of its options
+        return f"the host {host[:60]!r} holds '%': write the name or address itself (no escapes, no zone id)"
     try:
         ipaddress.ip_address(host)
         return None

@@ -172,7 +172,7 @@ SSH_HOSTILE = [
     "ssh://u@h#x", "ssh://u@h/x", "ssh://u:PASSWORD@h", "ssh://:PASSWORD@h", "ssh://u@h:0", "ssh://u@h:-22",
     "ssh://u@h:+22", "ssh://u@h:22x", "ssh://u@h:22:22", "ssh://u@[::1", "ssh://u@[127.0.0.1]:22",
     "ssh://u@h x", "ssh://u@h;id", "ssh://u@$(id)", "ssh://`id`@h", "ssh://u%41@h", "ssh://u@h_x", "ssh://u@1.2.3",
-    "ssh://@h", "ssh://u@", "ssh://u@:22", "ssh://" + "a" * 300, "SSH://u@h", "x" * 1001,
+    "ssh://@h", "ssh://u@", "ssh://u@:22", "ssh://u@[fe80::1%25eth0]", "ssh://u@[fe80::1%eth0]:22", "ssh://" + "a" * 300, "SSH://u@h", "x" * 1001,
     *(f"ssh://u@h{c}x" for c in CONTROL)]
 SSH_BENIGN = ["ssh://root@127.0.0.1:2222", "ssh://admin@gpu-box.example.com", "ssh://gpu-box", "ssh://[::1]:22",
               "ssh://ops_user.2@10.0.0.2", "ssh://root@gpu-box."]
