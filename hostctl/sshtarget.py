@@ -11,8 +11,8 @@ the only options ssh gets are the ones ssh_argv() writes. A password in the URL 
 never shown (urldisplay.display masks it in the error).
 
 An ssh config file is accepted only as hostctl's own option (`verify --ssh-config`, a cluster
-member's `ssh_config`), and only when it, and every directory above it, belongs to root or the
-invoking user and no one else can write it: the file can run commands (ProxyCommand, Match
+member's `ssh_config`), and only when hostctl.safefs finds it and the way to it root's or the
+invoking user's and writable by no one else: the file can run commands (ProxyCommand, Match
 exec, LocalCommand), and root runs them.
 """
 
@@ -24,7 +24,8 @@ import re
 import stat
 from dataclasses import dataclass
 
-from hostctl.errors import InputError, RefusedError
+from hostctl import safefs
+from hostctl.errors import InputError
 from hostctl.safetext import control_problem
 from hostctl.urldisplay import display
 
@@ -152,59 +153,30 @@ def ssh_argv(target: SshTarget, command: str, *, config: str | None = None, cont
     return argv + ["--", target.host, command]
 
 
-def trusted_uids() -> set[int]:
-    """Root and the user who ran sudo (SUDO_UID), or the user running hostctl without sudo."""
-    uids = {0, os.geteuid()}
-    sudo_uid = os.environ.get("SUDO_UID", "")
-    if sudo_uid.isdigit() and len(sudo_uid) <= 10:
-        uids.add(int(sudo_uid))
-    return uids
-
-
-def _owner(uid: int) -> str:
-    import pwd
-
-    try:
-        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
-    except KeyError:
-        return f"uid {uid}"
-
-
 def trusted_config(path: str, field: str) -> str:
-    """The real path of the ssh config `path` names, once it and each directory above it belong to
-    root or the invoking user and are writable by no one else (a sticky directory such as /tmp
-    may be world-writable: no one else can rename or remove what is in it). Exit 2 when the file
-    is missing or not a file; exit 3, naming the path and its owner, when another user could
-    have written it or could swap it."""
+    """The real path of the ssh config `path` names, once hostctl.safefs finds the way to it and
+    the file itself safe (every folder and the file root's or the invoking user's, writable by no
+    one else; a sticky folder such as /tmp is fine for their own entries). Exit 2 when the file is
+    missing or not a file; exit 3 (safefs.UntrustedPathError, naming the path, its owner and mode)
+    otherwise. ssh then reads that real path: nothing on the way to it can be swapped."""
     problem = control_problem(path)
     if problem or not path:
         raise InputError(f"{field}: the path {path!r} {problem or 'is empty'}")
     real = os.path.realpath(os.path.expanduser(path))
     try:
-        st = os.stat(real)
+        with safefs.opened_dir(os.path.dirname(real)) as fd:
+            st = os.stat(os.path.basename(real), dir_fd=fd, follow_symlinks=False)
+            if not stat.S_ISREG(st.st_mode):
+                raise InputError(f"{field}: {real} is not a regular file",
+                                 fix="name an ssh config file (see ssh_config(5))")
+            safefs.check_file_stat(real, st)
+    except safefs.UntrustedPathError as exc:
+        exc.message = (f"{field}: {exc.message}; ssh runs the commands an ssh config names (ProxyCommand, "
+                       "Match exec) as root, so hostctl uses one only when no one but root and you can change it")
+        exc.fix = ("write your own ssh config (owned by root or you, mode 0600, in a folder only you can write) and "
+                   "name that one; do not copy this one without reading what it runs")
+        raise
     except OSError as exc:
         raise InputError(f"{field}: cannot read the ssh config {path}: {exc.strerror}",
                          fix="name an existing ssh config file (see ssh_config(5))") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise InputError(f"{field}: {real} is not a regular file", fix="name an ssh config file (see ssh_config(5))")
-    ok = trusted_uids()
-    checks = [(real, st, False)]
-    parent = os.path.dirname(real)
-    while True:
-        checks.append((parent, os.stat(parent), True))
-        if parent == "/":
-            break
-        parent = os.path.dirname(parent)
-    for p, s, is_dir in checks:
-        writable = s.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-        if s.st_uid not in ok or (writable and not (is_dir and s.st_mode & stat.S_ISVTX)):
-            what = "the directory" if is_dir else "the ssh config"
-            why = f"belongs to {_owner(s.st_uid)}" + ("" if s.st_uid not in ok else
-                                                     f" and others can write it (mode {stat.S_IMODE(s.st_mode):04o})")
-            raise RefusedError(
-                f"{field}: {what} {p} {why}: ssh runs the commands an ssh config names (ProxyCommand, "
-                "Match exec) as root, so hostctl uses one only when it and the folders above it belong to "
-                "root or you and no one else can write them",
-                fix="write your own ssh config (owned by root or you, mode 0600, in a folder only you can write) "
-                    "and name that one; do not copy this one without reading what it runs")
     return real

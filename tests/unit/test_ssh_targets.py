@@ -51,8 +51,17 @@ def planted_config(d: Path, marker: Path, *, owner: int = NOBODY, mode: int = 0o
 
 @pytest.fixture
 def attacker_dir(tmp_path):
-    """A folder of the attacker's (nobody's), as under a shared /tmp."""
-    d = tmp_path / "nobody"
+    """A folder like /tmp: root's, sticky, every user may add files (the attacker's go there)."""
+    d = tmp_path / "shared"
+    d.mkdir()
+    d.chmod(0o1777)
+    return d
+
+
+@pytest.fixture
+def nobodys_dir(attacker_dir):
+    """A folder of the attacker's own (nobody's), in the shared one."""
+    d = attacker_dir / "nobody"
     d.mkdir()
     os.chown(d, NOBODY, NOBODY)
     return d
@@ -116,24 +125,23 @@ def test_verify_never_reads_an_ssh_config_from_the_url(ssh_bin, attacker_dir, tm
 
 
 @pytest.mark.parametrize("where", ["file", "folder", "world-writable"])
-def test_verify_refuses_an_ssh_config_another_user_could_write(where, ssh_bin, attacker_dir, tmp_path):
+def test_verify_refuses_an_ssh_config_another_user_could_write(where, ssh_bin, attacker_dir, nobodys_dir, tmp_path):
     marker = tmp_path / "MARKER"
-    if where == "file":  # nobody's file
+    if where == "file":  # nobody's file in the shared folder
         cfg = planted_config(attacker_dir, marker)
-        owner = "nobody"
+        named, owner = cfg, "nobody (uid 65534)"
     elif where == "folder":  # root's file in nobody's folder: nobody can swap it for another
-        cfg = planted_config(attacker_dir, marker, owner=0)
-        owner = "nobody"
+        cfg = planted_config(nobodys_dir, marker, owner=0)
+        named, owner = nobodys_dir, "nobody (uid 65534)"
     else:  # root's file, but every user may write it
         (tmp_path / "own").mkdir()
         cfg = planted_config(tmp_path / "own", marker, owner=0, mode=0o666)
-        owner = "0666"
+        named, owner = cfg, "-rw-rw-rw-"
     p = hostctl("verify", "--config", str(DEMO), "--host", "ssh://root@127.0.0.1:1", "--ssh-config", str(cfg),
                 cwd=tmp_path)
     assert not marker.exists(), "root ran the ProxyCommand of an ssh config another user could write"
     assert p.returncode == 3, p.stdout + p.stderr
-    named = str(cfg) if where != "folder" else str(attacker_dir)
-    assert named in p.stderr and owner in p.stderr, p.stderr
+    assert f"--ssh-config: {named}" in p.stderr and owner in p.stderr, p.stderr
 
 
 def test_an_ssh_config_of_root_is_used(ssh_bin, tmp_path):
@@ -175,7 +183,7 @@ def test_trusted_config_names_the_path_and_owner(attacker_dir, tmp_path):
     cfg = planted_config(attacker_dir, tmp_path / "m")
     with pytest.raises(RefusedError) as exc:
         sshtarget.trusted_config(str(cfg), "--ssh-config")
-    assert exc.value.exit_code == 3 and str(cfg) in exc.value.message and "uid 65534" in exc.value.message
+    assert exc.value.exit_code == 3 and str(cfg) in exc.value.message and "nobody (uid 65534)" in exc.value.message
 
 
 # ---------------------------------------------------------------- no password shown
