@@ -134,11 +134,13 @@ def parse(spec: object, field: str) -> SshTarget:
     return SshTarget(host=host, user=user, port=port)
 
 
-def ssh_argv(target: SshTarget, command: str, *, config: str | None = None, control_path: str | None = None,
-             timeout_s: int = 15, persist_s: int = 60) -> list[str]:
+def ssh_argv(target: SshTarget, command: str | None, *, config: str | None = None,
+             control_path: str | None = None, timeout_s: int = 15, persist_s: int = 60,
+             control: str | None = None) -> list[str]:
     """The whole ssh command line for one remote `command`: hostctl's options, then the user and
     port as option arguments and the host after `--` (after `--` ssh reads no more options, and
-    it does not re-read the words after the host as options either)."""
+    it does not re-read the words after the host as options either). `control`: an `-O` command
+    to the master connection (`exit`) instead of a remote command."""
     argv = ["ssh"]
     if config:
         argv += ["-F", config]
@@ -150,7 +152,9 @@ def ssh_argv(target: SshTarget, command: str, *, config: str | None = None, cont
         argv += ["-l", target.user]
     if target.port:
         argv += ["-p", str(target.port)]
-    return argv + ["--", target.host, command]
+    if control:
+        argv += ["-O", control]
+    return argv + ["--", target.host] + ([command] if command is not None else [])
 
 
 def trusted_config(path: str, field: str) -> str:

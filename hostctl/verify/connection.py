@@ -126,10 +126,7 @@ class Target:
         if os.path.exists(control):
             import subprocess
 
-            argv = sshtarget.ssh_argv(self.ssh, "true", config=self.ssh_config, control_path=control)
-            argv[-3:-3] = ["-O", "exit"]  # a control command: before `--`, not a remote command
-            argv = argv[:-1]
-
+            argv = sshtarget.ssh_argv(self.ssh, None, config=self.ssh_config, control_path=control, control="exit")
             subprocess.run(argv, capture_output=True, timeout=30, check=False)
         shutil.rmtree(self._control_dir, ignore_errors=True)
         self._control_dir = None
