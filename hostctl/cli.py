@@ -668,6 +668,9 @@ def verify(
     host: Annotated[Optional[str], typer.Option("--host", metavar="ssh://USER@HOST[:PORT]",
                                                 help="Verify that machine over SSH (the same hostctl installed "
                                                      "there, the profile at the same path). Default: this host.")] = None,
+    ssh_config: Annotated[Optional[str], typer.Option("--ssh-config", metavar="FILE",
+                                                      help="An ssh config file for --host (owned by root or you, "
+                                                           "writable by no one else). Default: root's own.")] = None,
     only: Annotated[Optional[str], typer.Option("--only", metavar="PART[,PART]",
                                                 help="storage, system, gpu, runtime (a comma list). Default: all.")] = None,
     config: ConfigOpt = None,
@@ -684,7 +687,7 @@ def verify(
 
     c = _ctx(ctx, config, facts)
     c.refuse_snapshot("verify")
-    report = run_verify(c.config(), host=host, only=only)
+    report = run_verify(c.config(), host=host, only=only, ssh_config=ssh_config)
     if json_:
         _print_json(report.document())
     else:

@@ -162,6 +162,20 @@ PATH_FORMS = [lambda p: p, lambda p: p + "/", lambda p: "/." + p, lambda p: "//"
               lambda p: "/mnt/hostctl/../.." + p if p != "/" else "/mnt/..", lambda p: p + "/."]
 BAD_PATHS = ["relative/dir", "", "/mnt/a/../b", "/mnt/" + "a" * 300, "/" + "a/" * 2500, "~/models", "./x"]
 BOOLS = [True, False]
+# ssh:// targets that would hand ssh an option (in the user, the host, either side of a second '@',
+# percent-encoded), ssh options by the query, a password, and every malformed part.
+SSH_HOSTILE = [
+    "http://x", "ssh://", "ssh://u@h:99999", "ssh://u@h\nProxyCommand=id", "ssh://-oProxyCommand=id", "u@h",
+    "ssh://-oProxyCommand=id@h", "ssh://u@-oProxyCommand=id", "ssh://u@-oProxyCommand=id@h", "ssh://a@b@h",
+    "ssh://-oProxyCommand=id@b@h", "ssh://%2doProxyCommand=id@h", "ssh://u@%2doProxyCommand=id",
+    "ssh://u@h?ssh_config=/tmp/x", "ssh://u@h?ssh_identity_file=/tmp/k", "ssh://u@h?ssh_extra_args=-oProxyCommand=id",
+    "ssh://u@h#x", "ssh://u@h/x", "ssh://u:PASSWORD@h", "ssh://:PASSWORD@h", "ssh://u@h:0", "ssh://u@h:-22",
+    "ssh://u@h:+22", "ssh://u@h:22x", "ssh://u@h:22:22", "ssh://u@[::1", "ssh://u@[127.0.0.1]:22",
+    "ssh://u@h x", "ssh://u@h;id", "ssh://u@$(id)", "ssh://`id`@h", "ssh://u%41@h", "ssh://u@h_x", "ssh://u@1.2.3",
+    "ssh://@h", "ssh://u@", "ssh://u@:22", "ssh://u@[fe80::1%25eth0]", "ssh://u@[fe80::1%eth0]:22", "ssh://" + "a" * 300, "SSH://u@h", "x" * 1001,
+    *(f"ssh://u@h{c}x" for c in CONTROL)]
+SSH_BENIGN = ["ssh://root@127.0.0.1:2222", "ssh://admin@gpu-box.example.com", "ssh://gpu-box", "ssh://[::1]:22",
+              "ssh://ops_user.2@10.0.0.2", "ssh://root@gpu-box."]
 
 
 def profile_cases() -> Iterator[Case]:
@@ -431,6 +445,15 @@ def output_cases() -> Iterator[Case]:
                                             "--bundle", bundle], dict(files), REFUSED, "--bundle", bundle[:60])
 
 
+def verify_cases() -> Iterator[Case]:
+    """`verify --host`: refused (exit 2, --host named) before any connection is tried."""
+    files = {"hostctl.toml": toml_text(base_profile()).encode(),
+             "recipe.yaml": yaml.dump(base_recipe(), Dumper=_DUMPER, sort_keys=False).encode()}
+    for v in SSH_HOSTILE:
+        yield Case("verify/host", ["verify", "--config", "{w}/hostctl.toml", "--host", v], dict(files), REFUSED,
+                   "--host", v[:60])
+
+
 def benign_cases() -> Iterator[Case]:
     """Inputs that look odd and are fine: they must keep working (through render and its checks)."""
     base = base_recipe()
@@ -542,10 +565,17 @@ def cluster_cases() -> Iterator[Case]:
     for v in ["least_busy", "", "ROUND_ROBIN", 1]:
         yield cluster_case("cluster/router-policy", f"router.policy = {v!r}", with_path(rep, "router.policy", v),
                            names="router.policy")
-    for v in ["http://x", "ssh://", "ssh://u@h:99999", "ssh://u@h\nProxyCommand=id", "ssh://-oProxyCommand=id",
-              "u@h", "x" * 1001]:
+    for v in SSH_HOSTILE:
         yield cluster_case("cluster/ssh", f"hosts[1].ssh = {v[:60]!r}", with_path(rep, "hosts.1.ssh", v),
                            names="hosts[1].ssh")
+    for v in SSH_BENIGN:
+        yield cluster_case("cluster/ssh-benign", f"hosts[1].ssh = {v!r}", with_path(rep, "hosts.1.ssh", v), expect=OK)
+    with_ssh = with_path(rep, "hosts.1.ssh", "ssh://root@10.0.0.2")
+    for v in ["relative/ssh_config", "~/.ssh/config", "", *(f"/etc/ssh/c{c}x" for c in CONTROL[:4])]:
+        yield cluster_case("cluster/ssh-config", f"hosts[1].ssh_config = {v!r}",
+                           with_path(with_ssh, "hosts.1.ssh_config", v), names="hosts[1].ssh_config")
+    yield cluster_case("cluster/ssh-config", "ssh_config without ssh",
+                       with_path(rep, "hosts.1.ssh_config", "/root/.ssh/config"), names="ssh_config")
     for d in ["/", "/etc", "/usr", "/proc/x", "/dev/shm", "relative/dir", "/var/lib/docker", "/mnt/a/../b", "~/x",
               *(f"/srv/a{c}b" for c in CONTROL[:4])]:
         yield cluster_case("cluster/state-dir", f"hosts[1].state_dir = {d!r}", with_path(rep, "hosts.1.state_dir", d),
@@ -625,7 +655,7 @@ def cluster_cases() -> Iterator[Case]:
 
 def generate() -> list[Case]:
     return [*profile_cases(), *recipe_cases(), *file_cases(), *facts_cases(), *output_cases(), *benign_cases(),
-            *cluster_cases()]
+            *cluster_cases(), *verify_cases()]
 
 
 # ---------------------------------------------------------------- running

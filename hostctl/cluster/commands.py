@@ -138,7 +138,8 @@ def doctor_cmd(cluster_path: Path, json_: bool, say: Say, member: str | None = N
         elif mp.member.ssh:
             from hostctl.verify.connection import connect
 
-            target = connect(mp.member.ssh)
+            target = connect(mp.member.ssh, ssh_config=mp.member.ssh_config, field=f"{mp.member.name}.ssh",
+                             config_field=f"{cluster_path.name}: {mp.member.name}.ssh_config")
             try:
                 facts.append(doctor.read_member(mp, cluster.socket_ifname, target))
             finally:

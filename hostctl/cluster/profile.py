@@ -69,21 +69,31 @@ class Member(StrictRecord):
                                  description="the API port (router: its port); default the profile's")
     state_dir: str | None = field(default=None, description="where this member keeps its state and project")
     ssh: str | None = field(default=None, max_length=1000,
-                            description="ssh://user@host[:port]: how doctor and the group take-down reach this host "
-                            "(the SSH transport of `verify --host`)")
+                            description="ssh://[user@]host[:port]: how doctor and the group take-down reach this host "
+                            "(the SSH transport of `verify --host`; no query options)")
+    ssh_config: str | None = field(default=None, max_length=4000,
+                                   description="an ssh config file for `ssh` (absolute; owned by root or the invoking "
+                                   "user and writable by no one else, checked when it is used)")
 
     @validates("ssh")
     @classmethod
     def _ssh(cls, v: str | None) -> str | None:
         if v is not None:
-            from hostctl.verify.connection import parse_target
+            from hostctl import sshtarget
 
             try:
-                parse_target(v)
+                sshtarget.parse(v, "ssh")
             except InputError as exc:
-                raise ValueError(exc.message.removeprefix("--host: ")) from None
-            if not v.startswith("ssh://"):
-                raise ValueError(f"expected ssh://user@host[:port], got {v!r}")
+                raise ValueError(exc.message.removeprefix("ssh: ")) from None
+        return v
+
+    @validates("ssh_config")
+    @classmethod
+    def _ssh_config(cls, v: str | None) -> str | None:
+        if v is not None:
+            _problem(safetext.text_problem(v))
+            if not v.startswith("/"):
+                raise ValueError(f"expected an absolute path, got {v!r}")
         return v
 
     @validates("address")
@@ -123,6 +133,8 @@ class Member(StrictRecord):
                 raise ValueError("rank: node rank 0 is the leader's; a follower has 1..N-1")
         elif self.rank is not None:
             raise ValueError(f"rank: only leader and follower have a node rank, not a {self.role}")
+        if self.ssh_config is not None and self.ssh is None:
+            raise ValueError("ssh_config: only for a host reached over `ssh`; add ssh or remove ssh_config")
         return self
 
 

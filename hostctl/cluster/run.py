@@ -33,7 +33,7 @@ from hostctl import paths, secrets
 from hostctl.cluster.commands import load
 from hostctl.cluster.plan import ClusterPlan, MemberPlan
 from hostctl.cluster.profile import KEY_FILE_VAR, ClusterProfile, read_key
-from hostctl.errors import FailedError, InputError
+from hostctl.errors import FailedError, InputError, RefusedError
 
 Say = Callable[[str], None]
 FOLLOWER_WAIT_S = 300
@@ -392,8 +392,12 @@ def remote_down(cluster_path: Path, mp: MemberPlan, say: Say) -> list[str]:
     from hostctl.verify.connection import connect
 
     path = str(cluster_path.resolve())
-    say(f"{mp.member.name}: taking it down over {mp.member.ssh.split('?', 1)[0]}")
-    target = connect(mp.member.ssh)
+    from hostctl import sshtarget
+
+    shown = sshtarget.parse(mp.member.ssh, f"{mp.member.name}.ssh").display()
+    say(f"{mp.member.name}: taking it down over {shown}")
+    target = connect(mp.member.ssh, ssh_config=mp.member.ssh_config, field=f"{mp.member.name}.ssh",
+                     config_field=f"{cluster_path.name}: {mp.member.name}.ssh_config")
     try:
         res = target.cmd(shlex.join([target.hostctl, "down", "--cluster", path, "--member", mp.member.name]))
     finally:
@@ -446,6 +450,6 @@ def group_down(cp: ClusterPlan, say: Say, *, reason: str, me: str | None = None,
             else:
                 lines.append(f"{mp.member.name} ({mp.member.address}): stop it there: hostctl down --cluster ... "
                              f"--member {mp.member.name}")
-        except FailedError as exc:
+        except (FailedError, RefusedError) as exc:  # a refused ssh config: the other members still go down
             lines.append(f"{mp.member.name}: could not take it down: {exc.message}")
     return lines

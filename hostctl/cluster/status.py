@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hostctl.cluster.plan import ClusterPlan, MemberPlan
+from hostctl.urldisplay import display
 
 SCHEMA = "hostctl.cluster-status/v1"
 
@@ -81,7 +82,7 @@ def document(cp: ClusterPlan, readings: dict[str, Reading], cluster_arg: str) ->
                 doc["exit_code"] = r.exit_code
             if mp.member.role == "router":
                 doc["backends"] = None if r.backends is None else [
-                    {"url": b.url, "member": by_endpoint.get(b.url), "healthy": b.healthy} for b in r.backends]
+                    {"url": display(b.url), "member": by_endpoint.get(b.url), "healthy": b.healthy} for b in r.backends]
         members.append(doc)
     reached = [m for m in members if m["reached"]]
     return {"schema": SCHEMA, "cluster": cp.cluster.name, "mode": cp.mode, "members": members,

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from hostctl.errors import FailedError, InputError
+from hostctl.urldisplay import display
 
 INCOMPLETE_DIR = os.path.join(".cache", "huggingface", "download")
 
@@ -53,6 +54,7 @@ class RemoteSnapshot:
 
 
 def _endpoint() -> str:
+    """HF_ENDPOINT or the hub's default; show it only through hostctl.urldisplay.display."""
     from huggingface_hub import constants
 
     return constants.ENDPOINT
@@ -82,7 +84,7 @@ def _translate(exc: Exception, repo: str, revision: str, what: str) -> Exception
     import httpx
 
     if isinstance(exc, httpx.HTTPError):
-        return FailedError(f"{what}: cannot reach the hub at {_endpoint()}: {exc.__class__.__name__}",
+        return FailedError(f"{what}: cannot reach the hub at {display(_endpoint())}: {exc.__class__.__name__}",
                            fix="check the network (or HF_ENDPOINT), then run the pull again (it resumes)")
     return exc
 

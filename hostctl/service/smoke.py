@@ -24,6 +24,7 @@ import httpx
 
 from hostctl.config import Recipe, SmokeTest
 from hostctl.errors import InputError
+from hostctl.urldisplay import display
 
 SMOKE_SCHEMA = "hostctl.smoke/v1"
 REQUEST_TIMEOUT_S = 120.0
@@ -64,11 +65,11 @@ class SmokeReport:
         return [r for r in self.results if not r.ok]
 
     def to_dict(self) -> dict:
-        return {"schema": SMOKE_SCHEMA, "url": self.url, "served_name": self.served_name, "started_at": self.started_at,
+        return {"schema": SMOKE_SCHEMA, "url": display(self.url), "served_name": self.served_name, "started_at": self.started_at,
                 "ok": self.ok, "results": [asdict(r) for r in self.results]}
 
     def text(self) -> str:
-        lines = [f"smoke {self.url} ({self.served_name}): "
+        lines = [f"smoke {display(self.url)} ({self.served_name}): "
                  f"{'passed' if self.ok else 'FAILED'} {sum(r.ok for r in self.results)}/{len(self.results)}"]
         return "\n".join(lines + ["  " + r.line() for r in self.results]) + "\n"
 
@@ -78,13 +79,13 @@ def check_loopback(url: str) -> str:
     parsed = urlparse(url)
     host = parsed.hostname or ""
     if parsed.scheme not in ("http", "https") or not host:
-        raise InputError(f"--url: expected http://127.0.0.1:PORT, got {url!r}")
+        raise InputError(f"--url: expected http://127.0.0.1:PORT, got {display(url)!r}")
     try:
         loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
     except ValueError:
         loopback = False
     if not loopback:
-        raise InputError(f"--url {url}: hostctl sends requests to loopback addresses only (127.0.0.0/8, ::1)",
+        raise InputError(f"--url {display(url)}: hostctl sends requests to loopback addresses only (127.0.0.0/8, ::1)",
                          fix="run hostctl on the machine that serves the model and use http://127.0.0.1:PORT")
     return url.rstrip("/")
 

@@ -123,18 +123,21 @@ def _facts_here(config: Config):
     return collect(fact_requests(config), alias_paths=alias_requests(config))
 
 
-def verify(config: Config, *, host: str | None = None, only: str | None = None, facts=None) -> VerifyReport:
+def verify(config: Config, *, host: str | None = None, only: str | None = None, facts=None,
+           ssh_config: str | None = None) -> VerifyReport:
     """Judge the host (this one, or ssh://...) against the profile's plan. `facts`: this host's
-    facts already read (tests); a remote host's are always read there."""
+    facts already read (tests); a remote host's are always read there. `ssh_config`: --ssh-config."""
     from pathlib import Path
 
     from hostctl.plan import build_plan
     from hostctl.verify.connection import connect, parse_target, remote_facts
 
     parts = parse_only(only)
-    parse_target(host)  # bad input before any connection
+    if parse_target(host) is None and ssh_config is not None:  # bad input before any connection
+        raise InputError("--ssh-config is for --host ssh://...: this host is read without ssh",
+                         fix="drop --ssh-config, or add --host ssh://user@host")
     t0 = time.monotonic()
-    target = connect(host)
+    target = connect(host, ssh_config=ssh_config)
     try:
         report = VerifyReport(host=target.name, profile=config.profile.name)
         if target.remote:

@@ -1,6 +1,8 @@
 """The host `hostctl verify` reads, through pytest-testinfra's Python API: this machine
-(`local://`) or another one over SSH (`ssh://user@host[:port]`, testinfra's ssh backend; its
-query options such as `?ssh_config=FILE&ssh_identity_file=KEY` pass through).
+(`local://`) or another one over SSH (`ssh://user@host[:port]`, parsed by hostctl.sshtarget; no
+query options: an ssh config file comes only from --ssh-config or a member's `ssh_config`, and
+only when root or the invoking user owns it). Each command is one `ssh ... -- HOST COMMAND`
+that hostctl builds (sshtarget.ssh_argv), run by a small testinfra backend of this module.
 
 Everything is read through the same connection: commands, files (under the target's own
 HOSTCTL_SYSROOT, read from its environment), and on a remote host its facts, from the hostctl
@@ -16,38 +18,50 @@ import shlex
 import shutil
 import sys
 import tempfile
-import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any
 
-from hostctl.errors import FailedError, InputError
+from hostctl import sshtarget
+from hostctl.errors import FailedError
 from hostctl.facts.sysfiles import Stat
+from hostctl.sshtarget import SshTarget
 
 SSH_TIMEOUT_S = 15
 
 
-def parse_target(spec: str | None) -> tuple[str, str]:
-    """(testinfra host spec, how reports name it). Only ssh:// is accepted besides this host."""
+def parse_target(spec: str | None, field: str = "--host") -> SshTarget | None:
+    """The ssh target `spec` names (hostctl.sshtarget.parse: exit 2 naming `field`), or None for this host."""
     if spec is None or spec in ("local", "local://"):
-        return "local://", "local"
-    from hostctl.safetext import control_problem
+        return None
+    return sshtarget.parse(spec, field)
 
-    problem = control_problem(spec)
-    if problem:  # urlparse drops a line break or tab silently: ssh would get another host than the one written
-        raise InputError(f"--host: {spec[:120]!r} {problem}")
-    url = urllib.parse.urlparse(spec)
-    if (url.hostname or "").startswith("-") or (url.username or "").startswith("-"):
-        raise InputError(f"--host: a user or host starting with '-' would reach ssh as an option: {spec[:120]!r}")
-    if url.scheme != "ssh" or not url.hostname:
-        raise InputError(f"--host: expected ssh://user@host[:port], got {spec!r}",
-                         fix="name the machine as ssh://user@host or ssh://user@host:2222 (options of testinfra's "
-                             "ssh backend go in the query, e.g. ?ssh_config=~/.ssh/config)")
-    try:
-        url.port
-    except ValueError:
-        raise InputError(f"--host: the port in {spec!r} is not a number") from None
-    shown = f"ssh://{url.netloc}"
-    return spec, shown
+
+def _ssh_host(target: SshTarget, config: str | None, control_path: str):
+    """A testinfra Host whose every command runs as the argv hostctl.sshtarget.ssh_argv builds,
+    without a shell: testinfra's own ssh backend puts the host where ssh reads options and takes
+    options from the URL's query, so it is not used."""
+    import subprocess
+
+    import testinfra.host
+    from testinfra.backend.base import BaseBackend
+
+    class HostctlSsh(BaseBackend):
+        NAME = "ssh"
+
+        def run(self, command: str, *args: str, **kwargs: Any):
+            remote = self.get_command(command, *args)
+            argv = sshtarget.ssh_argv(target, remote, config=config, control_path=control_path,
+                                      timeout_s=SSH_TIMEOUT_S)
+            p = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, check=False)
+            out = self.result(p.returncode, self.encode(remote), p.stdout, p.stderr)
+            if p.returncode == 255:  # ssh itself failed (testinfra's convention, kept for the callers)
+                raise RuntimeError(out)
+            return out
+
+    backend = HostctlSsh(target.host)
+    host = testinfra.host.Host(backend)
+    backend.set_host(host)
+    return host
 
 
 @dataclass
@@ -55,8 +69,10 @@ class Target:
     """An open connection: the testinfra host, the target's sysroot and its Python."""
 
     host: Any
-    name: str  # "local" or ssh://user@host:port (no query)
+    name: str  # "local" or ssh://user@host:port
     remote: bool
+    ssh: SshTarget | None = None
+    ssh_config: str | None = None
     sysroot: str = "/"
     python: str = sys.executable  # a Python on the target, for the endpoint checks
     hostctl: str = "hostctl"  # the hostctl on the target (remote only)
@@ -108,31 +124,31 @@ class Target:
             return
         control = os.path.join(self._control_dir, "master")
         if os.path.exists(control):
-            backend = self.host.backend
-            argv = ["ssh", "-o", f"ControlPath={control}", "-O", "exit"]
-            if backend.ssh_config:
-                argv += ["-F", backend.ssh_config]
-            argv.append(backend.host.name)
             import subprocess
 
+            argv = sshtarget.ssh_argv(self.ssh, None, config=self.ssh_config, control_path=control, control="exit")
             subprocess.run(argv, capture_output=True, timeout=30, check=False)
         shutil.rmtree(self._control_dir, ignore_errors=True)
         self._control_dir = None
 
 
-def connect(spec: str | None) -> Target:
+def connect(spec: str | None, *, ssh_config: str | None = None, field: str = "--host",
+            config_field: str = "--ssh-config") -> Target:
+    """Open the target `spec` names; `ssh_config`: an ssh config file to use (checked by
+    hostctl.sshtarget.trusted_config, exit 3 when another user could have written it)."""
     import testinfra  # only verify imports testinfra
 
-    hostspec, shown = parse_target(spec)
-    if hostspec == "local://":
+    ssh = parse_target(spec, field)
+    if ssh is None:
         from hostctl import paths
 
-        return Target(testinfra.get_host("local://"), shown, remote=False, sysroot=str(paths.sysroot()))
+        return Target(testinfra.get_host("local://"), "local", remote=False, sysroot=str(paths.sysroot()))
+    config = sshtarget.trusted_config(ssh_config, config_field) if ssh_config is not None else None
+    shown = ssh.display()
     # One SSH connection for every command (ControlMaster in a private directory), closed at the end.
     control_dir = tempfile.mkdtemp(prefix="hostctl-verify-ssh-")
-    host = testinfra.get_host(hostspec, controlpath=os.path.join(control_dir, "master"), controlpersist=60,
-                              timeout=SSH_TIMEOUT_S)
-    target = Target(host, shown, remote=True, _control_dir=control_dir)
+    host = _ssh_host(ssh, config, os.path.join(control_dir, "master"))
+    target = Target(host, shown, remote=True, ssh=ssh, ssh_config=config, _control_dir=control_dir)
     try:
         # The hostctl there is the one its boot units call (/usr/local/bin/hostctl, under its
         # sysroot), else the one its PATH finds.

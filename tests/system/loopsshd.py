@@ -34,9 +34,10 @@ def hostctl_console_script() -> str:
 
 
 @contextmanager
-def private_sshd(d: Path, session_env: dict[str, str]) -> Iterator[tuple[str, Path]]:
+def private_sshd(d: Path, session_env: dict[str, str]) -> Iterator[tuple[str, Path, Path]]:
     """Start sshd with its files in `d` (made here); yields (the ssh:// spec that reaches it, its
-    log). Every session gets `session_env`, and a PATH that finds this checkout's hostctl first."""
+    log, the client's ssh config: hostctl's --ssh-config or a member's ssh_config). Every session
+    gets `session_env`, and a PATH that finds this checkout's hostctl first."""
     sshd_bin = shutil.which("sshd") or ("/usr/sbin/sshd" if os.path.exists("/usr/sbin/sshd") else None)
     need(sshd_bin is not None, "sshd (openssh-server; .ci/run installs it) is not installed")
     hostctl_bin = hostctl_console_script()
@@ -75,7 +76,7 @@ def private_sshd(d: Path, session_env: dict[str, str]) -> Iterator[tuple[str, Pa
             if proc.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"sshd did not start: {log.read_text()[-2000:]}")
             time.sleep(0.1)
-        yield f"ssh://root@127.0.0.1:{port}?ssh_config={d / 'ssh_config'}", log
+        yield f"ssh://root@127.0.0.1:{port}", log, d / "ssh_config"
     finally:
         proc.terminate()
         try:

@@ -27,14 +27,14 @@ HOSTS = paths.hosts_dir()
 def sshd(tmp_path):
     """A private sshd on 127.0.0.1 whose sessions run this checkout's hostctl; yields (spec, log)."""
     # PYTHONPATH: the far side runs this checkout's hostctl whatever the console script was installed from.
-    with private_sshd(tmp_path / "ssh", {"PYTHONPATH": str(ROOT)}) as (spec, log):
-        yield spec, log
+    with private_sshd(tmp_path / "ssh", {"PYTHONPATH": str(ROOT)}) as (spec, log, config):
+        yield spec, log, config
 
 
-def write_cluster(tmp_path: Path, ssh: str) -> Path:
+def write_cluster(tmp_path: Path, ssh: str, ssh_config: Path) -> Path:
     members = []
     for name, role, rank, api, extra in (("lead", "leader", 0, 8321, ""), ("follow", "follower", 1, 8322,
-                                                                           f'ssh = "{ssh}"\n')):
+                                                                           f'ssh = "{ssh}"\nssh_config = "{ssh_config}"\n')):
         members.append(f'[[hosts]]\nname = "{name}"\nrole = "{role}"\nrank = {rank}\naddress = "127.0.0.1"\n'
                        f'profile = "{HOSTS / "demo-cpu.toml"}"\nfacts = "{HOSTS / "demo-cpu.facts.json"}"\n'
                        f'api_port = {api}\nstate_dir = "{tmp_path / name}"\n{extra}')
@@ -49,23 +49,23 @@ def hostctl(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_down_takes_the_ssh_member_down_on_its_own_host(tmp_path, sshd):
-    spec, log = sshd
-    cluster = write_cluster(tmp_path, spec)
+    spec, log, config = sshd
+    cluster = write_cluster(tmp_path, spec, config)
     p = hostctl("down", "--cluster", str(cluster))
     assert p.returncode == 0, p.stdout + p.stderr
     lines = p.stdout.strip().splitlines()
     # the leader first, here; then the follower's own `down --member follow`, over SSH
     assert lines[0] == "lead: down", lines
-    port = spec.split(":")[2].split("?")[0]
+    port = spec.split(":")[2]
     assert lines[1] == f"follow: down (on ssh://root@127.0.0.1:{port})", lines
     assert "follow: taking it down over ssh://root@127.0.0.1" in p.stderr
     assert "Accepted publickey for root" in log.read_text()
 
 
 def test_an_unreachable_ssh_member_fails_down_and_names_it(tmp_path, sshd):
-    spec, log = sshd
+    spec, log, config = sshd
     dead = free_port()  # nobody listens there
-    cluster = write_cluster(tmp_path, spec.replace(spec.split(":")[2].split("?")[0], str(dead), 1))
+    cluster = write_cluster(tmp_path, spec.replace(spec.split(":")[2], str(dead), 1), config)
     p = hostctl("down", "--cluster", str(cluster))
     assert p.returncode == 1, p.stdout + p.stderr
     assert "could not take down follow" in p.stderr and f"cannot reach ssh://root@127.0.0.1:{dead}" in p.stderr
@@ -73,10 +73,10 @@ def test_an_unreachable_ssh_member_fails_down_and_names_it(tmp_path, sshd):
 
 
 def test_a_failed_groups_take_down_reaches_the_ssh_member(tmp_path, sshd):
-    spec, _ = sshd
+    spec, _, config = sshd
     from hostctl.cluster.commands import load
 
-    cluster = write_cluster(tmp_path, spec)
+    cluster = write_cluster(tmp_path, spec, config)
     _, cp, _ = load(cluster, None)
     said: list[str] = []
     lines = run.group_down(cp, said.append, reason="lead failed", me="lead", cluster_path=cluster)

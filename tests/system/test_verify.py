@@ -82,22 +82,22 @@ def test_verify_passes_then_names_the_swap_turned_off_by_hand(provisioned, sysro
 @pytest.fixture
 def sshd(tmp_path, sysroot):
     """A private sshd on 127.0.0.1 that hands every session HOSTCTL_SYSROOT=<the test's sysroot>;
-    yields (the --host spec that reaches it, sshd's directory)."""
+    yields (the --host and --ssh-config arguments that reach it, sshd's directory)."""
     # the other side's installed hostctl, where its boot units would call it: this checkout's
     (sysroot / "usr/local/bin").mkdir(parents=True, exist_ok=True)
     os.symlink(hostctl_console_script(), sysroot / "usr/local/bin/hostctl")
-    with private_sshd(tmp_path / "ssh", {"HOSTCTL_SYSROOT": str(sysroot)}) as (spec, log):
-        yield spec, log.parent
+    with private_sshd(tmp_path / "ssh", {"HOSTCTL_SYSROOT": str(sysroot)}) as (spec, log, config):
+        yield ["--host", spec, "--ssh-config", str(config)], log.parent
 
 
 def test_verify_over_ssh_reads_the_other_sides_facts_and_files(provisioned, sshd, tmp_path, sysroot):
     drive, profile, _, _ = provisioned
-    spec, d = sshd
+    over_ssh, d = sshd
     # This side's sysroot holds nothing: whatever verify finds provisioned, it read over SSH.
     env = dict(os.environ, HOSTCTL_SYSROOT=str(tmp_path / "empty"))
     code, out, err = hostctl("verify", "--only", "storage", "--config", str(profile), env=env)
     assert code == 0 and "storage: not provisioned" in out, out + err
-    code, out, err = hostctl("verify", "--json", "--only", "storage", "--host", spec, "--config", str(profile), env=env)
+    code, out, err = hostctl("verify", "--json", "--only", "storage", *over_ssh, "--config", str(profile), env=env)
     assert code == 0, out + err
     doc = json.loads(out)
     assert doc["host"].startswith("ssh://root@127.0.0.1:") and "?" not in doc["host"]
@@ -107,7 +107,7 @@ def test_verify_over_ssh_reads_the_other_sides_facts_and_files(provisioned, sshd
     print(f"\n  verify --only storage: {local['seconds']:.2f} s here, {doc['seconds']:.2f} s over ssh "
           f"({len(doc['checks'])} checks)")
     check(["swapoff", drive.part(1)])
-    code, out, err = hostctl("verify", "--only", "storage", "--host", spec, "--config", str(profile), env=env)
+    code, out, err = hostctl("verify", "--only", "storage", *over_ssh, "--config", str(profile), env=env)
     assert code == 1 and "FAIL  storage/d1/swap:" in out, out + err
     assert out.strip().endswith("failed: storage/converged, storage/d1/swap")
     # verify closed its SSH connection: no ssh process of this test's config is left behind
