@@ -34,22 +34,23 @@ class Result:
 
 
 def run(argv: list[str], *, timeout: float = 30.0, input_text: str | None = None, env: dict | None = None,
-        new_session: bool = False) -> Result:
+        new_session: bool = False, cwd: str | None = None) -> Result:
     """new_session: the child gets its own session, so a Ctrl-C at the terminal reaches only
     hostctl, which then decides what to stop (hostctl.interrupt); the child is still killed when
-    hostctl abandons the wait."""
+    hostctl abandons the wait. cwd: where the child runs (default: hostctl's own cwd)."""
     if not argv:
         raise ValueError("empty command")
     if shutil.which(argv[0]) is None:
         return Result(tuple(argv), 127, "", f"{argv[0]}: not found", missing=True)
     when = testhooks.armed_for_command(argv)
     if when is not None:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+                                cwd=cwd)
         testhooks.run_then_kill(proc, when)
     try:
         proc = subprocess.run(
             argv, capture_output=True, text=True, timeout=timeout, input=input_text, env=env, check=False,
-            start_new_session=new_session,
+            start_new_session=new_session, cwd=cwd,
         )
     except subprocess.TimeoutExpired as exc:
         out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")

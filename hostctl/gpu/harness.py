@@ -49,7 +49,9 @@ def find_torch_python() -> TorchPython:
     """A Python that can import torch, found without importing torch here."""
     named = os.environ.get(TORCH_PYTHON_ENV)
     if named:
-        res = runner.run([named, "-c", "import torch"], timeout=120)
+        # In /, not the caller's cwd: `-c` imports from the cwd first (a torch.py someone left there
+        # would run as root). -I would also drop the user site and PYTHONPATH a torch install may need.
+        res = runner.run([named, "-c", "import torch"], timeout=120, cwd="/")
         if res.ok:
             return TorchPython(named, f"{TORCH_PYTHON_ENV}={named}")
         return TorchPython(None, f"{TORCH_PYTHON_ENV}={named} cannot import torch: {res.why()}")

@@ -372,7 +372,9 @@ def _get(ctx: Ctx, path: str) -> dict:
     from hostctl.service import preflight
 
     url = preflight.endpoint(ctx.plan) + path
-    r = ctx.target.cmd("%s -c %s %s %s", ctx.target.python, _GET, url, ctx.plan.runtime.api_key_env or "")
+    # `python -c` looks up imports in its cwd first (hostctl's, or the login's, which another user may
+    # have left a json.py in): -I drops the cwd, PYTHON* and the user site; `cd /` for a Python too old for -I.
+    r = ctx.target.cmd("cd / && %s -I -c %s %s %s", ctx.target.python, _GET, url, ctx.plan.runtime.api_key_env or "")
     try:
         return {"url": url, **json.loads(r.stdout.strip().splitlines()[-1])}
     except (ValueError, IndexError):
