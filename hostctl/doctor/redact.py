@@ -26,8 +26,9 @@ _PATTERNS: tuple[tuple[re.Pattern, str], ...] = (
     # NAME=value, NAME: value, "NAME": "value", NAME = 'value' (not ${NAME:?...}, Compose interpolation)
     (re.compile(rf"(?i)((?<!\$\{{)\b{_SECRET_NAME}\"?'?\s*[:=]\s*[\"']?)(?![\"']?\s*(?:$|,|\}}))(?!\$\{{)(?!\*\*\*REDACTED)\[?[^\s\"',}}\[]+"),
      lambda m: m.group(1) + MASK),
-    # the password in scheme://user:password@host
-    (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^/\s:@]+:)[^@\s/]+@"), lambda m: m.group(1) + MASK + "@"),
+    # the password in scheme://user:password@host; the last '@' before the path ends the userinfo
+    # (as URL parsers split it), so a password holding '@' is hidden whole; the user may be empty
+    (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^/\s:@]*:)[^\s/]+@"), lambda m: m.group(1) + MASK + "@"),
     # NAME=value under a name that only hints at a credential (WANDB_KEY, DB_PASS): hidden when
     # the value looks generated (hostctl.secrets.looks_secret), so CACHE_KEY=layers stays
     (re.compile(r"(?i)((?<!\$\{)\b([A-Za-z0-9_.-]*(?:KEY|TOKEN|SECRET|PASS|AUTH|CRED|PRIVATE|SIGNATURE|COOKIE|SESSION)"
