@@ -27,8 +27,10 @@ _PATTERNS: tuple[tuple[re.Pattern, str], ...] = (
     (re.compile(rf"(?i)((?<!\$\{{)\b{_SECRET_NAME}\"?'?\s*[:=]\s*[\"']?)(?![\"']?\s*(?:$|,|\}}))(?!\$\{{)(?!\*\*\*REDACTED)\[?[^\s\"',}}\[]+"),
      lambda m: m.group(1) + MASK),
     # the password in scheme://user:password@host; the last '@' before the path ends the userinfo
-    # (as URL parsers split it), so a password holding '@' is hidden whole; the user may be empty
-    (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^/\s:@]*:)[^\s/]+@"), lambda m: m.group(1) + MASK + "@"),
+    # (as URL parsers split it), so a password holding '@' is hidden whole; the user may be empty;
+    # a password already masked (urldisplay's `***`) is left as it is
+    (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^/\s:@]*:)(?!\*\*\*(?:REDACTED\*\*\*)?@)[^\s/]+@"),
+     lambda m: m.group(1) + MASK + "@"),
     # NAME=value under a name that only hints at a credential (WANDB_KEY, DB_PASS): hidden when
     # the value looks generated (hostctl.secrets.looks_secret), so CACHE_KEY=layers stays
     (re.compile(r"(?i)((?<!\$\{)\b([A-Za-z0-9_.-]*(?:KEY|TOKEN|SECRET|PASS|AUTH|CRED|PRIVATE|SIGNATURE|COOKIE|SESSION)"
