@@ -119,8 +119,15 @@ def open_dir(path: str | Path, *, create: bool = False, mode: int = 0o755,
     component at a time; `create` makes what is missing (mode `mode`, chowned to `owner` on the
     open directory). `follow=False` refuses any symlink on the way (names from outside, below a
     folder of hostctl's). Raises UntrustedPathError when anyone but root and the invoking user
-    could change where it leads, NotADirectoryError / FileNotFoundError as open would."""
-    path = Path(os.path.abspath(path))
+    could change where it leads, NotADirectoryError / FileNotFoundError as open would, and
+    refuses a path with a `..` component: collapsing it by hand (abspath) would name a folder other
+    than the one the kernel reaches through a link on the way, and a `..` in a name built from
+    outside input (a suite id) would climb out of the folder hostctl meant."""
+    path = Path(path)
+    if ".." in path.parts:
+        raise UntrustedPathError(path, "the path contains '..', which hostctl does not resolve",
+                                 fix="give the path without '..' (e.g. as `realpath` prints it)")
+    path = path if path.is_absolute() else Path(os.getcwd()) / path
     todo = list(path.parts[1:])
     fd = os.open("/", _DIR_FLAGS)
     shown, links = Path("/"), 0

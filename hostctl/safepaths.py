@@ -1,6 +1,7 @@
 """Which host paths hostctl may mount a drive on, bind into the runtime container or write a
 rendered project to: the one list of system directories it refuses, and the lexical checks
-(absolute, no `..`, no control characters, within the kernel's length limits).
+(absolute, no `..`, no control characters, within the kernel's length limits); and the one rule
+for an outside name (a bench suite's id) that hostctl puts into a file name (file_name_problem).
 
 The checks are lexical on purpose: the profile is judged where it is loaded, before any fact is
 read, and a path that needs `..` or names a system directory is refused whatever the disk holds.
@@ -95,3 +96,18 @@ def by_id_problem(name: str) -> str | None:
         return (f"expected one name from /dev/disk/by-id (e.g. nvme-Samsung_SSD_990_PRO_4TB_S7KGNU0X123456), "
                 f"got {name!r}")
     return None
+
+
+# A name from a file hostctl reads (a suite's id) that becomes one component of a file name
+# hostctl writes as root (<stamp>-<id>.json): a plain word, so it can neither climb out (`/`,
+# `..`), hide (a leading dot) nor be read as an option (a leading dash). 128 bytes leaves room for
+# the stamp and the suffix within NAME_MAX.
+FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
+
+
+def file_name_problem(name: object) -> str | None:
+    """Why `name` cannot be one component of a file name hostctl builds, or None."""
+    if isinstance(name, str) and FILE_NAME.fullmatch(name):
+        return None
+    return (f"expected a plain name such as quick or qualify-v2 (letters, digits and ._+-, starting with a letter "
+            f"or digit, at most 128 characters; no '/'), got {name!r}"[:400])

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from hostctl import paths
+from hostctl import paths, safepaths
 from hostctl.config import Recipe
 from hostctl.errors import InputError
 
@@ -91,6 +91,10 @@ def parse_suite(data: Any, source: str) -> Suite:
     allow = data.get("allow_recipe_overrides", False)
     if not isinstance(allow, bool):
         problems.append(f"allow_recipe_overrides: expected true or false, got {allow!r}")
+    suite_id = data.get("id") or Path(source).stem
+    id_problem = safepaths.file_name_problem(suite_id)  # results are written as <stamp>-<id>.json
+    if id_problem:
+        problems.append(f"id: {id_problem}")
     for i, p in enumerate(probes):
         where = f"probes[{i}]"
         if not isinstance(p, dict):
@@ -104,7 +108,7 @@ def parse_suite(data: Any, source: str) -> Suite:
         problems += _param_problems(where, p)
     if problems:
         raise InputError(f"suite {source} is not valid", details=problems, fix="correct the fields named above")
-    return Suite(id=str(data.get("id") or Path(source).stem), source=source, allow_recipe_overrides=allow,
+    return Suite(id=suite_id, source=source, allow_recipe_overrides=allow,
                  probes=[dict(p) for p in probes])
 
 
