@@ -14,6 +14,11 @@ runs (vLLM-MoET's knob-file mechanism), so its values cost no boot.
 Constraints are `PATH OP NUMBER` (>=, <=, ==, >, <) or a bare PATH that must be true, where PATH
 starts with a probe key (decode.median_tok_s, needle.all_pass), `kv` (the KV capacity the runtime
 reported: kv.full_context_requests>=2) or `qualify` (qualify.pass: the context ladder).
+
+The sweep is counted before it is built (parse_tuning): past MAX_BOOTS boots, MAX_TRIALS trials or
+MAX_VALUES values in one axis the recipe is refused (exit 2 naming the field), so a few KB of YAML
+cannot make hostctl build millions of variants (vLLM-MoET's sweep.py has no limit; its bundled
+recipes sweep at most 3 values, 6 boots and 12 trials).
 """
 
 from __future__ import annotations
@@ -32,6 +37,12 @@ KNOB_DIR = "/run/hostctl-tune"  # where the knob files appear inside the contain
 _CMP = re.compile(r"^([A-Za-z_][\w.-]*)\s*(>=|<=|==|>|<)\s*(-?[\d.]+)$")
 _PATH = re.compile(r"^[A-Za-z_][\w.-]*$")
 SPECIAL_ROOTS = ("kv", "qualify")
+# A boot is a full server start (minutes on a big model) plus its probes: 64 boots is already a
+# night of a GPU host; 1,024 trials bounds the knob-file runs between them. 32 values per axis is
+# ten times any bundled sweep.
+MAX_BOOTS = 64
+MAX_TRIALS = 1024
+MAX_VALUES = 32
 
 
 @dataclass(frozen=True)
@@ -190,6 +201,7 @@ def parse_tuning(tuning: dict, *, probe_keys: list[str] | None = None) -> Tuning
     if not isinstance(raw_axes, list):
         raise InputError(f"tuning.axes: expected a list of axes, got {raw_axes!r}")
     axes = tuple(_axis(a, i) for i, a in enumerate(raw_axes))
+    _check_size(axes)
     labels = [a.label for a in axes]
     dupes = sorted({lb for lb in labels if labels.count(lb) > 1})
     if dupes:
@@ -204,6 +216,23 @@ def parse_tuning(tuning: dict, *, probe_keys: list[str] | None = None) -> Tuning
     return Tuning(objective, constraints, axes)
 
 
+def _check_size(axes: tuple[Axis, ...]) -> None:
+    """Refuse a sweep larger than hostctl will plan, counted without building it."""
+    boots = trials = 1
+    for a in axes:
+        trials *= len(a.values)
+        if a.restart:
+            boots *= len(a.values)
+        if boots > MAX_BOOTS or trials > MAX_TRIALS:  # stop counting early: the product only grows
+            break
+    if boots > MAX_BOOTS or trials > MAX_TRIALS:
+        shown = " x ".join(str(len(a.values)) for a in axes[:12]) + (" x ..." if len(axes) > 12 else "")
+        raise InputError(f"tuning.axes: the axes' values ({shown}) make more than {MAX_BOOTS} boots or {MAX_TRIALS} "
+                         f"trials; hostctl tune plans at most {MAX_BOOTS} boots and {MAX_TRIALS} trials",
+                         fix="sweep fewer values (split the sweep into several recipes, or make an env axis "
+                             "`restart: false` with a file_env so its values cost no boot)")
+
+
 def _axis(a: Any, i: int) -> Axis:
     where = f"tuning.axes[{i}]"
     if not isinstance(a, dict):
@@ -214,6 +243,9 @@ def _axis(a: Any, i: int) -> Axis:
     values = a.get("values")
     if not isinstance(values, list) or not values:
         raise InputError(f"{where}.values: expected a non-empty list, got {values!r}")
+    if len(values) > MAX_VALUES:
+        raise InputError(f"{where}.values: {len(values)} values; an axis sweeps at most {MAX_VALUES}",
+                         fix="sweep fewer values of this axis")
     restart_flag = a.get("restart", True)
     if not isinstance(restart_flag, bool):
         raise InputError(f"{where}.restart: expected true or false, got {restart_flag!r}")
