@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from hostctl import paths, safepaths, safetext
+from hostctl import paths, safepaths, safetext, serveflags
 from hostctl.errors import InputError
 from hostctl.storage_roles import ROLES, Role
 from hostctl.bytesizes import GIB, MIB, TIB, parse_size
@@ -492,6 +492,9 @@ class Recipe(StrictRecord):
         for key, value in v.items():
             if not isinstance(key, str) or not safetext.ENV_NAME.fullmatch(key):
                 raise ValueError(f"env key {str(key)[:80]!r} is not a valid environment variable name")
+            owned = serveflags.env_refusal(key, value)
+            if owned:
+                raise ValueError(f"env.{key}: {owned}")
             if not isinstance(value, str):
                 # YAML 1.1 rewrites unquoted values (no -> false, 010 -> 8, 1.10 -> 1.1): only a
                 # string is what the recipe's author wrote.

@@ -1,4 +1,5 @@
-"""The vLLM serve flags hostctl owns, and how argparse would read a token as one of them.
+"""The vLLM serve flags hostctl owns, and how argparse would read a token as one of them; and
+the runtime environment variables a recipe may not set (OWNED_ENV, env_refusal).
 
 hostctl decides where the server listens and what credentials it holds (DESIGN.md "Trust model
 (root)"): a recipe, a tuning axis or anything else that contributes serve arguments may not set
@@ -20,6 +21,7 @@ parser in the demo image: tests/system/test_serveflags_vllm.py).
 
 from __future__ import annotations
 
+import ipaddress
 from typing import NamedTuple
 
 # Each owned flag and why hostctl, not a recipe, sets it.
@@ -108,3 +110,56 @@ def effective(argv: list[str]) -> dict[str, str | None]:
                 i += 1
         i += 1
     return out
+
+
+# ---------------------------------------------------------------- the runtime's environment
+
+# A recipe's `env` reaches the server's process as it is. These names are hostctl's to set, or
+# change what runs in the root container, where the server listens or who may call it: no recipe
+# (and no tuning axis) sets them. Each with why (vLLM 0.32's vllm/envs.py in the demo image).
+OWNED_ENV: dict[str, str] = {
+    "VLLM_API_KEY": "the API key: hostctl passes it from the profile's runtime.api_key_env, where plan, redaction "
+                    "and the exposure check see it; a second key here would be none of those",
+    "VLLM_SERVER_DEV_MODE": "registers /collective_rpc, /sleep, /reset_prefix_cache, /update_weights ... outside "
+                            "the paths the API key guards",
+    "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "lets any caller load a LoRA adapter from any path at run time",
+    "VLLM_PLUGINS": "loads plugin entry points: code chosen at start runs in the root container",
+    "VLLM_ALLOW_INSECURE_SERIALIZATION": "lets vLLM's internal channels unpickle, which runs code",
+    "VLLM_LOGGING_CONFIG_PATH": "a logging dictConfig file, which can construct any class (run code)",
+    "VLLM_DEBUG_LOG_API_SERVER_RESPONSE": "writes every response into the container log that doctor bundles collect",
+    "VLLM_PORT": "the base of vLLM's internal ports: where it listens",
+    "VLLM_LOOPBACK_IP": "the address vLLM's internal sockets use: where it listens",
+    "VLLM_DP_MASTER_IP": "the data-parallel rendezvous address: where it listens (the cluster plan sets it)",
+    "VLLM_DP_MASTER_PORT": "the data-parallel rendezvous port: where it listens (the cluster plan sets it)",
+    "VLLM_NIXL_SIDE_CHANNEL_HOST": "the NIXL KV-transfer side channel's address: another listener",
+    "VLLM_NIXL_SIDE_CHANNEL_PORT": "the NIXL KV-transfer side channel's port: another listener",
+    "VLLM_EC_SIDE_CHANNEL_HOST": "the encoder-cache side channel's address: another listener",
+    "VLLM_EC_SIDE_CHANNEL_PORT": "the encoder-cache side channel's port: another listener",
+    "VLLM_P2P_SIDE_CHANNEL_HOST": "the P2P KV side channel's address: another listener",
+    "VLLM_P2P_SIDE_CHANNEL_PORT": "the P2P KV side channel's port: another listener",
+    "VLLM_MOONCAKE_BOOTSTRAP_PORT": "the Mooncake bootstrap server's port: another listener",
+    "PATH": "which python3 the server command runs",
+    "HF_HUB_OFFLINE": "the runtime runs offline, on the checkpoint hostctl checked (the image sets it)",
+    "TRANSFORMERS_OFFLINE": "the runtime runs offline, on the checkpoint hostctl checked (the image sets it)",
+}
+OWNED_ENV_PREFIXES: dict[str, str] = {
+    "LD_": "the dynamic loader (LD_PRELOAD, LD_LIBRARY_PATH, LD_AUDIT) loads code into the server",
+    "PYTHON": "Python's start-up (PYTHONPATH, PYTHONSTARTUP, PYTHONHOME) loads code into the server",
+}
+# VLLM_HOST_IP is where vLLM's internal (distributed) sockets bind: a recipe may keep them on
+# loopback, as the demo recipe does; any other address is the cluster plan's to set.
+LOOPBACK_ONLY_ENV = ("VLLM_HOST_IP",)
+
+
+def env_refusal(name: str, value: object = None) -> str | None:
+    """Why the runtime's environment variable `name` (set to `value`) cannot come from a recipe, or None."""
+    if name in LOOPBACK_ONLY_ENV:
+        try:
+            if ipaddress.ip_address(str(value)).is_loopback:
+                return None
+        except ValueError:
+            pass
+        return (f"{name} outside loopback is where vLLM's internal sockets listen; a recipe may set it to 127.0.0.1 "
+                "only (the cluster plan sets a member's address)")
+    why = OWNED_ENV.get(name) or next((w for p, w in OWNED_ENV_PREFIXES.items() if name.startswith(p)), None)
+    return f"{name} is not a recipe's to set: {why}" if why else None

@@ -287,6 +287,13 @@ def recipe_cases() -> Iterator[Case]:
         r = copy.deepcopy(base)
         r["env"] = {name: "1"}
         yield plan_case("recipe/env-name", f"env key {name!r}", recipe=r, names="env")
+    # env names hostctl owns or that change what runs, listens or authenticates (hostctl.serveflags.OWNED_ENV)
+    for name, value in [("VLLM_SERVER_DEV_MODE", "1"), ("VLLM_API_KEY", "second-key"), ("LD_PRELOAD", "/model/x.so"),
+                        ("PYTHONPATH", "/model"), ("VLLM_PLUGINS", "evil"), ("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "1"),
+                        ("VLLM_HOST_IP", "0.0.0.0"), ("VLLM_NIXL_SIDE_CHANNEL_HOST", "0.0.0.0")]:
+        r = copy.deepcopy(base)
+        r["env"][name] = value
+        yield plan_case("recipe/env-owned", f"env.{name} = {value!r}", recipe=r, names=f"env.{name}")
     for v in [True, False, 8, 1.1, None, [1], {"a": 1}]:
         r = copy.deepcopy(base)
         r["env"]["VLLM_X"] = v

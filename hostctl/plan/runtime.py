@@ -115,6 +115,11 @@ def plan_runtime(config: Config, memory: MemoryPlan, placement: PlacementPlan, n
             continue
         spec.env[key] = value
         spec.env_sources[key] = "recipe"
+    passed = sorted(k for k, src in spec.env_sources.items() if src == "recipe")
+    # Names only: the values go to runtime.env (0600), and a name is what says what it changes.
+    spec.decide("recipe env", ", ".join(passed) if passed else "none",
+                "the recipe's environment variables, passed to the runtime as it sets them (values in runtime.env, "
+                "mode 0600); names hostctl owns or that change what runs, listens or authenticates are refused")
     for source, env in (("nccl", nccl.env), ("placement", placement.env), ("cache", CACHE_ENV)):
         for key, value in env.items():
             if key in spec.env and spec.env[key] != value:

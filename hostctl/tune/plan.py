@@ -265,6 +265,17 @@ def _axis(a: Any, i: int) -> Axis:
         owned = a.get(f) is not None and serveflags.refusal(str(a[f]))
         if owned:
             raise InputError(f"{where}.arg: {owned}", fix="tune another flag; nothing was changed")
+    # An env axis (and a knob file's variable) becomes the runtime's environment: the same names
+    # a recipe's env may not hold are not tunable either.
+    if kind == "env":
+        for j, v in enumerate(values):
+            owned = serveflags.env_refusal(a["name"], v)
+            if owned:
+                raise InputError(f"{where}.name: {owned} (values[{j}])",
+                                 fix="tune another variable; nothing was changed")
+    owned = file_env is not None and serveflags.env_refusal(file_env)
+    if owned:
+        raise InputError(f"{where}.file_env: {owned}", fix="name another variable; nothing was changed")
     if kind == "serve_arg":
         for j, v in enumerate(values):
             owned = isinstance(v, str) and serveflags.refusal(v.strip())

@@ -147,7 +147,7 @@ def _planted_config(tmp_path: Path) -> Path:
     """The desktop profile and recipe with secrets planted where people really put them."""
     recipe = yaml.safe_load((paths.recipes_dir() / "dsv4-flash-0731-tp2-400k.yaml").read_text())
     recipe["env"]["HF_TOKEN"] = SECRETS["hf"]
-    recipe["env"]["VLLM_API_KEY"] = SECRETS["api"]
+    recipe["env"]["OPENAI_API_KEY"] = SECRETS["api"]  # (VLLM_API_KEY itself is refused in a recipe)
     (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(recipe))
     text = (HOSTS / "pro6000x2-desktop.toml").read_text()
     text = text.replace('recipe = "dsv4-flash-0731-tp2-400k"', 'recipe = "recipe.yaml"')

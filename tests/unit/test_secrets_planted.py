@@ -21,7 +21,7 @@ from hostctl.cli import main
 HOSTS = paths.hosts_dir()
 TOKENS = {  # where -> the token planted there
     "recipe env HF_TOKEN": "Q7planted-envhf-4d2a9",
-    "recipe env VLLM_API_KEY": "Q7planted-envapi-81c3",
+    "recipe env OPENAI_API_KEY": "Q7planted-envapi-81c3",
     "recipe env MY_SECRET": "Q7planted-envsecret-55e0",
     "recipe env DB_PASSWORD": "Q7planted-envpw-9b1f",
     "serve arg --hf-token": "Q7planted-argHF-7e21",
@@ -36,10 +36,11 @@ TOKENS = {  # where -> the token planted there
 def planted(tmp_path, monkeypatch):
     monkeypatch.setattr(secrets, "_known", set())  # this test's own registry
     recipe = yaml.safe_load((paths.recipes_dir() / "dsv4-flash-0731-tp2-400k.yaml").read_text())
-    recipe["env"].update({"HF_TOKEN": TOKENS["recipe env HF_TOKEN"], "VLLM_API_KEY": TOKENS["recipe env VLLM_API_KEY"],
+    recipe["env"].update({"HF_TOKEN": TOKENS["recipe env HF_TOKEN"], "OPENAI_API_KEY": TOKENS["recipe env OPENAI_API_KEY"],
                           "MY_SECRET": TOKENS["recipe env MY_SECRET"], "DB_PASSWORD": TOKENS["recipe env DB_PASSWORD"],
                           "WANDB_KEY": TOKENS["recipe env WANDB_KEY"]})
-    # (an --api-key serve argument is refused outright: tests/unit/test_serveflags.py)
+    # (an --api-key serve argument and a recipe's VLLM_API_KEY are refused outright:
+    # tests/unit/test_serveflags.py, tests/unit/test_recipe_env.py)
     recipe["serve_args"] += [f"--hf-token {TOKENS['serve arg --hf-token']}"]
     (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(recipe))
     text = (HOSTS / "pro6000x2-desktop.toml").read_text().replace('recipe = "dsv4-flash-0731-tp2-400k"',
