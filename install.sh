@@ -21,9 +21,15 @@ fi
 src=$(cd "$(dirname "$0")" && pwd -P)
 umask 022  # nothing the install makes may be group- or world-writable
 
+# Built from root's own copy of the checkout: what is built is what was copied (the checkout may
+# change meanwhile), and the build leaves nothing of root's (build/, *.egg-info) in the user's tree.
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+tar -C "$src" --exclude=./.git --exclude=./.venv --exclude=./build --exclude='*.egg-info' -cf - . | tar -C "$work" -xf -
+
 "$python" -m venv "$prefix"
 # A plain install (not -e), so the venv holds root's copy and the checkout can stay the user's.
-"$prefix/bin/python" -m pip install --quiet --disable-pip-version-check --no-cache-dir --upgrade "$src"
+"$prefix/bin/python" -m pip install --quiet --disable-pip-version-check --no-cache-dir --upgrade "$work"
 mkdir -p "$bin_dir"
 ln -sfn "$prefix/bin/hostctl" "$bin_dir/hostctl"
 echo "installed: $bin_dir/hostctl -> $prefix/bin/hostctl ($("$bin_dir/hostctl" --version 2>/dev/null || echo hostctl))"
