@@ -61,6 +61,15 @@ def writable_by_others(chain: ExecChain) -> list[Writable]:
     return out
 
 
+def render_warning(chain: ExecChain) -> str | None:
+    """For `render`, which writes units but installs none: what to know before installing them
+    (only code others can change; a hostctl not installed yet is provision's to report)."""
+    found = problem(chain)
+    if not isinstance(found, RefusedError):
+        return None
+    return f"warning: {found.message}; do not install these units until then: {found.fix}"
+
+
 def problem(chain: ExecChain) -> FailedError | RefusedError | None:
     """Why a unit must not call chain.path, as the error to raise (None: it may). A missing
     executable fails (exit 1: the units would not start); code others can change, or a chain

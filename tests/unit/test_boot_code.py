@@ -229,3 +229,18 @@ def test_doctor_reports_a_boot_hostctl_nobody_can_change(sysroot, tmp_path):
     assert r.status == "fail" and f"{site / 'hostctl/cli.py'}" in r.evidence.observed and "nobody" in r.evidence.observed
     assert "install.sh" in r.fix
     assert run_checks(CheckContext(facts=facts), [check])[0].result.status == "skip"  # a snapshot: not read
+
+
+@needs_root
+def test_render_warns_before_units_that_would_run_code_nobody_can_change(sysroot, tmp_path, capsys):
+    from hostctl import cli
+
+    site = _venv(tmp_path / "hc")
+    _point_units_at(sysroot, tmp_path / "hc")
+    argv = ["render", "--config", str(paths.hosts_dir() / "demo-cpu.toml"), "--out", str(tmp_path / "out")]
+    assert cli.main(argv) == 0
+    assert "can be changed by someone other than root" not in capsys.readouterr().err
+    os.chown(site / "hostctl/cli.py", NOBODY, NOBODY)
+    assert cli.main(argv) == 0  # render installs nothing: it says so, and still writes the project
+    err = capsys.readouterr().err
+    assert f"{site / 'hostctl/cli.py'}" in err and "owned by nobody (uid 65534)" in err and "install.sh" in err
