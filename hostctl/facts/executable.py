@@ -74,6 +74,7 @@ class _Walker:
     def __init__(self, chain: ExecChain) -> None:
         self.chain = chain
         self.seen: set[str] = set()
+        self.walked: list[str] = []  # real roots of the trees walked
 
     def add(self, path: str, role: str, st: os.stat_result) -> None:
         if path in self.seen:
@@ -113,15 +114,26 @@ class _Walker:
         return real
 
     def tree(self, top: str, role: str) -> None:
-        """`top` resolved, then everything below it (links recorded, not followed)."""
+        """`top` resolved, then everything below it. A link below it is recorded and its target
+        resolved (an editable install's link farm points at the user's files), but a folder it
+        leads to is not walked: the walk stays one tree."""
         real = self.resolve(top, role)
+        if any(real == done or real.startswith(done.rstrip("/") + "/") for done in self.walked):
+            return  # inside a tree already walked (a venv's site-packages, its hostctl package)
+        self.walked.append(real)
         for dirpath, dirnames, filenames in os.walk(real, followlinks=False):
             for name in (*dirnames, *filenames):
                 full = os.path.join(dirpath, name)
                 try:
-                    self.add(full, role, os.lstat(full))
+                    st = os.lstat(full)
                 except FileNotFoundError:
                     continue
+                self.add(full, role, st)
+                if stat.S_ISLNK(st.st_mode):
+                    try:
+                        self.resolve(full, role)
+                    except _Missing:
+                        continue  # a dangling link runs nothing
 
 
 def _interpreter(script: str) -> str | None:
@@ -138,7 +150,9 @@ def _interpreter(script: str) -> str | None:
     if not words:
         raise OSError(f"{script}: an empty #! line")
     program = words[0]
-    if os.path.basename(program) == "env" and len(words) > 1 and not words[1].startswith("-"):
+    if os.path.basename(program) == "env":
+        if len(words) < 2 or words[1].startswith("-"):
+            raise OSError(f"{script}: `#!{' '.join(words)}`: which program env runs is not known before it runs")
         name = words[1]
         found = next((os.path.join(d, name) for d in BOOT_PATH if os.path.isfile(os.path.join(d, name))), None)
         if found is None:
@@ -148,10 +162,16 @@ def _interpreter(script: str) -> str | None:
 
 
 def _site_dirs(interpreter: str) -> tuple[str | None, list[str]]:
-    """(the venv root or None, the site directories) of an interpreter, as its path says."""
+    """(the venv root or None, the site directories) of an interpreter, as its path says; a venv
+    made with --system-site-packages adds its base interpreter's."""
     venv = os.path.dirname(os.path.dirname(interpreter))
-    if os.path.isfile(os.path.join(venv, "pyvenv.cfg")):
-        return venv, sorted(glob.glob(os.path.join(venv, "lib*/python3*/site-packages")))
+    cfg = os.path.join(venv, "pyvenv.cfg")
+    if os.path.isfile(cfg):
+        own = sorted(glob.glob(os.path.join(venv, "lib*/python3*/site-packages")))
+        with open(cfg, "rb") as fh:
+            settings = dict(line.partition("=")[::2] for line in fh.read(MAX_PTH_BYTES).decode(errors="replace").splitlines())
+        shared = {k.strip(): v.strip() for k, v in settings.items()}.get("include-system-site-packages", "")
+        return venv, own + (_site_dirs(os.path.realpath(interpreter))[1] if shared.lower() == "true" else [])
     prefix = os.path.dirname(os.path.dirname(os.path.realpath(interpreter)))
     patterns = ("lib/python3*/site-packages", "lib/python3*/dist-packages", "lib/python3/dist-packages",
                 "local/lib/python3*/dist-packages", "local/lib/python3*/site-packages")
@@ -191,7 +211,9 @@ def _environment(w: _Walker, interpreter: str) -> None:
     if venv is not None:
         w.tree(venv, ENVIRONMENT)
     for site in sites:
-        w.resolve(site, SITE)
+        # Everything in a site directory can run in hostctl's process (a module it imports, a
+        # sitecustomize, a .pth line); in a venv the walk above already read it.
+        w.tree(site, SITE)
         for name in sorted(os.listdir(site)):
             full = os.path.join(site, name)
             if name == "hostctl":

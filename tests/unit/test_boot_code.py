@@ -19,7 +19,7 @@ from hostctl import examples, paths
 from hostctl.doctor.checks import all_checks
 from hostctl.doctor.registry import CheckContext, run_checks
 from hostctl.errors import EXIT_REFUSED, FailedError, RefusedError
-from hostctl.facts.executable import EDITABLE, ENVIRONMENT, INTERPRETER, Entry, ExecChain, read_exec_chain
+from hostctl.facts.executable import EDITABLE, ENVIRONMENT, INTERPRETER, SITE, Entry, ExecChain, read_exec_chain
 from hostctl.plan import build_plan
 from hostctl.provision import boot_code, parts
 from need import needs
@@ -199,6 +199,40 @@ def test_the_shebang_interpreter_is_followed(sysroot, tmp_path):
     # folder it lies in, up to /
     real = Path(sys.executable).resolve()
     assert roles[str(venv / "bin/python")] == roles[str(real)] == roles[str(real.parent)] == INTERPRETER
+
+
+@needs_root
+def test_a_link_in_the_package_to_a_file_nobody_owns_is_followed(sysroot, tmp_path):
+    site = _venv(tmp_path / "hc")  # as setuptools' strict editable mode leaves it: a farm of links
+    theirs = tmp_path / "home/user/cli.py"
+    theirs.parent.mkdir(parents=True)
+    theirs.write_text("def main():\n    return 0\n")
+    os.chown(theirs, NOBODY, NOBODY)
+    (site / "hostctl/cli.py").unlink()
+    os.symlink(theirs, site / "hostctl/cli.py")
+    _point_units_at(sysroot, tmp_path / "hc")
+    found = boot_code.writable_by_others(read_exec_chain(paths.INSTALLED_HOSTCTL))
+    assert str(theirs) in [w.path for w in found]
+
+
+@needs_root
+def test_env_with_options_in_the_shebang_is_refused_as_unknown(sysroot, tmp_path):
+    _venv(tmp_path / "hc")
+    (tmp_path / "hc/bin/hostctl").write_text("#!/usr/bin/env -S python3 -E\nimport hostctl\n")
+    _point_units_at(sysroot, tmp_path / "hc")
+    err = boot_code.problem(read_exec_chain(paths.INSTALLED_HOSTCTL))
+    assert isinstance(err, RefusedError) and "not known before it runs" in err.message
+
+
+@needs_root
+def test_a_venv_with_system_site_packages_reads_the_base_site_too(sysroot, tmp_path):
+    _venv(tmp_path / "hc")
+    cfg = tmp_path / "hc/pyvenv.cfg"
+    cfg.write_text(cfg.read_text() + "include-system-site-packages = true\n")
+    _point_units_at(sysroot, tmp_path / "hc")
+    base = Path(sys.executable).resolve().parent.parent
+    sites = {e.path for e in read_exec_chain(paths.INSTALLED_HOSTCTL).entries if e.role == SITE}
+    assert any(p.startswith(f"{base}/lib/python3") and "-packages" in p for p in sites), sorted(sites)[:5]
 
 
 @needs_root
