@@ -6,7 +6,7 @@ change that code. Read here, judged there.
 What is read, in order: each directory from / down to the executable and each link on the way
 (followed like the kernel does); the script's shebang interpreter the same way; the Python
 environment behind it: a venv's whole tree (pyvenv.cfg beside the interpreter's bin/), else the
-interpreter's site directories; in each site directory the hostctl package, the directories its
+interpreter's site directories (and its standard library folder, not each module); in each site directory the hostctl package, the directories its
 .pth files add to sys.path and the source folders an editable install maps hostctl to.
 
 Nothing found is executed: the interpreter is never run to ask where it imports from, since
@@ -37,6 +37,7 @@ MAX_PTH_BYTES = 64 * 1024
 
 EXECUTABLE = "the executable the units call"
 INTERPRETER = "its interpreter (the #! line)"
+STDLIB = "the interpreter's standard library folder"
 ENVIRONMENT = "its Python environment"
 SITE = "a site-packages directory of that interpreter"
 PACKAGE = "the hostctl package"
@@ -51,6 +52,9 @@ class Entry:
     uid: int
     gid: int
     mode: int  # st_mode, file type bits included (lstat: a link is a link)
+    # An access ACL, read only where the group bits allow writing (with an ACL they are its mask:
+    # some named user or group may write even though the group is root).
+    acl: bool = False
 
 
 @dataclass
@@ -80,7 +84,8 @@ class _Walker:
         if path in self.seen:
             return
         self.seen.add(path)
-        self.chain.entries.append(Entry(path, role, st.st_uid, st.st_gid, st.st_mode))
+        acl = bool(st.st_mode & stat.S_IWGRP) and not stat.S_ISLNK(st.st_mode) and _has_acl(path)
+        self.chain.entries.append(Entry(path, role, st.st_uid, st.st_gid, st.st_mode, acl))
 
     def resolve(self, path: str, role: str) -> str:
         """Follow `path` component by component from /, recording every directory and link on
@@ -134,6 +139,13 @@ class _Walker:
                         self.resolve(full, role)
                     except _Missing:
                         continue  # a dangling link runs nothing
+
+
+def _has_acl(path: str) -> bool:
+    try:
+        return bool(os.getxattr(path, "system.posix_acl_access", follow_symlinks=False))
+    except OSError:  # none (ENODATA), or a filesystem without ACLs
+        return False
 
 
 def _interpreter(script: str) -> str | None:
@@ -239,7 +251,11 @@ def read_exec_chain(host_path: str) -> ExecChain:
         real = w.resolve(str(paths.system_path(host_path)), EXECUTABLE)
         interpreter = _interpreter(real) if stat.S_ISREG(os.stat(real).st_mode) else None
         if interpreter is not None:
-            w.resolve(interpreter, INTERPRETER)
+            real_interpreter = w.resolve(interpreter, INTERPRETER)
+            # The standard library it starts from (encodings, site): the folder, not every module.
+            prefix = os.path.dirname(os.path.dirname(real_interpreter))
+            for stdlib in sorted(glob.glob(os.path.join(prefix, "lib/python3.*"))):
+                w.resolve(stdlib, STDLIB)
             _environment(w, interpreter)
     except _Missing as exc:
         chain.missing = str(exc)

@@ -34,7 +34,7 @@ class Writable:
         return f"{self.path} ({self.role}): {self.who}"
 
 
-def _who(chain: ExecChain, uid: int, gid: int, mode: int) -> str | None:
+def _who(chain: ExecChain, uid: int, gid: int, mode: int, acl: bool) -> str | None:
     trusted = {0, chain.euid}
     if uid not in trusted:
         return f"owned by {chain.users.get(uid, uid)} (uid {uid})"
@@ -48,6 +48,8 @@ def _who(chain: ExecChain, uid: int, gid: int, mode: int) -> str | None:
         return f"writable by every user (mode {stat.S_IMODE(mode):04o})"
     if mode & stat.S_IWGRP and gid != 0:
         return f"writable by group {chain.groups.get(gid, gid)} (gid {gid}, mode {stat.S_IMODE(mode):04o})"
+    if mode & stat.S_IWGRP and acl:
+        return f"writable by the users or groups its access ACL names (mode {stat.S_IMODE(mode):04o}; see getfacl)"
     return None
 
 
@@ -55,7 +57,7 @@ def writable_by_others(chain: ExecChain) -> list[Writable]:
     """Every entry of the chain that someone other than root (or provision's own account) can change."""
     out = []
     for e in chain.entries:
-        who = _who(chain, e.uid, e.gid, e.mode)
+        who = _who(chain, e.uid, e.gid, e.mode, e.acl)
         if who is not None:
             out.append(Writable(e.path, e.role, who))
     return out

@@ -22,7 +22,7 @@ from hostctl.errors import EXIT_REFUSED, FailedError, RefusedError
 from hostctl.facts.executable import EDITABLE, ENVIRONMENT, INTERPRETER, SITE, Entry, ExecChain, read_exec_chain
 from hostctl.plan import build_plan
 from hostctl.provision import boot_code, parts
-from need import needs
+from need import missing, needs
 
 NOBODY = 65534
 REG, DIR, LNK = stat.S_IFREG, stat.S_IFDIR, stat.S_IFLNK
@@ -213,6 +213,29 @@ def test_a_link_in_the_package_to_a_file_nobody_owns_is_followed(sysroot, tmp_pa
     _point_units_at(sysroot, tmp_path / "hc")
     found = boot_code.writable_by_others(read_exec_chain(paths.INSTALLED_HOSTCTL))
     assert str(theirs) in [w.path for w in found]
+
+
+def _grant_write_by_acl(path: Path, uid: int) -> None:
+    """`setfacl -m u:UID:rw PATH`, written as the kernel's xattr (no acl tools needed)."""
+    import struct
+
+    undefined = 0xFFFFFFFF  # the id field of entries that name no one
+    entries = [(0x01, 6, undefined), (0x02, 6, uid), (0x04, 4, undefined), (0x10, 6, undefined), (0x20, 4, undefined)]
+    os.setxattr(path, "system.posix_acl_access",
+                struct.pack("<I", 2) + b"".join(struct.pack("<HHI", *e) for e in entries))
+
+
+@needs_root
+def test_a_package_file_an_acl_lets_nobody_write_is_refused(sysroot, tmp_path):
+    site = _venv(tmp_path / "hc")
+    _point_units_at(sysroot, tmp_path / "hc")
+    victim = site / "hostctl/cli.py"  # root:root, but the ACL grants nobody write (mode shows 0664)
+    try:
+        _grant_write_by_acl(victim, NOBODY)
+    except OSError as exc:
+        missing(f"the temporary folder's filesystem takes no ACL: {exc}")
+    found = boot_code.writable_by_others(read_exec_chain(paths.INSTALLED_HOSTCTL))
+    assert [w.path for w in found] == [str(victim)] and "access ACL" in found[0].who
 
 
 @needs_root
