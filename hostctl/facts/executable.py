@@ -234,7 +234,14 @@ def _environment(w: _Walker, interpreter: str) -> None:
                 for extra in _pth_paths(site, name):
                     if not os.path.isdir(extra):
                         continue  # Python skips a path that is not there
-                    w.resolve(extra, PTH_PATH)
+                    real = w.resolve(extra, PTH_PATH)
+                    # Its top-level names too (a module there shadows one hostctl imports); not
+                    # the whole tree: such a path is often a whole checkout.
+                    for entry in sorted(os.listdir(real)):
+                        try:
+                            w.add(os.path.join(real, entry), PTH_PATH, os.lstat(os.path.join(real, entry)))
+                        except FileNotFoundError:
+                            continue
                     if os.path.isdir(os.path.join(extra, "hostctl")):
                         w.tree(os.path.join(extra, "hostctl"), PACKAGE)
             elif name.startswith("__editable__") and name.endswith("_finder.py"):

@@ -186,6 +186,12 @@ def test_a_pth_path_into_a_folder_nobody_owns_is_refused(sysroot, tmp_path):
     _point_units_at(sysroot, tmp_path / "hc")
     found = boot_code.writable_by_others(read_exec_chain(paths.INSTALLED_HOSTCTL))
     assert str(legacy) in [w.path for w in found]
+    # a root-owned folder on sys.path holding a module of theirs (it would shadow typer)
+    os.chown(legacy, 0, 0)
+    (legacy / "typer.py").write_text("")
+    os.chown(legacy / "typer.py", NOBODY, NOBODY)
+    found = boot_code.writable_by_others(read_exec_chain(paths.INSTALLED_HOSTCTL))
+    assert [w.path for w in found] == [str(legacy / "typer.py")]
 
 
 @needs_root
