@@ -180,7 +180,8 @@ class GpuPart:
         # first look (a limit just set). With no driver at the first look there is nothing to read back.
         again = not first and self.base.gpus.available
         snap = gpu.read_gpu(self.config, self.base, LocalReader(), gpus=self._gpus if again else None,
-                            state=lambda: probe_state()[0], p2p_options=self.p2p_options, read_acs=not self.boot)
+                            state=lambda: probe_state()[0], p2p_options=self.p2p_options, read_acs=not self.boot,
+                            hostctl_bin=self.hostctl_bin)
         snap.driver = self.driver
         system = ctx.earlier.get("system")
         if ctx.dry_run and system is not None and any(a.changes == INSTALLED_PROFILE for a in system.actions):
