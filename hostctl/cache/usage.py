@@ -39,9 +39,12 @@ def packs_opened(log_lines: Iterable[str]) -> list[str]:
 
 
 def load() -> dict:
+    from hostctl.errors import InputError
+    from hostctl.safeload import MAX_CONFIG_BYTES, load_json
+
     try:
-        doc = json.loads((paths.state_dir() / USAGE_FILE).read_text())
-    except (OSError, ValueError):
+        doc = load_json(paths.state_dir() / USAGE_FILE, "cache-use record", limit=MAX_CONFIG_BYTES)
+    except InputError:
         return {}
     return doc if isinstance(doc, dict) and doc.get("schema") == USAGE_SCHEMA else {}
 
