@@ -20,7 +20,9 @@ def test_the_generator_covers_every_class_the_issue_names_with_many_cases():
                    "file/config-path", "facts/unknown-topology", "facts/deep-nesting", "output/render-out",
                    "output/doctor-bundle", "benign/env-value", "cluster/address", "cluster/name",
                    "cluster/across-hosts", "cluster/file-encoding", "cluster/ssh", "cluster/member",
-                   "cluster/every-command", "benign/cluster"):
+                   "cluster/every-command", "benign/cluster", "profile/huge-integer", "recipe/huge-integer",
+                   "tune/huge-integer", "tune/alias-bomb", "cluster/huge-integer", "facts/huge-integer",
+                   "doctor/pathological-log"):
         assert needed in classes, needed
 
 
