@@ -49,3 +49,27 @@ def test_a_planted_supervisor_record_with_a_huge_pid_is_no_supervisor(tmp_path, 
     assert supervise.running_supervisor() is None
     supervise._clear_supervisor()
     assert record.read_bytes() == before  # not ours: left where it is
+
+
+@pytest.mark.parametrize("unit", ["a.", "A-", "x.y-", "API_KEY."])
+def test_redaction_of_a_long_run_of_name_characters_is_linear(unit):
+    """Every log line a bundle or `up`'s evidence shows is redacted: a name pattern that could start
+    after every `.` or `-` of a run rescanned the rest of it (8 KB of "a." took 10 s). 64 KiB of
+    each, under an alarm that ends a run of minutes."""
+    import signal
+
+    from hostctl.doctor.redact import redact
+
+    def fire(signum, frame):
+        raise TimeoutError("redact still running after 5 s")
+    old = signal.signal(signal.SIGALRM, fire)
+    signal.setitimer(signal.ITIMER_REAL, 5.0)
+    try:
+        t0 = time.perf_counter()
+        text = unit * (64 * 1024 // len(unit)) + " API_KEY=sk-value"
+        out = redact(text)
+        assert time.perf_counter() - t0 < 1.0
+        assert "sk-value" not in out
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
