@@ -643,6 +643,9 @@ def bounded_cases() -> Iterator[Case]:
             yield Case("facts/huge-integer", ["plan", "--config", "{w}/hostctl.toml", "--facts", "{w}/facts.json"],
                        {"facts.json": facts.encode(), "hostctl.toml": profile.encode(), "recipe.yaml": recipe.encode()},
                        REFUSED, "mem_total_bytes", what)
+    for what, v in [("400 digits of GiB", "9" * 400 + "GiB"), ("5,000 digits", "9" * 5000)]:
+        yield plan_case("profile/huge-size", f"drives[0].swap = {what}",
+                        profile=with_path(base_profile(), "drives.0.swap", v), names="swap")
     for levels, width in [(9, 9), (20, 2)]:
         lines = ["a0: &a0 [x, y, z]"] + [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * width) + "]"
                                          for i in range(1, levels)]

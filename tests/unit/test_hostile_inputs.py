@@ -22,7 +22,7 @@ def test_the_generator_covers_every_class_the_issue_names_with_many_cases():
                    "cluster/across-hosts", "cluster/file-encoding", "cluster/ssh", "cluster/member",
                    "cluster/every-command", "benign/cluster", "profile/huge-integer", "recipe/huge-integer",
                    "tune/huge-integer", "tune/alias-bomb", "cluster/huge-integer", "facts/huge-integer",
-                   "doctor/pathological-log"):
+                   "doctor/pathological-log", "profile/huge-size"):
         assert needed in classes, needed
 
 
