@@ -16,8 +16,9 @@ import tempfile
 from pathlib import Path
 
 from hostctl import runner
-from hostctl.errors import FailedError
+from hostctl.errors import FailedError, InputError
 from hostctl.plan.model import Plan
+from hostctl.safeload import load_json
 
 RESULT_MOUNT = "/hostctl-bench"
 # One process, one `vllm bench serve` per level: argv after the script is a JSON list of argv lists.
@@ -113,7 +114,12 @@ class BenchServe:
                 path = work / f"c{n}.json"
                 if not path.is_file():
                     continue
-                doc = json.loads(path.read_text())
+                try:  # written by the runtime's image: read as outside input, with the same bounds
+                    doc = load_json(path, "vllm bench serve result")
+                except InputError as exc:
+                    raise FailedError(f"vllm bench serve left an unreadable result: {exc}") from None
+                if not isinstance(doc, dict):
+                    raise FailedError(f"vllm bench serve result {path} is not a JSON object")
                 level = {k: doc.get(k) for k in KEPT if k in doc}
                 level["aggregate_tok_s"] = round(float(doc.get("output_throughput") or 0.0), 2)
                 level["per_stream_tok_s"] = round(level["aggregate_tok_s"] / n, 2)

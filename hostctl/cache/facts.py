@@ -8,9 +8,9 @@ size counts rows never written.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -140,13 +140,15 @@ def usage(path: str) -> Usage:
 
 
 def _json(path: str) -> tuple[dict | None, str | None]:
+    from hostctl.errors import InputError, MissingFileError
+    from hostctl.safeload import load_json
+
     try:
-        with open(path, "rb") as f:
-            data = json.load(f)
-    except FileNotFoundError:
+        data = load_json(Path(path), "cache metadata")
+    except MissingFileError:
         return None, "missing"
-    except (OSError, ValueError) as exc:
-        return None, f"unreadable: {exc.__class__.__name__}"
+    except InputError as exc:
+        return None, f"unreadable: {exc}"
     return (data, None) if isinstance(data, dict) else (None, "not a JSON object")
 
 
