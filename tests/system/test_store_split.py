@@ -15,6 +15,7 @@ from hostctl.facts import load_snapshot
 from hostctl.plan import build_plan
 from hostctl.provision.apply import provision_storage, storage_facts
 from hostctl.provision.rankstores import split_rank_stores
+from hostctl.safefs import TEMP_MARK
 from hostctl.service.render import render_files
 
 from loopdrives import check, drive_toml, sha256, write_profile
@@ -97,7 +98,7 @@ def test_a_changed_original_is_copied_again(host, tmp_path):
     _, out, err = quiet(split_rank_stores, cfg)
     assert "1 file(s) copied" in out and "2 already there" in out
     assert sha256(rank0 / pack.name) == sha256(pack)
-    assert not [n for n in os.listdir(rank0) if n.startswith(".hostctl-partial")]
+    assert not [n for n in os.listdir(rank0) if TEMP_MARK in n]
 
 
 def test_tp4_over_three_drives(host, tmp_path):
