@@ -88,3 +88,80 @@ def test_store_split_does_not_copy_a_link_to_a_root_only_file(tmp_path, monkeypa
         copy_verified(src, rank / src.name, _Progress(io.StringIO()), "rank 0")
     assert exc.value.exit_code == 3 and str(src) in exc.value.message and "symlink" in exc.value.message
     assert os.listdir(rank) == [] and unchanged(victim)
+
+
+# -- render --out ------------------------------------------------------------------------
+
+def _render(out_dir, capsys):
+    from hostctl import cli, paths
+
+    hosts = paths.hosts_dir()
+    code = cli.main(["render", "--out", str(out_dir), "--config", str(hosts / "pro6000x2-desktop.toml"),
+                     "--facts", str(hosts / "pro6000x2-desktop.facts.json")])
+    return code, capsys.readouterr()
+
+
+def _shared(tmp_path, mode=0o1777):
+    d = tmp_path / f"shared{mode:o}"
+    d.mkdir()
+    os.chmod(d, mode)
+    return d
+
+
+def test_render_out_through_a_link_planted_in_tmp_is_refused(tmp_path, victim, capsys):
+    (victim.parent / "compose.yaml").write_bytes(victim.read_bytes())
+    os.chmod(victim.parent / "compose.yaml", 0o600)
+    victim = victim.parent / "compose.yaml"  # the name render writes
+    shared = _shared(tmp_path)
+    plant_link(shared / "project", victim.parent)
+    code, cap = _render(shared / "project", capsys)
+    assert code == 3 and str(shared / "project") in cap.err and "nobody" in cap.err
+    assert unchanged(victim) and sorted(os.listdir(victim.parent)) == ["compose.yaml", "shadow"]
+
+
+def test_render_out_into_another_users_folder_is_refused(tmp_path, capsys):
+    theirs = nobodys(_shared(tmp_path) / "project")
+    code, cap = _render(theirs, capsys)
+    assert code == 3 and "nobody" in cap.err and os.listdir(theirs) == []
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o1777])
+def test_render_out_into_a_folder_others_can_write_is_refused(tmp_path, mode, capsys):
+    """Compose as root would read a `.env` anyone put there."""
+    open_ = _shared(tmp_path, mode)
+    code, cap = _render(open_, capsys)
+    assert code == 3 and str(open_) in cap.err and os.listdir(open_) == []
+
+
+def test_render_out_below_a_world_writable_folder_is_refused(tmp_path, capsys):
+    code, cap = _render(_shared(tmp_path, 0o777) / "project", capsys)
+    assert code == 3 and not (tmp_path / "shared777" / "project").exists()
+
+
+def test_render_out_into_a_new_folder_in_tmp_still_works(tmp_path, capsys):
+    code, cap = _render(_shared(tmp_path) / "project", capsys)
+    assert code == 0, cap.err
+    assert stat.S_IMODE(os.stat(tmp_path / "shared1777" / "project").st_mode) == 0o700
+
+
+# -- up: the project folder Compose reads -------------------------------------------------
+
+@pytest.mark.parametrize("how", ["nobody's", "0777", "link"])
+def test_compose_up_refuses_a_project_folder_another_user_can_change(tmp_path, how):
+    """`up` hands the project folder to Compose as root: another user's folder (or a link of theirs,
+    or one anyone can write a `.env` into) is refused before Compose is run."""
+    from hostctl.service.compose import compose_up
+
+    shared = _shared(tmp_path)
+    project = shared / "project"
+    if how == "link":
+        real = nobodys(tmp_path / "real")
+        plant_link(project, real)
+    else:
+        project.mkdir()
+        os.chown(project, *((NOBODY, NOBODY) if how == "nobody's" else (0, 0)))
+        os.chmod(project, 0o755 if how == "nobody's" else 0o777)
+    (project / "compose.yaml").write_text("services: {}\n")
+    with pytest.raises(safefs.UntrustedPathError) as exc:
+        compose_up(project, "hostctl-test-untrusted", timeout=20)
+    assert exc.value.exit_code == 3 and str(project) in exc.value.message
