@@ -186,6 +186,50 @@ def open_dir(path: str | Path, *, create: bool = False, mode: int = 0o755,
         raise
 
 
+def open_under(root: str | Path, rel: str | Path, *, create: bool = False, mode: int = 0o755,
+               owner: tuple[int, int] | None = None) -> int:
+    """An fd of the directory `root/rel`: `root` walked as open_dir (a trusted link on the way is
+    followed: the profile names it), every name of `rel` below it opened with O_NOFOLLOW, so a
+    link there, even the invoking user's, is refused (UntrustedPathError): root writes, chowns and
+    deletes inside a user's folder only in what is really inside it. `..` and absolute parts are
+    refused; `create` makes what is missing (mode, owner on the open fd)."""
+    rel = Path(rel)
+    if rel.is_absolute() or ".." in rel.parts:
+        raise UntrustedPathError(Path(root) / rel, f"{rel} is not a path inside {root}")
+    fd = open_dir(root, create=create, mode=mode, owner=owner)
+    shown = Path(root)
+    try:
+        for part in rel.parts:
+            if part in ("", "."):
+                continue
+            st, here = os.fstat(fd), shown / part
+            cst = _component(fd, part, str(here), str(shown), st, trusted_uids())
+            if cst is not None and stat.S_ISLNK(cst.st_mode):
+                raise UntrustedPathError(here, "it is a symlink inside a folder hostctl acts in as root; "
+                                               "root does not follow links there")
+            if cst is None:
+                if not create:
+                    raise FileNotFoundError(2, "No such file or directory", str(here))
+                try:
+                    os.mkdir(part, mode, dir_fd=fd)
+                except FileExistsError:
+                    pass
+                made = True
+            else:
+                made = False
+            new = os.open(part, _DIR_FLAGS, dir_fd=fd)  # O_NOFOLLOW: a link swapped in since fails here
+            if made and owner is not None:
+                os.fchown(new, *owner)
+            os.close(fd)
+            fd, shown = new, here
+        if _swappable(os.fstat(fd)):
+            raise UntrustedPathError(shown, f"the folder is {describe(os.fstat(fd))}: others can replace what is in it")
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 @contextmanager
 def opened_dir(path: str | Path, **kwargs) -> Iterator[int]:
     fd = open_dir(path, **kwargs)

@@ -165,3 +165,43 @@ def test_compose_up_refuses_a_project_folder_another_user_can_change(tmp_path, h
     with pytest.raises(safefs.UntrustedPathError) as exc:
         compose_up(project, "hostctl-test-untrusted", timeout=20)
     assert exc.value.exit_code == 3 and str(project) in exc.value.message
+
+
+# -- cache prune ---------------------------------------------------------------------------
+
+def _victim_generation(victim):
+    gen = victim.parent / "gen-old"
+    gen.mkdir()
+    (gen / "planes.bin").write_text("root's data\n")
+    return gen
+
+
+def test_cache_prune_does_not_delete_through_another_users_link_as_the_cache_folder(tmp_path, victim):
+    """The profile names a compile cache in /tmp; nobody planted the name as a link to root's
+    folder, which holds a generation of the same name."""
+    from hostctl.cache.act import _remove
+    from hostctl.cache.facts import Root
+
+    gen = _victim_generation(victim)
+    shared = _shared(tmp_path)
+    plant_link(shared / "compile-cache", victim.parent)
+    root = Root(kind="compile", path=str(shared / "compile-cache"), exists=True)
+    with pytest.raises(safefs.UntrustedPathError):
+        _remove([str(shared / "compile-cache" / "gen-old"), str(shared / "compile-cache" / "shadow")], [root])
+    assert unchanged(victim) and (gen / "planes.bin").read_text() == "root's data\n"
+    assert sorted(os.listdir(victim.parent)) == ["gen-old", "shadow"]
+
+
+def test_cache_prune_does_not_delete_through_a_link_inside_the_users_cache_folder(tmp_path, monkeypatch, victim):
+    """The cache folder is the invoking user's: a folder of it replaced by a link after the scan
+    (the consent prompt waits for a person) must not lead root's rename and delete elsewhere."""
+    from hostctl.cache.act import _remove
+    from hostctl.cache.facts import Root
+
+    monkeypatch.setenv("SUDO_UID", str(NOBODY))
+    gen = _victim_generation(victim)
+    cache = nobodys(tmp_path / "home" / "cache")
+    plant_link(cache / "gen-old", gen)  # as the scan saw a folder there, now a link
+    with pytest.raises(safefs.UntrustedPathError):
+        _remove([str(cache / "gen-old" / "planes.bin")], [Root(kind="compile", path=str(cache), exists=True)])
+    assert (gen / "planes.bin").read_text() == "root's data\n" and os.listdir(gen) == ["planes.bin"]
