@@ -205,3 +205,26 @@ def test_cache_prune_does_not_delete_through_a_link_inside_the_users_cache_folde
     with pytest.raises(safefs.UntrustedPathError):
         _remove([str(cache / "gen-old" / "planes.bin")], [Root(kind="compile", path=str(cache), exists=True)])
     assert (gen / "planes.bin").read_text() == "root's data\n" and os.listdir(gen) == ["planes.bin"]
+
+
+# -- provision: the cache folders made and chowned for the invoking user ----------------------
+
+def test_provision_chowns_the_cache_folder_on_the_open_fd_not_through_a_link(tmp_path, monkeypatch, victim):
+    from hostctl.provision.storage import _mkdir
+
+    monkeypatch.setenv("SUDO_UID", str(NOBODY))
+    home = nobodys(tmp_path / "home" / "u")
+    plant_link(home / "planes", victim.parent)  # where the profile's planes_cache is
+    action = _mkdir("storage/dirs/planes_cache", str(home / "planes"), (NOBODY, NOBODY), create=False)
+    with pytest.raises(safefs.UntrustedPathError) as exc:
+        action.run()
+    assert exc.value.exit_code == 3 and "symlink" in exc.value.message
+    st = os.stat(victim.parent)
+    assert (st.st_uid, st.st_gid) == (0, 0) and unchanged(victim)
+
+
+def test_provision_makes_the_cache_folder_the_users_and_the_folders_above_roots(tmp_path):
+    from hostctl.provision.storage import _mkdir
+
+    _mkdir("storage/dirs/planes_cache", str(tmp_path / "srv" / "planes"), (NOBODY, NOBODY), create=True).run()
+    assert os.stat(tmp_path / "srv" / "planes").st_uid == NOBODY and os.stat(tmp_path / "srv").st_uid == 0
