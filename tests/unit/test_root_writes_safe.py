@@ -16,7 +16,7 @@ import stat
 import pytest
 
 from hostctl import safefs
-from tests.need import needs
+from tests.need import need_module, needs
 
 NOBODY = 65534
 pytestmark = needs(os.geteuid() == 0, "needs root: the attacks chown planted files to nobody")
@@ -228,3 +228,43 @@ def test_provision_makes_the_cache_folder_the_users_and_the_folders_above_roots(
 
     _mkdir("storage/dirs/planes_cache", str(tmp_path / "srv" / "planes"), (NOBODY, NOBODY), create=True).run()
     assert os.stat(tmp_path / "srv" / "planes").st_uid == NOBODY and os.stat(tmp_path / "srv").st_uid == 0
+
+
+# -- doctor --bundle -------------------------------------------------------------------------
+
+def test_doctor_bundle_through_a_link_planted_in_tmp_is_refused(tmp_path, victim, capsys):
+    from hostctl import cli, paths
+
+    shared = _shared(tmp_path)
+    plant_link(shared / "support", victim.parent)
+    hosts = paths.hosts_dir()
+    code = cli.main(["doctor", "--config", str(hosts / "pro6000x2-desktop.toml"),
+                     "--facts", str(hosts / "pro6000x2-desktop.facts.json"), "--bundle", str(shared / "support" / "shadow")])
+    err = capsys.readouterr().err
+    assert code == 3 and str(shared / "support") in err and "nobody" in err
+    assert unchanged(victim) and os.listdir(victim.parent) == ["shadow"]
+
+
+def test_doctor_bundle_in_tmp_is_written_privately(tmp_path, capsys):
+    from hostctl import cli, paths
+
+    hosts = paths.hosts_dir()
+    bundle = _shared(tmp_path) / "support.tar.gz"
+    cli.main(["doctor", "--config", str(hosts / "pro6000x2-desktop.toml"),
+              "--facts", str(hosts / "pro6000x2-desktop.facts.json"), "--bundle", str(bundle)])
+    assert stat.S_IMODE(os.stat(bundle).st_mode) == 0o600 and os.listdir(bundle.parent) == ["support.tar.gz"]
+
+
+# -- tune --out: the chart is written like every other result file -----------------------------
+
+def test_tune_chart_is_not_written_through_a_link_planted_where_out_points(tmp_path, victim):
+    need_module("matplotlib", "the charts extra is not installed (CI installs it)")
+    from hostctl.tune import chart
+
+    doc = {"recipe": {"id": "r"}, "objective": "decode.median_tok_s", "winner": {"trial": "trial-1"},
+           "trials": [{"id": "trial-1", "knobs": {"--max-num-seqs": 2}, "objective": 10.0, "valid": True}]}
+    shared = _shared(tmp_path)
+    plant_link(shared / "tune-out", victim.parent)
+    with pytest.raises(safefs.UntrustedPathError):
+        chart.write(doc, shared / "tune-out" / "shadow")
+    assert unchanged(victim) and os.listdir(victim.parent) == ["shadow"]
