@@ -130,3 +130,30 @@ def test_a_facts_snapshot_of_another_user_is_refused(tmp_path, shared, capsys):
     snap = planted(shared / "facts.json", DESKTOP_FACTS)
     code, _, err = run(["plan", "--config", str(DESKTOP), "--facts", str(snap)], capsys)
     assert refused(code, err, snap), (code, err)
+
+
+def test_a_cluster_key_file_of_another_user_is_refused(tmp_path, shared):
+    """Whoever writes the key file chooses the key root's router accepts."""
+    from hostctl import safefs
+    from hostctl.cluster.profile import parse_cluster, read_key
+    from test_cluster import replicas
+
+    key = shared / "cluster.key"
+    key.write_text("their-key-123\n")
+    os.chmod(key, 0o600)
+    os.chown(key, NOBODY, NOBODY)
+    doc = replicas(api_key_file=str(key))
+    del doc["api_key_env"]
+    with pytest.raises(safefs.UntrustedPathError) as exc:
+        read_key(parse_cluster(doc))
+    assert exc.value.exit_code == 3 and str(key) in exc.value.message and "nobody" in exc.value.message
+
+
+def test_a_cluster_profile_of_another_user_is_refused(tmp_path, shared, capsys):
+    from test_cluster import replicas, write_cluster
+
+    path = write_cluster(shared, replicas())
+    os.chown(path, NOBODY, NOBODY)
+    code, out, err = run(["plan", "--cluster", str(path), "--json"], capsys)
+    assert refused(code, err, path), (code, err)
+    assert out == ""
