@@ -183,6 +183,19 @@ def _private_project(out_dir: Path) -> int | None:
     return fd
 
 
+def _refuse_system_dir(out_dir: Path, fd: int) -> None:
+    """_target_problem judged the path as written; a link on the way (even one of the invoking
+    user's) could still lead into a system directory, so where the open folder really is is
+    judged by the same rule."""
+    from hostctl import safepaths
+
+    real = os.readlink(f"/proc/self/fd/{fd}")
+    problem = safepaths.system_dir(real) if real.startswith("/") else None
+    if problem:
+        raise safefs.UntrustedPathError(out_dir, f"it leads to {real}: {problem}",
+                                        fix="pass --out a folder of yours that is not a link into a system directory")
+
+
 def _remove_temp_dir(parent_fd: int, name: str) -> None:
     """Remove the temporary project folder (hostctl's own, in a folder no one else can swap)."""
     try:
@@ -219,6 +232,7 @@ def write_project(files: dict[str, str], out_dir: Path, *, check: Callable[[Path
     try:
         ofd = _private_project(out_dir)
         try:
+            _refuse_system_dir(out_dir, ofd if ofd is not None else pfd)
             tmp = _fill_temp_dir(pfd, out_dir, files)
             try:
                 if check is not None:

@@ -268,3 +268,17 @@ def test_tune_chart_is_not_written_through_a_link_planted_where_out_points(tmp_p
     with pytest.raises(safefs.UntrustedPathError):
         chart.write(doc, shared / "tune-out" / "shadow")
     assert unchanged(victim) and os.listdir(victim.parent) == ["shadow"]
+
+
+def test_render_out_through_own_link_into_a_system_directory_is_refused(tmp_path, capsys):
+    """The path passed the system-directory rule as written; the link leads into /run."""
+    import shutil
+
+    system = type(tmp_path)(f"/run/hostctl-test-{os.getpid()}-{tmp_path.name}")
+    system.mkdir(mode=0o700)
+    try:
+        os.symlink(system, tmp_path / "project")
+        code, cap = _render(tmp_path / "project", capsys)
+        assert code == 3 and "/run" in cap.err and os.listdir(system) == []
+    finally:
+        shutil.rmtree(system)
