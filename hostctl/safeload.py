@@ -68,10 +68,15 @@ def recording() -> Iterator[dict[str, bytes]]:
 
 def read_text(path: Path, what: str, *, limit: int = MAX_CONFIG_BYTES) -> str:
     """The file's text, or an InputError that says what it is instead (missing, a directory,
-    too big, UTF-16, binary, not UTF-8). A UTF-8 BOM is dropped: editors on Windows write one."""
+    too big, UTF-16, binary, not UTF-8). A UTF-8 BOM is dropped: editors on Windows write one.
+
+    hostctl acts on these files as root, so they are read through safefs.read_trusted: a file
+    someone other than root and the invoking user owns or can write, or one in a folder they
+    could swap, is refused (UntrustedPathError, exit 3), as sshd's StrictModes refuses keys."""
+    from hostctl import safefs
+
     try:
-        with open(path, "rb") as fh:
-            data = fh.read(limit + 1)
+        data = safefs.read_trusted(path, max_bytes=limit)
         reads = _recorded.get()
         if reads is not None:
             reads[str(path)] = data
@@ -79,11 +84,17 @@ def read_text(path: Path, what: str, *, limit: int = MAX_CONFIG_BYTES) -> str:
         raise MissingFileError(f"{what} {path} does not exist") from None
     except IsADirectoryError:
         raise InputError(f"{what} {path} is a directory; expected a file") from None
+    except safefs.NotRegularFileError:
+        raise InputError(f"{what} {path} is not a regular file (a FIFO or a device?); expected a file") from None
+    except safefs.UntrustedPathError as exc:
+        exc.details.insert(0, f"hostctl acts on the {what} as root: like sshd's StrictModes, it reads one only when "
+                              "root or the user who ran sudo owns it, and no one else can write it or its folders")
+        raise
+    except safefs.TooLargeError:
+        raise InputError(f"{what} {path} is larger than {limit // 1024} KiB: this is not a hostctl {what}",
+                         fix=f"check the path; a {what} is a small text file") from None
     except OSError as exc:
         raise InputError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
-    if len(data) > limit:
-        raise InputError(f"{what} {path} is larger than {limit // 1024} KiB: this is not a hostctl {what}",
-                         fix=f"check the path; a {what} is a small text file")
     for bom, name in _BOMS:
         if data.startswith(bom):
             raise InputError(f"{what} {path} is {name} text (it starts with a {name} byte-order mark); "

@@ -39,12 +39,12 @@ def packs_opened(log_lines: Iterable[str]) -> list[str]:
 
 
 def load() -> dict:
-    from hostctl.errors import InputError
+    from hostctl.errors import InputError, UntrustedPathError
     from hostctl.safeload import MAX_CONFIG_BYTES, load_json
 
     try:
         doc = load_json(paths.state_dir() / USAGE_FILE, "cache-use record", limit=MAX_CONFIG_BYTES)
-    except InputError:
+    except (InputError, UntrustedPathError):
         return {}
     return doc if isinstance(doc, dict) and doc.get("schema") == USAGE_SCHEMA else {}
 

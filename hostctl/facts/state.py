@@ -47,14 +47,14 @@ def _service(doc: dict) -> ServiceRecord:
 
 
 def _load(path: Path, notes: list[str], parse):
-    from hostctl.errors import InputError, MissingFileError
+    from hostctl.errors import InputError, MissingFileError, UntrustedPathError
     from hostctl.safeload import MAX_CONFIG_BYTES, load_json
 
     try:
         data = load_json(path, "state file", limit=MAX_CONFIG_BYTES)
     except MissingFileError:
         return None
-    except InputError as exc:
+    except (InputError, UntrustedPathError) as exc:
         notes.append(f"ignored {path}: {exc}")
         return None
     try:

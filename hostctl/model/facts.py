@@ -30,14 +30,14 @@ class CheckpointFacts(BaseModel):
 
 
 def _read_json(path: Path) -> tuple[object | None, str | None]:
-    from hostctl.errors import InputError, MissingFileError
+    from hostctl.errors import InputError, MissingFileError, UntrustedPathError
     from hostctl.safeload import load_json
 
     try:  # a checkpoint's own JSON: from a hub or a copy, so bounded like any outside file
         return load_json(path, path.name), None
     except MissingFileError:
         return None, None
-    except InputError as exc:
+    except (InputError, UntrustedPathError) as exc:
         return None, str(exc)
 
 

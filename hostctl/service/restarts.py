@@ -29,12 +29,12 @@ def iso(t: datetime) -> str:
 
 
 def load() -> list[dict]:
-    from hostctl.errors import InputError
+    from hostctl.errors import InputError, UntrustedPathError
     from hostctl.safeload import MAX_CONFIG_BYTES, load_json
 
     try:
         doc = load_json(paths.state_dir() / HISTORY_FILE, "restart history", limit=MAX_CONFIG_BYTES)
-    except InputError:
+    except (InputError, UntrustedPathError):
         return []
     entries = doc.get("entries") if isinstance(doc, dict) else None
     return [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []

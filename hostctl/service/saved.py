@@ -22,12 +22,12 @@ def _write(name: str, doc: dict) -> Path:
 
 
 def _read(name: str) -> dict | None:
-    from hostctl.errors import InputError
+    from hostctl.errors import InputError, UntrustedPathError
     from hostctl.safeload import MAX_CONFIG_BYTES, load_json
 
     try:  # a damaged or planted state file is no state: the caller acts as if none was saved
         return load_json(paths.state_dir() / name, "state file", limit=MAX_CONFIG_BYTES)
-    except InputError:
+    except (InputError, UntrustedPathError):
         return None
 
 

@@ -192,12 +192,12 @@ def _save_supervisor(name: str) -> None:
 def _supervisor_record() -> dict | None:
     """The recorded supervisor, or None when there is none or it is not a record (bounded like any
     outside file: a 4,000-digit pid would reach os.kill as an OverflowError)."""
-    from hostctl.errors import InputError
+    from hostctl.errors import InputError, UntrustedPathError
     from hostctl.safeload import MAX_CONFIG_BYTES, load_json
 
     try:
         doc = load_json(paths.state_dir() / SUPERVISOR_FILE, "supervisor record", limit=MAX_CONFIG_BYTES)
-    except InputError:
+    except (InputError, UntrustedPathError):
         return None
     return doc if isinstance(doc, dict) else None
 

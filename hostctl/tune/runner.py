@@ -276,7 +276,6 @@ class Sweep:
         """tune.json (and the chart, and the tuned recipe with write_recipe) in out_dir."""
         from hostctl.tune import chart
 
-        self.out_dir.mkdir(parents=True, exist_ok=True)
         png, why = chart.write(self.doc, self.out_dir / "objective.png")
         self.doc["chart"] = str(png) if png else None
         self.doc["chart_skipped"] = why
