@@ -41,6 +41,14 @@ def invoking_uid(env: dict[str, str] | None = None) -> int:
     return os.getuid()
 
 
+def sudo_owner(env: dict[str, str] | None = None) -> tuple[int, int] | None:
+    """The user and group who ran `sudo hostctl ...`, or None: what hostctl makes for them (cache
+    folders, results, a tuned recipe) is theirs, not root's."""
+    env = os.environ if env is None else env
+    uid, gid = env.get("SUDO_UID", ""), env.get("SUDO_GID", "")
+    return (int(uid), int(gid)) if uid.isdigit() and gid.isdigit() else None
+
+
 def trusted_uids() -> frozenset[int]:
     return frozenset({0, os.geteuid(), invoking_uid()})
 

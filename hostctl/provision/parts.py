@@ -221,7 +221,7 @@ def provision(config: Config, *, only: str | None = None, dry_run: bool = False,
               gpu_options: dict | None = None) -> Report:
     """Run the parts (all, in ORDER, or `only` one) and return the report; its error, if any, is
     what the run stopped at (the caller raises it after presenting the report)."""
-    from hostctl.provision.apply import sudo_owner
+    from hostctl.safefs import sudo_owner
     from hostctl.provision.record import record_converged
     from hostctl.provision.storage import StorageOptions
 

@@ -17,7 +17,8 @@ from hostctl.errors import FailedError, InputError, RefusedError
 from hostctl.facts import load_snapshot
 from hostctl.facts.model import BlankProof, Disk, FsCheck, MountEntry, Partition
 from hostctl.provision import consent, fstab, sysctl
-from hostctl.provision.apply import plan_text, sudo_owner
+from hostctl.provision.apply import plan_text
+from hostctl.safefs import sudo_owner
 from hostctl.provision.storage import (
     StorageOptions,
     SystemFiles,

@@ -12,7 +12,7 @@ import stat
 import pytest
 
 from hostctl import safefs
-from tests.need import needs
+from need import needs
 
 NOBODY = 65534
 pytestmark = needs(os.geteuid() == 0, "needs root: the attacks chown planted files to nobody")
