@@ -22,8 +22,9 @@ import tempfile
 from pathlib import Path
 
 from hostctl import runner, safefs
-from hostctl.errors import FailedError
+from hostctl.errors import FailedError, InputError
 from hostctl.plan.model import Plan
+from hostctl.safeload import parse_json
 
 RESULT_MOUNT = "/hostctl-bench"
 # One process, one `vllm bench serve` per level: argv after the script is a JSON list of argv lists.
@@ -43,7 +44,7 @@ KEPT = ("completed", "failed", "duration", "total_input_tokens", "total_output_t
 TIMEOUT_S = 3600
 # One level's JSON holds per-request lists (ttfts, itls, token counts) for concurrency x runs
 # requests: a few MB at the largest suites; the cap only stops a runaway file.
-RESULT_MAX_BYTES = 64 << 20
+MAX_RESULT_BYTES = 16 * 1024 * 1024
 
 
 def _serve_flag(command: list[str], flag: str) -> str | None:
@@ -123,15 +124,15 @@ class BenchServe:
         wrote none. A link, a non-regular file or a foreign owner is refused (UntrustedPathError)."""
         path = work / f"c{n}.json"
         try:
-            raw = safefs.read_trusted(path, max_bytes=RESULT_MAX_BYTES)
+            raw = safefs.read_trusted(path, max_bytes=MAX_RESULT_BYTES)
         except FileNotFoundError:
             return None
-        except ValueError as e:
+        except safefs.TooLargeError as e:
             raise FailedError(f"vllm bench serve wrote an oversized result: {e}") from None
-        try:
-            doc = json.loads(raw)
-        except ValueError as e:
-            raise FailedError(f"vllm bench serve wrote an unreadable result {path}: {e}") from None
+        try:  # written by the runtime's image: read as outside input, with the same bounds
+            doc = parse_json(raw.decode("utf-8", "replace"), f"vllm bench serve result {path.name}")
+        except InputError as exc:
+            raise FailedError(f"vllm bench serve left an unreadable result: {exc}") from None
         if not isinstance(doc, dict):
             raise FailedError(f"vllm bench serve wrote an unexpected result {path}: not a JSON object")
         return raw, doc
