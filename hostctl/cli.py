@@ -179,6 +179,13 @@ def _ctx(ctx: typer.Context, config: Path | None = None, facts: Path | None = No
     return base.merge(config, facts)
 
 
+def typed_path(path: str | Path | None) -> Path | None:
+    """A path the user typed (--out, --bundle), made absolute with its `..` taken lexically, as the
+    shell's own `cd` would. hostctl.safefs refuses `..` in what it walks, because a `..` in a name
+    built from outside input (a suite id) climbs out of its folder; the user's own typing is theirs."""
+    return None if path is None else Path(os.path.abspath(path))
+
+
 def _print_json(doc: dict) -> None:
     sys.stdout.write(json.dumps(doc, indent=2) + "\n")
 
@@ -260,7 +267,7 @@ def init(
     options = InitOptions(drives=parse_drives(drives), power_limit_w=power_limit,
                           model_dir=str(Path(model_dir).absolute()) if model_dir else None)
     result = init_profile(facts_path=c.facts_path, options=options, recipe_ref=recipe, force=force,
-                          out=None if out_path == "-" else Path(out_path))
+                          out=None if out_path == "-" else typed_path(out_path))
     if json_:
         _print_json(result.document())
     elif result.text is not None and result.out is None:
@@ -333,7 +340,7 @@ def render(
         from hostctl.cluster.commands import render_cmd
 
         facts_path = _ctx(ctx, config, facts).facts_path
-        for path in render_cmd(cluster, member, out_dir, facts_path,
+        for path in render_cmd(cluster, member, typed_path(out_dir), facts_path,
                                say=lambda m: err.print(m, markup=False), hostctl_bin=hostctl_bin):
             out.print(str(path), markup=False)
         if member is not None and facts_path is None:  # this host's member: its unit runs here
@@ -352,7 +359,7 @@ def render(
             details=[f"[{p.area}] {p.message}" + (f" (fix: {p.fix})" if p.fix else "") for p in result.errors],
             fix="fix the problems above (`hostctl plan` explains each decision)",
         )
-    target = out_dir or Path(cfg.profile.runtime.project_dir)
+    target = typed_path(out_dir) or Path(cfg.profile.runtime.project_dir)
     files = render_files(result, hostctl_bin=hostctl_bin)
     probe = compose_available()
     written = write_project(files, target, check=compose_checked if probe.ok else None)
@@ -638,7 +645,7 @@ def bench(
     c = _ctx(ctx, config, facts)
     c.refuse_snapshot("bench")
     cfg, plan_ = _lifecycle_plan(c)
-    code = cli_support.bench(cfg, plan_, suite, out_dir=out_dir, json_=json_, out=out, err=err)
+    code = cli_support.bench(cfg, plan_, suite, out_dir=typed_path(out_dir), json_=json_, out=out, err=err)
     if code:
         raise typer.Exit(code)
 
@@ -669,7 +676,7 @@ def tune(
     c = _ctx(ctx, config, facts)
     if not dry_run:
         c.refuse_snapshot("tune")
-    code = cli_support.tune(c.config_path, recipe, dry_run=dry_run, json_=json_, out_dir=out_dir, write=write,
+    code = cli_support.tune(c.config_path, recipe, dry_run=dry_run, json_=json_, out_dir=typed_path(out_dir), write=write,
                             facts_path=c.facts_path, out=out, err=err, hostctl_bin=_hostctl_bin())
     if code:
         raise typer.Exit(code)
@@ -741,7 +748,7 @@ def doctor(
         return
     c = _ctx(ctx, config, facts)
     code = run(DoctorOptions(config_path=c.config_path, facts_path=c.facts_path, level=level.value, json=json_, strict=strict,
-                       log=log, bundle=bundle))
+                       log=log, bundle=typed_path(bundle)))
     if code:
         raise typer.Exit(code)
 

@@ -75,3 +75,16 @@ def test_safefs_relative_paths_still_work(tmp_path, monkeypatch):
     safefs.write_file(Path("out") / "r.json", "{}")
     assert (tmp_path / "out" / "r.json").read_text() == "{}"
     assert safefs.read_trusted("out/r.json", max_bytes=10) == b"{}"
+
+
+def test_a_dot_dot_the_user_typed_in_out_is_theirs(tmp_path, monkeypatch):
+    """safefs refuses `..` in what it walks; `render --out ../x`, typed by the user, is made absolute
+    first (as the shell's cd would) and written where they meant."""
+    from hostctl.cli import main
+
+    (tmp_path / "a").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    hosts = ROOT / "runtime" / "hosts"
+    code = main(["render", "--config", str(hosts / "demo-cpu.toml"), "--facts", str(hosts / "demo-cpu.facts.json"),
+                 "--out", "../out"])
+    assert code == 0 and (tmp_path / "out" / "compose.yaml").is_file()
