@@ -84,7 +84,8 @@ def test_a_listing_naming_a_file_outside_the_model_folder_is_refused_whole(tmp_p
             again = hostctl(args, _env(hub, tmp_path))
             assert again.returncode == 3, again.stdout + again.stderr
             assert SECRET not in again.stdout + again.stderr
-    assert repr(name) in res.stderr and hub.url in res.stderr  # the bad name, and where it came from
+    # the bad name, and where it came from (the password masked)
+    assert repr(name) in res.stderr and f"127.0.0.1:{hub.server.server_address[1]}" in res.stderr
     assert SECRET not in out and "\x1b" not in out
     assert "every file checked" not in out
 
@@ -133,9 +134,9 @@ def test_a_manifest_edited_to_name_a_file_outside_is_not_used(tmp_path):
     assert any(".hostctl-model.json" in p and "'../../outside/x'" in p for p in verdict["problems"])
 
     with Hub(repo) as hub:
-        pull = hostctl(["model", "pull", "--json", "--config", str(cfg)], _env(hub, tmp_path))
+        pull = hostctl(["model", "pull", "--config", str(cfg)], _env(hub, tmp_path))
     assert pull.returncode == 0, pull.stdout + pull.stderr
-    assert any("../../outside/x" in w for w in json.loads(pull.stdout)["warnings"])
+    assert "warning:" in pull.stdout and "'../../outside/x'" in pull.stdout
     assert "../../outside/x" not in manifest.read_text()  # the new manifest holds only the hub's names
     assert _tree(tmp_path / "outside") == before and victim.read_bytes() == data
     assert hostctl(["model", "verify", "--config", str(cfg)], env_for_offline(tmp_path)).returncode == 0
