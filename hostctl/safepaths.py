@@ -114,7 +114,9 @@ def relative_name_problem(name: object) -> str | None:
     non-empty string of `/`-separated components, none empty, `.` or `..`, no leading `/`, no
     backslash (a Windows separator that other tools and mirrors treat as one), no NUL or other
     control character, each component and the whole within length limits."""
-    if not isinstance(name, str) or not name:
+    if not isinstance(name, str):
+        return f"expected a relative path (a string), got {type(name).__name__} {name!r}"
+    if not name:
         return "expected a relative path, got an empty name"
     if _CONTROL.search(name):
         return f"{name!r} contains a control character (a newline, NUL or similar)"
