@@ -182,22 +182,36 @@ def open_dir(path: str | Path, *, create: bool = False, mode: int = 0o755,
         raise
 
 
+def _lstat_below(fd: int, part: str) -> os.stat_result | None:
+    try:
+        return os.stat(part, dir_fd=fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+
+
 def open_below(base_fd: int, relative: str, *, shown: str | Path, create: bool = False, mode: int = 0o755,
-               owner: tuple[int, int] | None = None) -> int:
+               owner: tuple[int, int] | None = None, owners: bool = True) -> int:
     """An fd of the directory `relative` (a name that passed safepaths.relative_name_problem, or
-    "" for the base itself) under the already-open, already-checked directory `base_fd`, walked
-    one component at a time with no symlink followed at all: below a folder of hostctl's, a link
-    is never part of a name from outside, whoever owns it. Every component must be a trusted
-    user's, in a folder others cannot swap entries of; `create` makes what is missing (mode
-    `mode`, chowned to `owner` on the open fd). `shown` is the base's path, for the messages."""
+    "" for the base itself) under the already-open directory `base_fd`, walked one component at
+    a time with no symlink followed at all: below a folder of hostctl's, a link is never part of a
+    name from outside, whoever owns it. With `owners` (for anything that writes or deletes) every
+    component must also be a trusted user's, in a folder others cannot swap entries of; a read
+    (`owners=False`) needs only the no-link walk, since each component is opened O_NOFOLLOW and a
+    link swapped in fails the open. `create` makes what is missing (mode `mode`, chowned to `owner`
+    on the open fd). `shown` is the base's path, for the messages."""
     fd = os.dup(base_fd)
     here = Path(shown)
+
+    def look(part: str) -> os.stat_result | None:
+        return (_component(fd, part, str(here / part), str(here), st, trusted_uids()) if owners
+                else _lstat_below(fd, part))
+
     try:
         st = os.fstat(fd)
         for part in [p for p in relative.split("/") if p]:
             if part in (".", ".."):
                 raise UntrustedPathError(here / part, "a name below this folder may not hold '.' or '..'")
-            cst = _component(fd, part, str(here / part), str(here), st, trusted_uids())
+            cst = look(part)
             if cst is None:
                 if not create:
                     raise FileNotFoundError(2, "No such file or directory", str(here / part))
@@ -206,7 +220,7 @@ def open_below(base_fd: int, relative: str, *, shown: str | Path, create: bool =
                     made = True
                 except FileExistsError:
                     made = False  # made a moment ago: opened (and checked) below like any other
-                cst = _component(fd, part, str(here / part), str(here), st, trusted_uids())
+                cst = look(part)
                 if cst is None:
                     raise FileNotFoundError(2, "No such file or directory", str(here / part))
             else:
@@ -226,7 +240,7 @@ def open_below(base_fd: int, relative: str, *, shown: str | Path, create: bool =
                 nst = os.fstat(new)
             os.close(fd)
             fd, here, st = new, here / part, nst
-        if _swappable(st):
+        if owners and _swappable(st):
             raise UntrustedPathError(here, f"the folder is {describe(st)}: others can replace what is in it")
         return fd
     except BaseException:
@@ -248,12 +262,12 @@ def open_under(root: str | Path, rel: str | Path, *, create: bool = False, mode:
                           owner=owner)
 
 
-def open_file_below(base_fd: int, relative: str, *, shown: str | Path) -> int:
+def open_file_below(base_fd: int, relative: str, *, shown: str | Path, owners: bool = True) -> int:
     """A read-only fd of the regular file `relative` under `base_fd` (open_below for its folder,
     O_NOFOLLOW for the file itself): FileNotFoundError when it is missing, UntrustedPathError when
     it is a link or not a regular file (a FIFO would block, a device is not a checkpoint file)."""
     parent, _, leaf = relative.rpartition("/")
-    with closing_fd(open_below(base_fd, parent, shown=shown)) as dfd:
+    with closing_fd(open_below(base_fd, parent, shown=shown, owners=owners)) as dfd:
         try:
             fd = os.open(leaf, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
         except OSError as exc:
@@ -268,10 +282,10 @@ def open_file_below(base_fd: int, relative: str, *, shown: str | Path) -> int:
     return fd
 
 
-def read_below(base_fd: int, relative: str, *, shown: str | Path, max_bytes: int) -> bytes:
+def read_below(base_fd: int, relative: str, *, shown: str | Path, max_bytes: int, owners: bool = True) -> bytes:
     """The bytes of the regular file `relative` under `base_fd` (as open_file_below opens it), at
     most `max_bytes` (ValueError past that: a small JSON file that is not small is not read whole)."""
-    fd = open_file_below(base_fd, relative, shown=shown)
+    fd = open_file_below(base_fd, relative, shown=shown, owners=owners)
     try:
         chunks, size = [], 0
         while chunk := os.read(fd, 1 << 20):

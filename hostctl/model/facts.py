@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from hostctl.model.manifest import (INDEX_NAME, MANIFEST_NAME, MARKER_NAME, SMALL_FILE_MAX, UNSAFE_NAME, Manifest,
                                     UnsafeIndexName, weight_files)
 from hostctl.errors import InputError
-from hostctl.safefs import UntrustedPathError, closing_fd, open_below, open_dir, read_below
+from hostctl.safefs import UntrustedPathError, closing_fd, open_below, read_below
 from hostctl.safeload import parse_json
 
 
@@ -39,7 +39,7 @@ class CheckpointFacts(BaseModel):
 def _read_json(base: int, root: Path, name: str, facts: CheckpointFacts) -> tuple[object | None, str | None]:
     try:
         # a checkpoint's own JSON: from a hub or a copy, so bounded like any outside file
-        return parse_json(read_below(base, name, shown=root, max_bytes=SMALL_FILE_MAX).decode("utf-8"), name), None
+        return parse_json(read_below(base, name, shown=root, max_bytes=SMALL_FILE_MAX, owners=False).decode("utf-8"), name), None
     except FileNotFoundError:
         return None, None
     except UntrustedPathError as exc:
@@ -56,7 +56,7 @@ def _size(base: int, root: Path, name: str, facts: CheckpointFacts) -> int | Non
     (a link in a checkpoint is refused, not followed: root would stat and hash what it points to)."""
     parent, _, leaf = name.rpartition("/")
     try:
-        with closing_fd(open_below(base, parent, shown=root)) as dfd:
+        with closing_fd(open_below(base, parent, shown=root, owners=False)) as dfd:
             st = os.stat(leaf, dir_fd=dfd, follow_symlinks=False)
     except (FileNotFoundError, NotADirectoryError):
         return None
@@ -75,11 +75,12 @@ def probe_checkpoint(path: str) -> CheckpointFacts:
     a link; what breaks that rule is reported (index_error, manifest_unsafe, refused), never read."""
     root = Path(path)
     try:
-        base = open_dir(root)
+        # The folder the profile names, as main read it (a link to it followed); below it, reads
+        # follow no link, so whoever owns the files (the user, at boot when only root is trusted)
+        # can make root read nothing but the files themselves.
+        base = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except (FileNotFoundError, NotADirectoryError):
         return CheckpointFacts(path=path, exists=False)
-    except UntrustedPathError as exc:
-        return CheckpointFacts(path=path, exists=True, refused=[exc.message])
     try:
         return _probe(base, root, path)
     finally:
@@ -95,7 +96,7 @@ def _probe(base: int, root: Path, path: str) -> CheckpointFacts:
         listing = []
     raw = None
     try:
-        raw = read_below(base, INDEX_NAME, shown=root, max_bytes=SMALL_FILE_MAX)
+        raw = read_below(base, INDEX_NAME, shown=root, max_bytes=SMALL_FILE_MAX, owners=False)
         facts.index_present = True
     except FileNotFoundError:
         pass

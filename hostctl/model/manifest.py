@@ -157,11 +157,11 @@ def write_marker(model_dir: str | Path, manifest: Manifest) -> Path | None:
     root = Path(model_dir)
     with opened_dir(root) as base:
         try:
-            config_text = read_below(base, "config.json", shown=root, max_bytes=SMALL_FILE_MAX)
+            config_text = read_below(base, "config.json", shown=root, max_bytes=SMALL_FILE_MAX, owners=False)
         except (OSError, ValueError):
             return None
         try:
-            index_text = read_below(base, INDEX_NAME, shown=root, max_bytes=SMALL_FILE_MAX)
+            index_text = read_below(base, INDEX_NAME, shown=root, max_bytes=SMALL_FILE_MAX, owners=False)
         except FileNotFoundError:
             index_text = None
     try:

@@ -13,6 +13,7 @@ every file against the hub's metadata and keeping what matches).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -23,7 +24,7 @@ from hostctl.model.facts import CheckpointFacts
 from hostctl.model.hashing import digests, hash_jobs
 from hostctl.model.manifest import MANIFEST_NAME, Manifest
 from hostctl.model.resolve import ModelRef
-from hostctl.safefs import open_file_below, opened_dir
+from hostctl.safefs import closing_fd, open_file_below
 
 Level = Literal["quick", "full"]
 FileStatus = Literal["ok", "missing", "wrong_size", "corrupt", "unchecked"]
@@ -169,10 +170,10 @@ def full_hashes(cp: CheckpointFacts, progress: Callable[[str, int], None] | None
             start(f.name, f.size)
         cb = (lambda n, name=f.name: progress(name, n)) if progress is not None else None
         # opened as the probe looked it up: no link followed below the folder
-        return f.name, digests(open_file_below(base, f.name, shown=root), cb).sha256
+        return f.name, digests(open_file_below(base, f.name, shown=root, owners=False), cb).sha256
 
     workers = jobs or hash_jobs()
-    with opened_dir(root) as base:
+    with closing_fd(os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)) as base:
         if workers == 1 or len(todo) <= 1:
             return dict(one(f) for f in todo)
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="hostctl-hash") as pool:

@@ -28,6 +28,7 @@ from hostctl.model.registry import load_models, parse_models
 from hostctl.model.resolve import load_ref
 from hostctl.model.verify import judge
 from hostctl.service import preflight
+from tests.need import needs
 
 HOSTS = paths.hosts_dir()
 PIN = "9e165c30e2704aec5d9d593cce3eebd58bbef1cb"
@@ -386,3 +387,14 @@ def test_every_file_checked_is_said_only_when_each_one_was(tmp_path):
     assert "every file checked" not in report.text() and "b.safetensors" in report.text()
     report.statuses["b.safetensors"] = "adopted"
     assert "every file checked" in report.text()
+
+
+@needs(os.geteuid() == 0, "needs root: the checkpoint is chowned to another user")
+def test_a_checkpoint_the_user_owns_is_probed_at_boot_when_only_root_is_trusted(tmp_path, monkeypatch):
+    monkeypatch.delenv("SUDO_UID", raising=False)  # as the runtime unit runs `up`
+    d = _checkpoint(tmp_path / "ckpt")
+    for p in [d, *d.iterdir()]:
+        os.lchown(p, 65534, 65534)
+    cp = probe_checkpoint(str(d))
+    assert not cp.refused and cp.manifest is not None and set(cp.sizes) >= {"s1.safetensors", "s2.safetensors"}
+    assert judge(_ref(d), cp, "quick").ok

@@ -217,3 +217,21 @@ def test_open_below_refuses_a_folder_of_another_user_inside(tmp_path, victim):
     with safefs.opened_dir(d) as base, pytest.raises(safefs.UntrustedPathError) as exc:
         safefs.open_below(base, "theirs", shown=d)
     assert "nobody" in exc.value.message
+
+
+def test_a_read_below_needs_no_trusted_owner_but_follows_no_link(tmp_path, victim):
+    # A model folder the user owns, read as root at boot (only root trusted): their files are read,
+    # a link of theirs (to root's file) is not.
+    d = _model_dir(tmp_path)
+    (d / "sub").mkdir()
+    (d / "sub" / "config.json").write_text("{}")
+    os.symlink(victim, d / "sub" / "link.json")
+    for p in (d, d / "sub", d / "sub" / "config.json"):
+        os.chown(p, NOBODY, NOBODY)
+    os.lchown(d / "sub" / "link.json", NOBODY, NOBODY)
+    with safefs.opened_dir(tmp_path) as base:
+        assert safefs.read_below(base, "model/sub/config.json", shown=tmp_path, max_bytes=10, owners=False) == b"{}"
+        with pytest.raises(safefs.UntrustedPathError):
+            safefs.read_below(base, "model/sub/link.json", shown=tmp_path, max_bytes=100, owners=False)
+        with pytest.raises(safefs.UntrustedPathError):  # writing there still needs a trusted owner
+            safefs.open_below(base, "model/sub", shown=tmp_path, create=True)
