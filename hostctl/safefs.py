@@ -189,48 +189,140 @@ def open_dir(path: str | Path, *, create: bool = False, mode: int = 0o755,
         raise
 
 
-def open_under(root: str | Path, rel: str | Path, *, create: bool = False, mode: int = 0o755,
-               owner: tuple[int, int] | None = None) -> int:
-    """An fd of the directory `root/rel`: `root` walked as open_dir (a trusted link on the way is
-    followed: the profile names it), every name of `rel` below it opened with O_NOFOLLOW, so a
-    link there, even the invoking user's, is refused (UntrustedPathError): root writes, chowns and
-    deletes inside a user's folder only in what is really inside it. `..` and absolute parts are
-    refused; `create` makes what is missing (mode, owner on the open fd)."""
-    rel = Path(rel)
-    if rel.is_absolute() or ".." in rel.parts:
-        raise UntrustedPathError(Path(root) / rel, f"{rel} is not a path inside {root}")
-    fd = open_dir(root, create=create, mode=mode, owner=owner)
-    shown = Path(root)
+def _lstat_below(fd: int, part: str) -> os.stat_result | None:
     try:
-        for part in rel.parts:
-            if part in ("", "."):
-                continue
-            st, here = os.fstat(fd), shown / part
-            cst = _component(fd, part, str(here), str(shown), st, trusted_uids())
-            if cst is not None and stat.S_ISLNK(cst.st_mode):
-                raise UntrustedPathError(here, "it is a symlink inside a folder hostctl acts in as root; "
-                                               "root does not follow links there")
+        return os.stat(part, dir_fd=fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+
+
+def open_below(base_fd: int, relative: str, *, shown: str | Path, create: bool = False, mode: int = 0o755,
+               owner: tuple[int, int] | None = None, owners: bool = True) -> int:
+    """An fd of the directory `relative` (a name that passed safepaths.relative_name_problem, or
+    "" for the base itself) under the already-open directory `base_fd`, walked one component at
+    a time with no symlink followed at all: below a folder of hostctl's, a link is never part of a
+    name from outside, whoever owns it. With `owners` (for anything that writes or deletes) every
+    component must also be a trusted user's, in a folder others cannot swap entries of; a read
+    (`owners=False`) needs only the no-link walk, since each component is opened O_NOFOLLOW and a
+    link swapped in fails the open. `create` makes what is missing (mode `mode`, chowned to `owner`
+    on the open fd). `shown` is the base's path, for the messages."""
+    fd = os.dup(base_fd)
+    here = Path(shown)
+
+    def look(part: str) -> os.stat_result | None:
+        return (_component(fd, part, str(here / part), str(here), st, trusted_uids()) if owners
+                else _lstat_below(fd, part))
+
+    try:
+        st = os.fstat(fd)
+        for part in [p for p in relative.split("/") if p]:
+            if part in (".", ".."):
+                raise UntrustedPathError(here / part, "a name below this folder may not hold '.' or '..'")
+            cst = look(part)
             if cst is None:
                 if not create:
-                    raise FileNotFoundError(2, "No such file or directory", str(here))
+                    raise FileNotFoundError(2, "No such file or directory", str(here / part))
                 try:
                     os.mkdir(part, mode, dir_fd=fd)
+                    made = True
                 except FileExistsError:
-                    pass
-                made = True
+                    made = False  # made a moment ago: opened (and checked) below like any other
+                cst = look(part)
+                if cst is None:
+                    raise FileNotFoundError(2, "No such file or directory", str(here / part))
             else:
                 made = False
-            new = os.open(part, _DIR_FLAGS, dir_fd=fd)  # O_NOFOLLOW: a link swapped in since fails here
+            if stat.S_ISLNK(cst.st_mode):
+                raise UntrustedPathError(here / part, f"it is a symlink ({describe(cst)}); hostctl follows none "
+                                                      "below this folder", fix=f"remove the link {here / part}")
+            if not stat.S_ISDIR(cst.st_mode):
+                raise NotADirectoryError(20, "Not a directory", str(here / part))
+            new = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            nst = os.fstat(new)
+            if (nst.st_dev, nst.st_ino) != (cst.st_dev, cst.st_ino):  # swapped between the stat and the open
+                os.close(new)
+                raise UntrustedPathError(here / part, "it changed while hostctl was opening it")
             if made and owner is not None:
                 os.fchown(new, *owner)
+                nst = os.fstat(new)
             os.close(fd)
-            fd, shown = new, here
-        if _swappable(os.fstat(fd)):
-            raise UntrustedPathError(shown, f"the folder is {describe(os.fstat(fd))}: others can replace what is in it")
+            fd, here, st = new, here / part, nst
+        if owners and _swappable(st):
+            raise UntrustedPathError(here, f"the folder is {describe(st)}: others can replace what is in it")
         return fd
     except BaseException:
         os.close(fd)
         raise
+
+
+def open_under(root: str | Path, rel: str | Path, *, create: bool = False, mode: int = 0o755,
+               owner: tuple[int, int] | None = None) -> int:
+    """An fd of the directory `root/rel`: `root` walked as open_dir (a trusted link on the way is
+    followed: the profile names it), `rel` below it as open_below (no link followed, even the
+    invoking user's), so root writes, chowns and deletes inside a user's folder only in what is
+    really inside it. `..` and absolute parts are refused."""
+    rel = Path(rel)
+    if rel.is_absolute() or ".." in rel.parts:
+        raise UntrustedPathError(Path(root) / rel, f"{rel} is not a path inside {root}")
+    with closing_fd(open_dir(root, create=create, mode=mode, owner=owner)) as base:
+        return open_below(base, "/".join(p for p in rel.parts if p != "."), shown=root, create=create, mode=mode,
+                          owner=owner)
+
+
+def open_file_below(base_fd: int, relative: str, *, shown: str | Path, owners: bool = True) -> int:
+    """A read-only fd of the regular file `relative` under `base_fd` (open_below for its folder,
+    O_NOFOLLOW for the file itself): FileNotFoundError when it is missing, UntrustedPathError when
+    it is a link or not a regular file (a FIFO would block, a device is not a checkpoint file)."""
+    parent, _, leaf = relative.rpartition("/")
+    with closing_fd(open_below(base_fd, parent, shown=shown, owners=owners)) as dfd:
+        try:
+            fd = os.open(leaf, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise UntrustedPathError(Path(shown) / relative, "it is a symlink; hostctl follows none below this "
+                                                                 "folder") from None
+            raise
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise UntrustedPathError(Path(shown) / relative, "it is not a regular file")
+    return fd
+
+
+def read_below(base_fd: int, relative: str, *, shown: str | Path, max_bytes: int, owners: bool = True) -> bytes:
+    """The bytes of the regular file `relative` under `base_fd` (as open_file_below opens it), at
+    most `max_bytes` (ValueError past that: a small JSON file that is not small is not read whole)."""
+    fd = open_file_below(base_fd, relative, shown=shown, owners=owners)
+    try:
+        chunks, size = [], 0
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > max_bytes:
+                raise ValueError(f"{Path(shown) / relative} is larger than {max_bytes} bytes")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def unlink_below(base_fd: int, relative: str, *, shown: str | Path) -> bool:
+    """Remove the entry `relative` under `base_fd` (a link itself, never what it points to) through
+    its folder's fd; False when it was not there."""
+    parent, _, leaf = relative.rpartition("/")
+    try:
+        with closing_fd(open_below(base_fd, parent, shown=shown)) as dfd:
+            os.unlink(leaf, dir_fd=dfd)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+@contextmanager
+def closing_fd(fd: int) -> Iterator[int]:
+    try:
+        yield fd
+    finally:
+        os.close(fd)
 
 
 @contextmanager

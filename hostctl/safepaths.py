@@ -1,7 +1,9 @@
 """Which host paths hostctl may mount a drive on, bind into the runtime container or write a
 rendered project to: the one list of system directories it refuses, and the lexical checks
-(absolute, no `..`, no control characters, within the kernel's length limits); and the one rule
-for an outside name (a bench suite's id) that hostctl puts into a file name (file_name_problem).
+(absolute, no `..`, no control characters, within the kernel's length limits). Also the one
+rule for an outside name that hostctl puts into a file name (file_name_problem: a bench suite's
+id), and for names from outside that are joined onto a folder (relative_name_problem: a hub's file
+list, an index, a manifest, a cache listing): a plain relative path that stays under it.
 
 The checks are lexical on purpose: the profile is judged where it is loaded, before any fact is
 read, and a path that needs `..` or names a system directory is refused whatever the disk holds.
@@ -98,6 +100,8 @@ def by_id_problem(name: str) -> str | None:
     return None
 
 
+# ---------------------------------------------------------------- names from outside
+
 # A name from a file hostctl reads (a suite's id) that becomes one component of a file name
 # hostctl writes as root (<stamp>-<id>.json): a plain word, so it can neither climb out (`/`,
 # `..`), hide (a leading dot) nor be read as an option (a leading dash). 128 bytes leaves room for
@@ -111,3 +115,61 @@ def file_name_problem(name: object) -> str | None:
         return None
     return (f"expected a plain name such as quick or qualify-v2 (letters, digits and ._+-, starting with a letter "
             f"or digit, at most 128 characters; no '/'), got {name!r}"[:400])
+
+
+# A name from outside (a hub's file list, an index's weight_map, hostctl's manifest, a cache
+# listing) is joined onto a folder hostctl owns. Kept below NAME_MAX with room for the longest
+# suffix huggingface_hub adds to a file's name in its own bookkeeping (`<name>.metadata`,
+# `<name>.lock`), so a name that passes here can never fail later halfway through a download.
+NAME_SUFFIX_ROOM = len(".metadata")
+RELATIVE_MAX = 1024  # bytes for the whole relative name: far above any checkpoint's, far below PATH_MAX
+
+
+def relative_name_problem(name: object) -> str | None:
+    """Why `name` cannot be taken as a file's path relative to its folder, or None: it must be a
+    non-empty string of `/`-separated components, none empty, `.` or `..`, no leading `/`, no
+    backslash (a Windows separator that other tools and mirrors treat as one), no NUL or other
+    control character, each component and the whole within length limits."""
+    if not isinstance(name, str):
+        return f"expected a relative path (a string), got {type(name).__name__} {name!r}"
+    if not name:
+        return "expected a relative path, got an empty name"
+    if _CONTROL.search(name):
+        return f"{name!r} contains a control character (a newline, NUL or similar)"
+    if "\\" in name:
+        return f"{name!r} contains a backslash, which some tools read as a folder separator"
+    if name.startswith("/"):
+        return f"{name!r} is an absolute path; expected one relative to its folder"
+    try:
+        size = len(name.encode())
+    except UnicodeEncodeError:
+        return f"{name!r} is not valid UTF-8"
+    if size > RELATIVE_MAX:
+        return f"the name is {size} bytes long; at most {RELATIVE_MAX} are accepted"
+    for part in name.split("/"):
+        if part in ("", ".", ".."):
+            return f"{name!r} has an {'empty' if not part else repr(part)} component; expected a plain path below its folder"
+        if len(part.encode()) > NAME_MAX - NAME_SUFFIX_ROOM:
+            return (f"a component of {name!r} is {len(part.encode())} bytes long; at most "
+                    f"{NAME_MAX - NAME_SUFFIX_ROOM} are accepted")
+    return None
+
+
+def relative_names_problem(names: list[str]) -> tuple[str, str] | None:
+    """(the first name refused, why) for a whole listing, or None: each name as relative_name_problem
+    says, and no two that are the same file once Unicode-normalised (NFC), which would show as
+    one name while being two (or, on a normalising filesystem, overwrite each other)."""
+    import unicodedata
+
+    seen: dict[str, str] = {}
+    for name in names:
+        problem = relative_name_problem(name)
+        if problem:
+            return name, problem
+        key = unicodedata.normalize("NFC", name)
+        if key in seen:
+            other = seen[key]
+            return name, (f"{name!r} is listed twice" if other == name
+                          else f"{name!r} and {other!r} differ only in Unicode normalisation")
+        seen[key] = name
+    return None

@@ -28,6 +28,7 @@ from hostctl.cache.decide import Generation, PlanKey, PrunePlan, generations, pl
 from hostctl.cache.facts import CacheFacts, Root, running_runtimes, scan
 from hostctl.config import Config
 from hostctl.errors import FailedError, RefusedError
+from hostctl.safepaths import relative_name_problem
 from hostctl.bytesizes import fmt_bytes
 
 CACHE_SCHEMA = "hostctl.cache/v1"
@@ -70,7 +71,7 @@ def cache_roots(config: Config, storage) -> list[Root]:
         except OSError:
             names = []
         for n in names:
-            if n.startswith(ROLE_DIRS["expert_store"] + "-rank"):
+            if n.startswith(ROLE_DIRS["expert_store"] + "-rank") and relative_name_problem(n) is None:
                 add("rank_store", f"{d.mount}/{n}", d.name)
     return roots
 

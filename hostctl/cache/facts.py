@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from hostctl.cache import layout
 from hostctl.safefs import TEMP_MARK
+from hostctl.safepaths import relative_name_problem
 
 RootKind = Literal["planes", "store", "rank_store", "compile"]
 REMOVING_WHAT = "left by an interrupted `hostctl cache prune`: the next prune finishes removing it"
@@ -140,6 +141,21 @@ def usage(path: str) -> Usage:
     return u
 
 
+def _listing(folder: str, out: CacheFacts) -> list[str]:
+    """The names in a cache folder that hostctl will use, sorted. One that is not a plain name
+    (safepaths.relative_name_problem: a control character that would rewrite the terminal when
+    listed, a backslash, an over-long name) is an error line, shown quoted, and never listed as a
+    generation or removed."""
+    names = []
+    for name in sorted(os.listdir(folder)):
+        problem = relative_name_problem(name)
+        if problem:
+            out.errors.append(f"{folder}: skipped a name hostctl will not use: {problem}")
+        else:
+            names.append(name)
+    return names
+
+
 def _json(path: str) -> tuple[dict | None, str | None]:
     from hostctl.errors import InputError, MissingFileError, UntrustedPathError
     from hostctl.safeload import load_json
@@ -155,19 +171,19 @@ def _json(path: str) -> tuple[dict | None, str | None]:
 
 def _scan_planes(root: Root, out: CacheFacts) -> None:
     base = os.path.join(root.path, layout.PLANES_VERSION_DIR)
-    for name in sorted(os.listdir(root.path)):
+    for name in _listing(root.path, out):
         if name != layout.PLANES_VERSION_DIR:
             p = os.path.join(root.path, name)
             out.other.append(Other(path=p, what="not the runtime's planes layout (v2/<key>/tp<W>-rank<R>)",
                                    usage=usage(p)))
     if not os.path.isdir(base):
         return
-    for key in sorted(os.listdir(base)):
+    for key in _listing(base, out):
         key_dir = os.path.join(base, key)
         if key.startswith(layout.REMOVING_PREFIX):
             out.other.append(Other(path=key_dir, what=REMOVING_WHAT, usage=usage(key_dir)))
             continue
-        rank_dirs = [n for n in sorted(os.listdir(key_dir)) if layout.PLANES_RANK_RE.match(n)] \
+        rank_dirs = [n for n in _listing(key_dir, out) if layout.PLANES_RANK_RE.match(n)] \
             if os.path.isdir(key_dir) else []
         if not rank_dirs:
             out.other.append(Other(path=key_dir, what="no tp<W>-rank<R> directory inside", usage=usage(key_dir)))
@@ -177,7 +193,7 @@ def _scan_planes(root: Root, out: CacheFacts) -> None:
             rank = PlanesRank(root=root.path, key_dir=key_dir, rank_dir=rd, world=int(m["world"]),
                               rank=int(m["rank"]), usage=usage(key_dir))
             rank.meta, rank.meta_error = _json(os.path.join(key_dir, rd, "meta.json"))
-            for fn in sorted(os.listdir(os.path.join(key_dir, rd))):
+            for fn in _listing(os.path.join(key_dir, rd), out):
                 lm = layout.PLANES_LAYER_RE.match(fn)
                 if layout.is_tmp(fn):
                     rank.tmp.append(fn)
@@ -194,7 +210,7 @@ def _scan_planes(root: Root, out: CacheFacts) -> None:
 
 def _scan_store(root: Root, out: CacheFacts, copy_of: str | None) -> None:
     ranks: dict[str, PackRank] = {}
-    names = sorted(os.listdir(root.path))
+    names = _listing(root.path, out)
     rest = []
     for name in names:
         m = layout.PACK_RE.match(name)
@@ -235,10 +251,10 @@ def _scan_store(root: Root, out: CacheFacts, copy_of: str | None) -> None:
 
 def _scan_compile(root: Root, out: CacheFacts) -> None:
     base = os.path.join(root.path, *layout.COMPILE_SUBDIR)
-    for name in sorted(os.listdir(root.path)):
+    for name in _listing(root.path, out):
         p = os.path.join(root.path, name)
         if name == layout.COMPILE_SUBDIR[0]:
-            for sub in sorted(os.listdir(p)) if os.path.isdir(p) else []:
+            for sub in _listing(p, out) if os.path.isdir(p) else []:
                 if sub != layout.COMPILE_SUBDIR[1]:
                     sp = os.path.join(p, sub)
                     out.other.append(Other(path=sp, what="vLLM's other caches (not keyed by generation)", usage=usage(sp)))
@@ -247,7 +263,7 @@ def _scan_compile(root: Root, out: CacheFacts) -> None:
                                "generation" if os.path.isdir(p) else "a file", usage=usage(p)))
     if not os.path.isdir(base):
         return
-    for h in sorted(os.listdir(base)):
+    for h in _listing(base, out):
         d = os.path.join(base, h)
         if h.startswith(layout.REMOVING_PREFIX):
             out.other.append(Other(path=d, what=REMOVING_WHAT, usage=usage(d)))
@@ -255,11 +271,11 @@ def _scan_compile(root: Root, out: CacheFacts) -> None:
         if not os.path.isdir(d):
             continue
         ch = CompileHash(root=root.path, hash=h, dir=d, usage=usage(d))
-        for rn in sorted(os.listdir(d)):
+        for rn in _listing(d, out):
             if not layout.COMPILE_RANK_RE.match(rn) or not os.path.isdir(os.path.join(d, rn)):
                 continue
             cr = CompileRank(name=rn)
-            for prefix in sorted(os.listdir(os.path.join(d, rn))):
+            for prefix in _listing(os.path.join(d, rn), out):
                 pd = os.path.join(d, rn, prefix)
                 if os.path.isdir(pd):
                     (cr.done if os.path.isfile(os.path.join(pd, layout.COMPILE_DONE)) else cr.pending).append(prefix)

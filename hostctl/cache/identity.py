@@ -27,6 +27,7 @@ import shlex
 from hostctl.errors import InputError
 from hostctl.plan.runtime import MODEL_IN_CONTAINER
 from hostctl.safeload import parse_json
+from hostctl.safepaths import relative_name_problem
 
 DOMAIN = b"moe-w2-checkpoint-stat-v2\0"
 INDEX_NAMES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
@@ -89,6 +90,12 @@ def runtime_ckpt_id(host_dir: str, served_path: str = MODEL_IN_CONTAINER, revisi
         shards.update(n for n in os.listdir(host_dir) if n.endswith((".safetensors", ".bin")))
     if not shards:
         return None, f"no weight shards in {host_dir}"
+    # The index came from the hub: a name that is not a plain path below the folder is not looked
+    # up (the runtime, given such an index, would not load the checkpoint either).
+    for rel in sorted(shards):
+        problem = relative_name_problem(rel)
+        if problem:
+            return None, f"the index names {rel!r} as a shard: {problem}"
     for rel in sorted(shards):
         path = os.path.join(host_dir, rel)
         try:

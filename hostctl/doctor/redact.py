@@ -32,9 +32,12 @@ _PATTERNS: tuple[tuple[re.Pattern, str], ...] = (
     # a Python repr of parsed args: 'api_key': ['value'] or "hf_token": "value"
     (re.compile(rf"(?i)(['\"]{_SECRET_NAME}['\"]\s*:\s*\[?\s*['\"])(?!['\"])[^'\"]+"),
      lambda m: m.group(1) + MASK),
-    # NAME=value, NAME: value, "NAME": "value", NAME = 'value' (not ${NAME:?...}, Compose interpolation)
-    (re.compile(rf"(?i)((?<!\$\{{){_NAME_START}{_SECRET_NAME}\"?'?\s*[:=]\s*[\"']?)(?![\"']?\s*(?:$|,|\}}))(?!\$\{{)(?!\*\*\*REDACTED)\[?[^\s\"',}}\[]+"),
-     lambda m: m.group(1) + MASK),
+    # NAME=value, NAME: value, "NAME": "value", NAME = 'value' (not ${NAME:?...}, Compose interpolation).
+    # JSON's null/true/false are no secret; an unquoted JSON value (a number) becomes a quoted mask,
+    # so a redacted document (`model pull --json`: "token": null) still parses.
+    (re.compile(rf"(?i)((?<!\$\{{){_NAME_START}{_SECRET_NAME}(\"?)'?\s*[:=]\s*([\"']?))(?![\"']?\s*(?:$|,|\}}))(?!\$\{{)"
+                rf"(?!\*\*\*REDACTED)(?!(?:null|true|false)\b)\[?[^\s\"',}}\[]+"),
+     lambda m: m.group(1) + (f'"{MASK}"' if m.group(2) and not m.group(3) else MASK)),
     # the password in scheme://user:password@host; the last '@' before the path ends the userinfo
     # (as URL parsers split it), so a password holding '@' is hidden whole; the user may be empty;
     # a password already masked (urldisplay's `***`) is left as it is. One scan to the next space

@@ -37,10 +37,11 @@ def hash_jobs() -> int:
 BUFFERS = 3  # one being read, one being hashed, one spare so neither waits on a hand-over
 
 
-def stream(path: str, consume: Callable[[memoryview], None], progress: Callable[[int], None] | None = None,
+def stream(path: str | int, consume: Callable[[memoryview], None], progress: Callable[[int], None] | None = None,
            *, drop_cache: bool = True) -> int:
-    """Read `path` once, front to back, handing each chunk to `consume`; returns the bytes read."""
-    fd = os.open(path, os.O_RDONLY)
+    """Read `path` (or an open fd, which this then owns and closes) once, front to back, handing
+    each chunk to `consume`; returns the bytes read."""
+    fd = path if isinstance(path, int) else os.open(path, os.O_RDONLY)
     free: queue.Queue = queue.Queue()
     full: queue.Queue = queue.Queue()
     for _ in range(BUFFERS):
@@ -101,14 +102,15 @@ class Digests:
     blob_id: str | None = None  # git's blob sha1 ("blob <size>\\0" + content), when asked for
 
 
-def digests(path: str, progress: Callable[[int], None] | None = None, *, blob_id: bool = False,
+def digests(path: str | int, progress: Callable[[int], None] | None = None, *, blob_id: bool = False,
             drop_cache: bool = True) -> Digests:
-    """The content sha256 (and optionally the git blob id) of one file, in one read."""
+    """The content sha256 (and optionally the git blob id) of one file (a path, or an open fd
+    this then closes), in one read."""
     sha = hashlib.sha256()
     blob = None
     if blob_id:
         blob = hashlib.sha1()
-        blob.update(b"blob %d\0" % os.path.getsize(path))
+        blob.update(b"blob %d\0" % (os.fstat(path).st_size if isinstance(path, int) else os.path.getsize(path)))
 
     def consume(chunk: memoryview) -> None:
         sha.update(chunk)

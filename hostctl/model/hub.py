@@ -18,15 +18,19 @@ hostctl's tests exercise the plain HTTP path only (HF_HUB_DISABLE_XET=1 against 
 
 from __future__ import annotations
 
-import glob
 import os
+import re
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from hostctl.errors import FailedError, InputError
+from hostctl.errors import FailedError, InputError, RefusedError
+from hostctl.safepaths import relative_names_problem
 from hostctl.urldisplay import display
 
 INCOMPLETE_DIR = os.path.join(".cache", "huggingface", "download")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_BLOB_ID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # git's sha1 blob id (sha256 in a sha256 repository)
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,19 @@ class RemoteSnapshot:
     @property
     def total_bytes(self) -> int:
         return sum(f.size for f in self.files)
+
+
+class UnsafeListingError(RefusedError):
+    """The hub listed a file name that is not a plain relative path (exit 3): hostctl joins those
+    names onto the model folder, so one such name refuses the whole listing before any file is
+    written, replaced or deleted. Refused for safety rather than failed (exit 1): running the pull
+    again cannot help, the hub (or whatever answers at HF_ENDPOINT) has to change."""
+
+    code = "unsafe-hub-listing"
+
+    def __init__(self, message: str, *, name: str, fix: str):
+        self.name = name
+        super().__init__(message, fix=fix)
 
 
 def _endpoint() -> str:
@@ -96,10 +113,25 @@ def remote_snapshot(repo: str, revision: str) -> RemoteSnapshot:
         info = HfApi().model_info(repo, revision=revision, files_metadata=True)
     except Exception as exc:
         raise _translate(exc, repo, revision, f"listing {repo}@{revision}") from None
+    siblings = list(info.siblings or [])
+    bad = relative_names_problem([s.rfilename for s in siblings])
+    if bad is not None:
+        raise UnsafeListingError(
+            f"the hub at {display(_endpoint())} lists {bad[0]!r} in {repo}@{revision}, which is not a plain path inside the "
+            f"model folder ({bad[1]}); nothing was downloaded, written or deleted", name=bad[0],
+            fix="a real repository never names a file like that: check HF_ENDPOINT (a mirror or proxy may be "
+                "altering the listing) and the repository id")
     files = []
-    for s in info.siblings or []:
+    for s in siblings:
         if s.size is None:
             raise FailedError(f"the hub listed {s.rfilename} without a size", fix="run the pull again")
+        sha = s.lfs.sha256 if s.lfs is not None else None
+        if not (_HEX64.fullmatch(sha or "") or (sha is None and _BLOB_ID.fullmatch(s.blob_id or ""))):
+            # Without a well-formed hash the file could not be checked (and the pull says every file
+            # was); the hash also names huggingface_hub's partial download, so it must be plain hex.
+            raise FailedError(f"the hub at {display(_endpoint())} listed {s.rfilename!r} without a usable hash (LFS sha256 "
+                              f"{sha!r}, git blob id {s.blob_id!r}): it could not be checked after the download; "
+                              "nothing was downloaded", fix="run the pull again; if it persists, check HF_ENDPOINT")
         files.append(RemoteFile(name=s.rfilename, size=int(s.size),
                                 lfs_sha256=(s.lfs.sha256 if s.lfs is not None else None), blob_id=s.blob_id))
     return RemoteSnapshot(repo=repo, commit=info.sha or "", files=sorted(files, key=lambda f: f.name))
@@ -114,12 +146,43 @@ def token_source() -> str | None:
     return "the hub's token file" if os.path.isfile(constants.HF_TOKEN_PATH) else None
 
 
-def partial_bytes(model_dir: str, f: RemoteFile) -> int:
-    """Bytes of `f` an interrupted download left (huggingface_hub's incomplete file)."""
-    if not f.etag:
-        return 0
-    pattern = os.path.join(glob.escape(model_dir), INCOMPLETE_DIR, f"*.{glob.escape(f.etag)}.incomplete")
-    return max((os.path.getsize(p) for p in glob.glob(pattern)), default=0)
+def partial_sizes(model_dir: str) -> dict[str, int]:
+    """Bytes each interrupted download left, by the etag huggingface_hub names its incomplete file
+    after (`<hash>.<etag>.incomplete`); read without following a link below the model folder."""
+    from hostctl import safefs
+
+    sizes: dict[str, int] = {}
+    try:
+        with safefs.opened_dir(model_dir) as base, \
+                safefs.closing_fd(safefs.open_below(base, INCOMPLETE_DIR, shown=model_dir)) as dfd:
+            for entry in os.listdir(dfd):
+                parts = entry.split(".")
+                if len(parts) != 3 or parts[2] != "incomplete":
+                    continue
+                st = os.stat(entry, dir_fd=dfd, follow_symlinks=False)
+                if stat.S_ISREG(st.st_mode):
+                    sizes[parts[1]] = max(sizes.get(parts[1], 0), st.st_size)
+    except (FileNotFoundError, NotADirectoryError):
+        pass
+    return sizes
+
+
+def remove_partials(model_dir: str) -> None:
+    """Remove what interrupted downloads left (once every file is in, it is garbage), by its
+    folder's fd: a link there is removed itself, never what it points to."""
+    from hostctl import safefs
+
+    try:
+        with safefs.opened_dir(model_dir) as base, \
+                safefs.closing_fd(safefs.open_below(base, INCOMPLETE_DIR, shown=model_dir)) as dfd:
+            for entry in os.listdir(dfd):
+                if entry.endswith(".incomplete"):
+                    try:
+                        os.unlink(entry, dir_fd=dfd)
+                    except (FileNotFoundError, IsADirectoryError):
+                        pass
+    except (FileNotFoundError, NotADirectoryError):
+        pass
 
 
 def download(repo: str, commit: str, f: RemoteFile, model_dir: str, on_bytes: Callable[[int], None]) -> str:

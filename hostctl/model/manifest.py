@@ -21,9 +21,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
-from hostctl.safefs import write_file
+from hostctl.safefs import opened_dir, read_below, write_file
+from hostctl.safepaths import relative_name_problem, relative_names_problem
 
 MANIFEST_NAME = ".hostctl-model.json"
 MANIFEST_SCHEMA = "hostctl.model-manifest/v1"
@@ -33,6 +35,10 @@ MARKER_SCHEMA = 2
 MARKER_DIGEST_PREFIX = b"vllm-moet-model-manifest-v1\0"
 INDEX_NAME = "model.safetensors.index.json"
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
+# The pydantic error type of a manifest naming a file outside the folder: the owner of the model
+# folder can edit the manifest, and its names are joined onto the folder as root.
+UNSAFE_NAME = "unsafe_name"
+SMALL_FILE_MAX = 64 * 1024 * 1024  # config.json, the index, the manifest: JSON files hostctl reads whole
 
 
 def now_iso() -> str:
@@ -50,6 +56,14 @@ class ManifestFile(BaseModel):
     sha256: str | None = None  # the content sha256 hostctl computed and found matching the hub
     corrupt_since: str | None = None  # when a full verify last found its content differing from sha256
 
+    @field_validator("name")
+    @classmethod
+    def _plain(cls, name: str) -> str:
+        problem = relative_name_problem(name)
+        if problem:
+            raise PydanticCustomError(UNSAFE_NAME, "{problem}", {"problem": problem})
+        return name
+
 
 class Manifest(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
@@ -63,6 +77,13 @@ class Manifest(BaseModel):
     verified_quick_at: str | None = None
     verified_full_at: str | None = None
     hostctl_version: str | None = None
+
+    @model_validator(mode="after")
+    def _distinct(self) -> "Manifest":
+        bad = relative_names_problem([f.name for f in self.files])
+        if bad is not None:
+            raise PydanticCustomError(UNSAFE_NAME, "{problem}", {"problem": bad[1]})
+        return self
 
     def file(self, name: str) -> ManifestFile | None:
         return next((f for f in self.files if f.name == name), None)
@@ -83,17 +104,31 @@ def write_manifest(model_dir: str | Path, manifest: Manifest) -> Path:
     return write_file(manifest_path(model_dir), manifest.to_json())
 
 
+class UnsafeIndexName(Exception):
+    """The index names a shard that is not a plain path inside the checkpoint folder."""
+
+    def __init__(self, name: object, why: str):
+        super().__init__(f"{INDEX_NAME} names {name!r} as a shard: {why}")
+        self.name = name
+
+
 def weight_files(index_text: bytes | None, listing: list[str]) -> list[str] | None:
     """The shard names vLLM-MoET's digest covers: the index's weight_map values, or without an
-    index the top-level *.safetensors / *.bin files. None when the index cannot be read."""
+    index the top-level *.safetensors / *.bin files. None when the index cannot be read;
+    UnsafeIndexName when it names a file outside the folder (the index came from the hub)."""
     if index_text is not None:
         from hostctl.errors import InputError
         from hostctl.safeload import parse_json
 
         try:
-            return sorted(set(parse_json(index_text.decode("utf-8"), "the checkpoint's index")["weight_map"].values()))
+            names = sorted(set(parse_json(index_text.decode("utf-8"), "the checkpoint's index")["weight_map"].values()))
         except (InputError, KeyError, TypeError, AttributeError, ValueError):
             return None
+        for name in names:
+            problem = relative_name_problem(name)
+            if problem:
+                raise UnsafeIndexName(name, problem)
+        return names
     return sorted(n for n in listing if "/" not in n and n.endswith(WEIGHT_SUFFIXES))
 
 
@@ -120,13 +155,19 @@ def write_marker(model_dir: str | Path, manifest: Manifest) -> Path | None:
     the shards). None when the checkpoint lacks what the marker covers (no config.json, an index
     naming a file the manifest has no hash for)."""
     root = Path(model_dir)
+    with opened_dir(root) as base:
+        try:
+            config_text = read_below(base, "config.json", shown=root, max_bytes=SMALL_FILE_MAX, owners=False)
+        except (OSError, ValueError):
+            return None
+        try:
+            index_text = read_below(base, INDEX_NAME, shown=root, max_bytes=SMALL_FILE_MAX, owners=False)
+        except FileNotFoundError:
+            index_text = None
     try:
-        config_text = (root / "config.json").read_bytes()
-    except OSError:
+        names = weight_files(index_text, [f.name for f in manifest.files])
+    except UnsafeIndexName:
         return None
-    index_path = root / INDEX_NAME
-    index_text = index_path.read_bytes() if index_path.is_file() else None
-    names = weight_files(index_text, [f.name for f in manifest.files])
     if not names:
         return None
     shards = []

@@ -20,11 +20,12 @@ plan_pull() is the pure decision; run_pull() does the work.
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from hostctl import __version__
+from hostctl import __version__, safefs
 from hostctl.config import Config
 from hostctl.errors import FailedError, InputError
 from hostctl.model.facts import CheckpointFacts, free_space, probe_checkpoint
@@ -149,9 +150,12 @@ class PullReport:
             lines.append(f"would download {fmt_bytes(p.need_bytes)}; {fmt_bytes(p.free_bytes or 0)} free at {p.free_at}")
             lines += [f"  {name}" + (f" (resume at {fmt_bytes(p.partial[name])})" if name in p.partial else "")
                       for name in p.todo]
-        else:
+        elif all(self.statuses.get(f.name) in ("kept", "adopted", "downloaded") for f in p.files):
             lines.append("every file checked against the hub's metadata; manifest written"
                          + (f"; {MARKER_NAME} written" if self.marker else ""))
+        else:
+            unchecked = [f.name for f in p.files if self.statuses.get(f.name) not in ("kept", "adopted", "downloaded")]
+            lines.append(f"{len(unchecked)} file(s) not checked against the hub: {', '.join(unchecked[:5])}")
         lines += [f"warning: {w}" for w in self.warnings]
         return "\n".join(lines) + "\n"
 
@@ -160,9 +164,10 @@ def _expected(f) -> str:
     return f"sha256 {f.lfs_sha256}" if f.lfs_sha256 else f"git blob id {f.blob_id}"
 
 
-def _check(f, path: str) -> ManifestFile | None:
-    """The manifest entry for a file on disk whose content matches the hub's metadata, else None."""
-    d = digests(path, blob_id=f.lfs_sha256 is None)
+def _check(f, base: int, root: str) -> ManifestFile | None:
+    """The manifest entry for a file on disk whose content matches the hub's metadata, else None.
+    Opened below the model folder's fd without following a link (refused, exit 3)."""
+    d = digests(safefs.open_file_below(base, f.name, shown=root), blob_id=f.lfs_sha256 is None)
     if d.size != f.size:
         return None
     if f.lfs_sha256 and d.sha256 != f.lfs_sha256:
@@ -209,7 +214,7 @@ def run_pull(config: Config, *, revision: str | None, dry_run: bool, err: TextIO
 
     for rep, snapshot, cp in planned:
         model_dir = rep.plan.model_dir
-        Path(model_dir).mkdir(parents=True, exist_ok=True)
+        os.close(safefs.open_dir(model_dir, create=True))
         # One pull per checkpoint directory: two would race on the same files and manifest.
         with LifecycleLock("model pull", Path(model_dir) / PULL_LOCK):
             _fetch(rep.plan, cp, snapshot, rep, err)
@@ -243,14 +248,47 @@ def _plan(rep: PullReport):
     if not snapshot.files:
         raise FailedError(f"the hub lists no files for {ref.repo}@{ref.revision}")
     model_dir = ref.model_dir
+    _refuse_links(model_dir, [f.name for f in snapshot.files])
     cp = probe_checkpoint(model_dir)
-    partial = {f.name: hub.partial_bytes(model_dir, f) for f in snapshot.files} if cp.exists else {}
+    left = hub.partial_sizes(model_dir) if cp.exists else {}
+    partial = {f.name: left.get(f.etag, 0) for f in snapshot.files if f.etag}
     plan = plan_pull(snapshot, cp, partial, free_space(model_dir))
     rep.plan = plan
+    if cp.manifest_unsafe:
+        rep.warnings.append(f"{cp.manifest_error}: the manifest names a file outside {model_dir}; it was not used "
+                            "(every file is checked against the hub again and a new manifest written)")
     if plan.extra_files:
         rep.warnings.append(f"{len(plan.extra_files)} file(s) in {model_dir} are not part of this revision and "
                             f"were left alone: {', '.join(plan.extra_files[:5])}")
     return snapshot, cp
+
+
+def _refuse_links(model_dir: str, names: list[str]) -> None:
+    """UntrustedPathError (exit 3) before anything is written when a file the pull would write
+    (or huggingface_hub's bookkeeping for it) sits behind, or is, a symlink in the model folder:
+    root would write where the link leads. The names passed hub.remote_snapshot's checks."""
+    from hostctl.model import hub
+
+    try:
+        base = safefs.open_dir(model_dir)
+    except FileNotFoundError:
+        return  # nothing there yet: the pull makes every folder itself
+    try:
+        for name in names:
+            for rel in (name, f"{hub.INCOMPLETE_DIR}/{name}.metadata", f"{hub.INCOMPLETE_DIR}/{name}.lock"):
+                parent, _, leaf = rel.rpartition("/")
+                try:
+                    with safefs.closing_fd(safefs.open_below(base, parent, shown=model_dir)) as dfd:
+                        st = os.stat(leaf, dir_fd=dfd, follow_symlinks=False)
+                except (FileNotFoundError, NotADirectoryError):
+                    continue
+                if stat.S_ISLNK(st.st_mode):
+                    raise safefs.UntrustedPathError(
+                        Path(model_dir) / rel, f"it is a symlink ({safefs.describe(st)}) where the pull writes {name}; "
+                                               "hostctl follows none inside the model folder; nothing was downloaded",
+                        fix=f"remove the link {Path(model_dir) / rel}, then run the pull again")
+    finally:
+        os.close(base)
 
 
 def _device(path: str) -> int | str:
@@ -282,16 +320,25 @@ def _check_space(plans: list[PullPlan]) -> None:
 
 
 def _fetch(plan: PullPlan, cp: CheckpointFacts, snapshot, report: PullReport, err: TextIO) -> None:
-    from hostctl.model import hub
-
     model_dir = plan.model_dir
     m = cp.manifest if (cp.manifest and cp.manifest.repo == plan.repo and cp.manifest.revision == plan.commit) \
         else Manifest(repo=plan.repo, revision=plan.commit)
+    with safefs.opened_dir(model_dir) as base:
+        _fetch_into(base, plan, cp, snapshot, m, report, err)
+
+
+def _fetch_into(base: int, plan: PullPlan, cp: CheckpointFacts, snapshot, m: Manifest, report: PullReport,
+                err: TextIO) -> None:
+    """_fetch below the model folder's fd: every file checked, replaced or removed by a name
+    walked from it with no link followed (the names are the hub's, checked in remote_snapshot)."""
+    from hostctl.model import hub
+
+    model_dir = plan.model_dir
     if plan.todo:
         m = m.model_copy(update={"complete": False, "hostctl_version": __version__})
         write_manifest(model_dir, m)
         # The marker vouches for the old contents; it comes back when this pull is complete.
-        (Path(model_dir) / MARKER_NAME).unlink(missing_ok=True)
+        safefs.unlink_below(base, MARKER_NAME, shown=model_dir)
     by_name = {f.name: f for f in snapshot.files}
     todo_bytes = sum(max(0, by_name[n].size - plan.partial.get(n, 0)) for n in plan.todo)
     progress = Progress(err, "downloading", len(plan.todo), todo_bytes)
@@ -299,19 +346,22 @@ def _fetch(plan: PullPlan, cp: CheckpointFacts, snapshot, report: PullReport, er
     try:
         for name in plan.todo:
             f = by_name[name]
-            path = os.path.join(model_dir, f.name)
             entry = None
             if cp.sizes.get(name) == f.size and name not in plan.partial:
                 progress.start(name, f.size, verb="checking")
-                entry = _check(f, path)  # already here (an earlier run, or copied in): adopt it if it matches
+                entry = _check(f, base, model_dir)  # already here (an earlier run, or copied in): adopt it if it matches
                 progress.finish("matches the hub: kept" if entry else "differs from the hub: downloading it again")
                 if entry is not None:
                     report.statuses[name] = "adopted"
             if entry is None:
-                if os.path.lexists(path):
-                    # Wrong size or content: gone before the download, or huggingface_hub would hand back
-                    # this copy when its own metadata says it fetched this commit once.
-                    os.unlink(path)
+                # Wrong size or content: gone before the download, or huggingface_hub would hand back
+                # this copy when its own metadata says it fetched this commit once.
+                safefs.unlink_below(base, name, shown=model_dir)
+                # The folders huggingface_hub writes into, made (or checked) here without following
+                # a link, so its own mkdir and open find real folders of the model folder's.
+                parent = name.rpartition("/")[0]
+                for folder in (parent, f"{hub.INCOMPLETE_DIR}/{parent}".rstrip("/")):
+                    os.close(safefs.open_below(base, folder, shown=model_dir, create=True))
                 progress.start(name, f.size, plan.partial.get(name, 0))
 
                 def counted(n: int) -> None:
@@ -319,9 +369,9 @@ def _fetch(plan: PullPlan, cp: CheckpointFacts, snapshot, report: PullReport, er
                     progress.add(n)
 
                 hub.download(plan.repo, plan.commit, f, model_dir, counted)
-                entry = _check(f, path)
+                entry = _check(f, base, model_dir)
                 if entry is None:
-                    os.unlink(path)
+                    safefs.unlink_below(base, name, shown=model_dir)
                     raise FailedError(f"{name} as downloaded does not match the hub's {_expected(f)}; it was removed",
                                       fix="run the pull again; if it fails the same way, the transfer is being altered")
                 progress.finish("checked")
@@ -345,5 +395,4 @@ def _fetch(plan: PullPlan, cp: CheckpointFacts, snapshot, report: PullReport, er
     if marker is None:
         report.warnings.append(f"no {MARKER_NAME} written: the checkpoint has no config.json or weight files it covers")
     # Every file is in: what interrupted downloads (of this or an earlier revision) left is garbage now.
-    for leftover in Path(model_dir, hub.INCOMPLETE_DIR).glob("*.incomplete"):
-        leftover.unlink(missing_ok=True)
+    hub.remove_partials(model_dir)

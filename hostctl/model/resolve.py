@@ -28,6 +28,7 @@ from typing import Literal
 from hostctl.config import Config
 from hostctl.errors import InputError
 from hostctl.model.registry import COMMIT_RE, REPO_ID_RE, ModelEntry, load_models, models_file_path
+from hostctl.safepaths import relative_name_problem
 
 Kind = Literal["image", "local", "registry", "hub"]
 
@@ -154,6 +155,11 @@ def resolve_extras(config: Config, registry: dict[str, ModelEntry] | None, model
                          fix="set runtime.models_dir in the profile to a directory on a drive with room")
     out = []
     for i, name in enumerate(names):
+        # one folder per name under models_dir: a plain name, never a path
+        problem = relative_name_problem(name) or ("it holds a '/'; expected one folder name" if "/" in name else None)
+        if problem:
+            raise InputError(f"requires.extra_models[{i}]: {name!r} cannot name a folder under runtime.models_dir: "
+                             f"{problem}", fix="write a registry name from the models file (letters, digits, ._-)")
         entry = (registry or {}).get(name)
         if entry is None:
             raise InputError(f"requires.extra_models[{i}]: {name!r} is not a name in {models_file}",

@@ -13,6 +13,7 @@ every file against the hub's metadata and keeping what matches).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -23,6 +24,7 @@ from hostctl.model.facts import CheckpointFacts
 from hostctl.model.hashing import digests, hash_jobs
 from hostctl.model.manifest import MANIFEST_NAME, Manifest
 from hostctl.model.resolve import ModelRef
+from hostctl.safefs import closing_fd, open_file_below
 
 Level = Literal["quick", "full"]
 FileStatus = Literal["ok", "missing", "wrong_size", "corrupt", "unchecked"]
@@ -83,6 +85,12 @@ def judge(ref: ModelRef, cp: CheckpointFacts, level: Level, hashes: dict[str, st
         v.problems.append("config.json is missing")
     if cp.index_error:
         v.problems.append(cp.index_error)
+    v.problems += [f"refused: {r}" for r in cp.refused]
+    if cp.manifest_unsafe:
+        v.problems.append(f"{cp.manifest_error}: the manifest names a file outside the checkpoint folder, so it was "
+                          "not used")
+        v.fix = (f"remove {Path(cp.path) / MANIFEST_NAME} and run `hostctl model pull` (it checks every file "
+                 "against the hub again and writes a new manifest)")
     expected: dict[str, tuple[int | None, str | None]] = {}
     known_corrupt = {f.name for f in m.files if f.corrupt_since} if m is not None else set()
     if m is not None:
@@ -116,7 +124,9 @@ def judge(ref: ModelRef, cp: CheckpointFacts, level: Level, hashes: dict[str, st
     if not (cp.shards or []) and cp.config_json:
         v.problems.append("no weight files: neither an index nor *.safetensors / *.bin files")
 
-    if m is None:
+    if m is None and cp.manifest_unsafe:
+        pass  # a problem already (above), not a warning
+    elif m is None:
         why = cp.manifest_error or f"no {MANIFEST_NAME}: this checkpoint was not pulled by hostctl"
         v.warnings.append(f"{why}; its sizes and hashes cannot be checked offline"
                           + (", nor its revision" if ref.revision else ""))
@@ -153,17 +163,21 @@ def full_hashes(cp: CheckpointFacts, progress: Callable[[str, int], None] | None
     todo = sorted((f for f in m.files if f.sha256 is not None and cp.sizes.get(f.name) == f.size),
                   key=lambda f: -f.size)  # largest first: the last one to finish is a small one
 
+    root = Path(cp.path)
+
     def one(f) -> tuple[str, str]:
         if start is not None:
             start(f.name, f.size)
         cb = (lambda n, name=f.name: progress(name, n)) if progress is not None else None
-        return f.name, digests(str(Path(cp.path) / f.name), cb).sha256
+        # opened as the probe looked it up: no link followed below the folder
+        return f.name, digests(open_file_below(base, f.name, shown=root, owners=False), cb).sha256
 
     workers = jobs or hash_jobs()
-    if workers == 1 or len(todo) <= 1:
-        return dict(one(f) for f in todo)
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="hostctl-hash") as pool:
-        return dict(pool.map(one, todo))
+    with closing_fd(os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)) as base:
+        if workers == 1 or len(todo) <= 1:
+            return dict(one(f) for f in todo)
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="hostctl-hash") as pool:
+            return dict(pool.map(one, todo))
 
 
 def recorded(manifest: Manifest, level: Level, when: str, verdict: Verdict | None = None) -> Manifest:

@@ -28,6 +28,7 @@ from hostctl.model.registry import load_models, parse_models
 from hostctl.model.resolve import load_ref
 from hostctl.model.verify import judge
 from hostctl.service import preflight
+from tests.need import needs
 
 HOSTS = paths.hosts_dir()
 PIN = "9e165c30e2704aec5d9d593cce3eebd58bbef1cb"
@@ -348,3 +349,54 @@ def test_model_and_cache_commands_read_this_host_and_refuse_a_snapshot(command, 
 
     code = main(command + ["--config", str(HOSTS / "demo-cpu.toml"), "--facts", str(HOSTS / "demo-cpu.facts.json")])
     assert code == 2 and "acts on this host" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- names from outside (issue 26 class 2)
+
+
+def test_a_manifest_naming_a_file_outside_fails_verify_and_is_not_read(tmp_path):
+    d = _checkpoint(tmp_path / "ckpt")
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"root only")
+    doc = json.loads((d / ".hostctl-model.json").read_text())
+    doc["files"].append({"name": "../secret", "size": 9, "sha256": hashlib.sha256(b"root only").hexdigest()})
+    (d / ".hostctl-model.json").write_text(json.dumps(doc))
+    cp = probe_checkpoint(str(d))
+    assert cp.manifest is None and cp.manifest_unsafe and "../secret" not in cp.sizes
+    v = judge(_ref(d), cp, "full", {})
+    assert not v.ok and any("'../secret'" in p for p in v.problems) and ".hostctl-model.json" in v.fix
+    assert all(f.name != "../secret" for f in v.files)
+
+
+def test_an_index_naming_a_shard_outside_is_an_index_problem(tmp_path):
+    d = _checkpoint(tmp_path / "ckpt", manifest=False)
+    (tmp_path / "secret").write_bytes(b"root only")
+    (d / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"w": "/etc/passwd", "v": "../secret"}}))
+    cp = probe_checkpoint(str(d))
+    assert cp.shards is None and "'../secret'" in (cp.index_error or "")  # the first bad name, in order
+    assert set(cp.sizes) == {"config.json"}
+    assert not judge(_ref(d), cp, "quick").ok
+
+
+def test_every_file_checked_is_said_only_when_each_one_was(tmp_path):
+    from hostctl.model.pull import PullReport
+
+    snap = _snapshot(("a.safetensors", 3), ("b.safetensors", 3))
+    plan = plan_pull(snap, probe_checkpoint(str(tmp_path)), {}, (str(tmp_path), 10**6))
+    report = PullReport(ref=_ref(tmp_path), dry_run=False, plan=plan, statuses={"a.safetensors": "downloaded"})
+    assert "every file checked" not in report.text() and "b.safetensors" in report.text()
+    report.statuses["b.safetensors"] = "adopted"
+    assert "every file checked" in report.text()
+
+
+@needs(os.geteuid() == 0, "needs root: the checkpoint is chowned to another user")
+def test_a_checkpoint_the_user_owns_is_probed_at_boot_when_only_root_is_trusted(tmp_path, monkeypatch):
+    monkeypatch.delenv("SUDO_UID", raising=False)  # as the runtime unit runs `up`
+    d = _checkpoint(tmp_path / "ckpt")
+    ref = _ref(d)  # the profile itself is root's
+    for p in [d, *d.iterdir()]:
+        if p.suffix != ".toml" and p.suffix != ".yaml":
+            os.lchown(p, 65534, 65534)
+    cp = probe_checkpoint(str(d))
+    assert not cp.refused and cp.manifest is not None and set(cp.sizes) >= {"s1.safetensors", "s2.safetensors"}
+    assert judge(ref, cp, "quick").ok

@@ -154,3 +154,84 @@ def test_read_trusted_follows_a_trusted_link_only(tmp_path):
         safefs.read_trusted(shared / "hostctl.toml", max_bytes=100)
     with pytest.raises(IsADirectoryError):
         safefs.read_trusted(tmp_path, max_bytes=100)
+
+
+# ---------------------------------------------------------------- below an open folder (names from outside)
+
+
+def _model_dir(tmp_path):
+    d = tmp_path / "model"
+    d.mkdir()
+    return d
+
+
+@pytest.mark.parametrize("owner", [NOBODY, 0], ids=["nobody's link", "root's own link"])
+def test_open_below_follows_no_link_whoever_owns_it(tmp_path, victim, owner):
+    d = _model_dir(tmp_path)
+    os.symlink(victim.parent, d / "sub")
+    os.lchown(d / "sub", owner, owner)
+    with safefs.opened_dir(d) as base:
+        with pytest.raises(safefs.UntrustedPathError) as exc:
+            safefs.open_below(base, "sub/deeper", shown=d, create=True)
+        with pytest.raises(safefs.UntrustedPathError):
+            safefs.open_file_below(base, "sub/shadow", shown=d)
+        with pytest.raises(safefs.UntrustedPathError):
+            safefs.unlink_below(base, "sub/shadow", shown=d)
+    assert exc.value.exit_code == 3 and str(d / "sub") in exc.value.message
+    assert sorted(os.listdir(victim.parent)) == ["shadow"] and victim.read_text() == "root's secret\n"
+
+
+def test_open_file_below_refuses_a_link_as_the_file_itself(tmp_path, victim):
+    d = _model_dir(tmp_path)
+    os.symlink(victim, d / "config.json")
+    with safefs.opened_dir(d) as base, pytest.raises(safefs.UntrustedPathError):
+        safefs.read_below(base, "config.json", shown=d, max_bytes=1 << 20)
+
+
+def test_unlink_below_removes_a_link_never_its_target(tmp_path, victim):
+    d = _model_dir(tmp_path)
+    os.symlink(victim, d / "x")
+    with safefs.opened_dir(d) as base:
+        assert safefs.unlink_below(base, "x", shown=d) is True
+        assert safefs.unlink_below(base, "x", shown=d) is False
+    assert not os.path.lexists(d / "x") and victim.read_text() == "root's secret\n"
+
+
+def test_open_below_creates_folders_and_refuses_dot_dot(tmp_path):
+    d = _model_dir(tmp_path)
+    with safefs.opened_dir(d) as base:
+        os.close(safefs.open_below(base, "a/b/c", shown=d, create=True))
+        with pytest.raises(safefs.UntrustedPathError):
+            safefs.open_below(base, "a/../../escaped", shown=d, create=True)
+        (d / "a" / "b" / "c" / "f").write_text("data")
+        assert safefs.read_below(base, "a/b/c/f", shown=d, max_bytes=10) == b"data"
+        with pytest.raises(ValueError):
+            safefs.read_below(base, "a/b/c/f", shown=d, max_bytes=3)
+    assert (d / "a" / "b" / "c").is_dir() and not (tmp_path / "escaped").exists()
+
+
+def test_open_below_refuses_a_folder_of_another_user_inside(tmp_path, victim):
+    d = _model_dir(tmp_path)
+    (d / "theirs").mkdir()
+    os.chown(d / "theirs", NOBODY, NOBODY)
+    with safefs.opened_dir(d) as base, pytest.raises(safefs.UntrustedPathError) as exc:
+        safefs.open_below(base, "theirs", shown=d)
+    assert "nobody" in exc.value.message
+
+
+def test_a_read_below_needs_no_trusted_owner_but_follows_no_link(tmp_path, victim):
+    # A model folder the user owns, read as root at boot (only root trusted): their files are read,
+    # a link of theirs (to root's file) is not.
+    d = _model_dir(tmp_path)
+    (d / "sub").mkdir()
+    (d / "sub" / "config.json").write_text("{}")
+    os.symlink(victim, d / "sub" / "link.json")
+    for p in (d, d / "sub", d / "sub" / "config.json"):
+        os.chown(p, NOBODY, NOBODY)
+    os.lchown(d / "sub" / "link.json", NOBODY, NOBODY)
+    with safefs.opened_dir(tmp_path) as base:
+        assert safefs.read_below(base, "model/sub/config.json", shown=tmp_path, max_bytes=10, owners=False) == b"{}"
+        with pytest.raises(safefs.UntrustedPathError):
+            safefs.read_below(base, "model/sub/link.json", shown=tmp_path, max_bytes=100, owners=False)
+        with pytest.raises(safefs.UntrustedPathError):  # writing there still needs a trusted owner
+            safefs.open_below(base, "model/sub", shown=tmp_path, create=True)

@@ -176,3 +176,14 @@ def test_an_error_hides_a_token_hostctl_never_saw_by_its_shape(capsys, monkeypat
     # a pack's cache key (cache --json) is a hash under a bare "key": data, not a credential
     assert redact('"key": "0123456789abcdef0a1b"') == '"key": "0123456789abcdef0a1b"'
     assert redact("WANDB_KEY=9c4e7Q2b81fa0d36e5b7c9a4f1d28e6b0a3c5f7d") == "WANDB_KEY=" + secrets.MASK
+
+
+def test_a_redacted_json_document_still_parses():
+    """stdout is redacted as a stream: a JSON document with a secret-named key must stay JSON
+    (`model pull --json` printed "token": ***REDACTED*** for "token": null)."""
+    from hostctl.doctor.redact import redact
+
+    doc = {"token": None, "hf_token": 12345, "api_key": "sk-planted-value-0123456789abcdef", "ok": True}
+    out = json.loads(redact(json.dumps(doc)))
+    assert out["token"] is None and out["ok"] is True
+    assert out["hf_token"] == secrets.MASK and out["api_key"] == secrets.MASK
