@@ -267,7 +267,7 @@ def init(
     options = InitOptions(drives=parse_drives(drives), power_limit_w=power_limit,
                           model_dir=str(Path(model_dir).absolute()) if model_dir else None)
     result = init_profile(facts_path=c.facts_path, options=options, recipe_ref=recipe, force=force,
-                          out=None if out_path == "-" else typed_path(out_path))
+                          out=None if out_path == "-" else Path(out_path))
     if json_:
         _print_json(result.document())
     elif result.text is not None and result.out is None:

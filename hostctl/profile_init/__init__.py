@@ -8,6 +8,7 @@ that the text loads with hostctl's own loader, refuses to write over an existing
 
 from __future__ import annotations
 
+import os
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,7 +129,8 @@ def init_profile(*, facts_path: Path | None, options: InitOptions, recipe_ref: s
     if out is None:
         return InitResult(proposal, source, text, None, False)
     try:
-        write_file(out, text, exclusive=not force)
+        # shown as typed; written with its `..` taken lexically (cli.typed_path's rule)
+        write_file(Path(os.path.abspath(out)), text, exclusive=not force)
     except FileExistsError:
         _refuse_existing(out)  # it appeared while init was deciding
     except OSError as exc:
