@@ -357,7 +357,10 @@ def test_the_router_key_reaches_vllm_router_but_not_its_argv(tmp_path, monkeypat
     (bin_dir / "vllm-router").write_text(f"#!{sys.executable}\nfrom vllm_router.launch_router import main\nmain()\n")
     (bin_dir / "vllm-router").chmod(0o755)
     # What Compose runs: entrypoint + command, with $$ read as one $.
-    argv = [a.replace("$$", "$").replace("/opt/venv/bin/", f"{bin_dir}/") for a in svc["entrypoint"] + svc["command"]]
+    from hostctl.images import router_gate_path
+
+    argv = [a.replace("$$", "$").replace("/opt/venv/bin/", f"{bin_dir}/")
+            .replace("/opt/hostctl/routergate.py", str(router_gate_path())) for a in svc["entrypoint"] + svc["command"]]
     out = tmp_path / "seen.json"
     env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(tmp_path / "pkg"), "STAND_IN_OUT": str(out),
            "HOSTCTL_ROUTER_KEY": "planted-key-0987"}
