@@ -15,7 +15,9 @@ TIB = KIB**4
 
 _BINARY = {"": 1, "b": 1, "k": KIB, "kib": KIB, "m": MIB, "mib": MIB, "g": GIB, "gib": GIB, "t": TIB, "tib": TIB}
 _DECIMAL = {"kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+# Bounded digits: "999...9GiB" with 400 digits is float inf, and int(inf) raises OverflowError
+# (no caller's ValueError); 20 digits hold every size in bytes there is.
+_SIZE_RE = re.compile(r"^\s*(\d{1,20}(?:\.\d{1,20})?)\s*([a-zA-Z]{0,8})\s*$")
 
 
 def parse_size(value: int | str) -> int:

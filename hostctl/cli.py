@@ -332,9 +332,12 @@ def render(
     if cluster is not None:
         from hostctl.cluster.commands import render_cmd
 
-        for path in render_cmd(cluster, member, out_dir, _ctx(ctx, config, facts).facts_path,
+        facts_path = _ctx(ctx, config, facts).facts_path
+        for path in render_cmd(cluster, member, out_dir, facts_path,
                                say=lambda m: err.print(m, markup=False), hostctl_bin=hostctl_bin):
             out.print(str(path), markup=False)
+        if member is not None and facts_path is None:  # this host's member: its unit runs here
+            _warn_boot_code(hostctl_bin)
         return
     from hostctl.plan import build_plan
     from hostctl.service.compose import compose_available
@@ -359,6 +362,17 @@ def render(
               else f"not checked with docker compose config: it is not available ({probe.why()})", markup=False)
     for p in result.problems:
         err.print(f"warning: [{p.area}] {p.message}", markup=False)
+    if c.facts_path is None:  # units for this host: the hostctl they call is this host's
+        _warn_boot_code(hostctl_bin)
+
+
+def _warn_boot_code(hostctl_bin: str) -> None:
+    from hostctl.facts.executable import read_exec_chain
+    from hostctl.provision.boot_code import render_warning
+
+    warning = render_warning(read_exec_chain(hostctl_bin))
+    if warning:
+        err.print(warning, markup=False)
 
 
 @app.command()

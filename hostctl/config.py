@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from hostctl import paths, safepaths, safetext
 from hostctl.errors import InputError
 from hostctl.storage_roles import ROLES, Role
-from hostctl.bytesizes import GIB, MIB, TIB, parse_size
+from hostctl.bytesizes import MIB, TIB, parse_size
 from hostctl.record import Record, field
 from hostctl.strict_record import StrictRecord, validates, validates_record
 

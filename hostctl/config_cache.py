@@ -35,9 +35,12 @@ import stat
 import sys
 import time
 from importlib.util import find_spec
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
+from hostctl import safefs
 from hostctl.paths import user_cache_dir
 
 if TYPE_CHECKING:
@@ -80,18 +83,47 @@ def _code_stamp() -> bytes:
     return h.digest()
 
 
-def _read(path: Path, *, entry: bool = False) -> bytes | None:
-    """A regular file's bytes, or None. O_NONBLOCK and the type check: a FIFO or a device named
-    as the profile (status reads it before anything checks it is a file) must not wait for a
-    writer or stream forever; load_config then refuses it as it always did. `entry`: a cache
-    entry, which must also be no link and this user's alone (_private)."""
+def _read(path: Path) -> bytes | None:
+    """The bytes of the profile or the recipe as load_config would trust them (safefs.read_trusted:
+    the owner, the mode, the way to it; a FIFO is not waited on), or None: loading then validates
+    and says why it refuses the file."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | (os.O_NOFOLLOW if entry else 0))
-    except (OSError, ValueError):
+        return safefs.read_trusted(path, max_bytes=MAX_ENTRY_BYTES)
+    except (safefs.UntrustedPathError, safefs.TooLargeError, OSError, ValueError):
+        return None
+
+
+def _private(st: os.stat_result) -> bool:
+    return st.st_uid == os.geteuid() and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+
+
+@contextmanager
+def _opened_folder(create: bool = False) -> Iterator[int | None]:
+    """An fd of the cache folder, or None: the way to it walked by safefs with only this user and
+    root trusted (not the user who ran sudo: under sudo with that user's HOME, root keeps no
+    pickles in a folder they could swap), and the folder itself this user's and private (made so,
+    with `create`). Every entry is then opened under this fd, so no link is followed and the
+    prune deletes only in this folder."""
+    try:
+        fd = safefs.open_dir(cache_dir(), create=create, mode=0o700, uids=frozenset({0, os.geteuid()}))
+    except (safefs.UntrustedPathError, OSError, ValueError):
+        yield None
+        return
+    try:
+        yield fd if _private(os.fstat(fd)) else None
+    finally:
+        os.close(fd)
+
+
+def _read_entry(folder: int, name: str) -> bytes | None:
+    """An entry's bytes: no link, a regular file, this user's alone; else None."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=folder)
+    except OSError:
         return None
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or (entry and not _private(st)):
+        if not stat.S_ISREG(st.st_mode) or not _private(st):
             return None
         with os.fdopen(fd, "rb", closefd=False) as fh:
             data = fh.read(MAX_ENTRY_BYTES + 1)
@@ -100,72 +132,6 @@ def _read(path: Path, *, entry: bool = False) -> bytes | None:
     finally:
         os.close(fd)
     return data if len(data) <= MAX_ENTRY_BYTES else None
-
-
-def _private(st: os.stat_result) -> bool:
-    return st.st_uid == os.geteuid() and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-
-
-def _resolve(path: Path) -> tuple[Path, list[str]] | None:
-    """`path` with its links followed as far as it exists, and the names below that are missing;
-    or None if anyone but this user and root could change where it leads: each directory on the
-    way must be this user's or root's and writable by no one else (or sticky, as /tmp), and each
-    link this user's or root's. Otherwise someone could swap the cache folder for a link between
-    the check and the write (and the prune would delete *.json files wherever it points), or
-    point it with a link of theirs in /tmp (which the kernel's protected_symlinks would not
-    follow for us, but a lexical resolve would). Under sudo with the invoking user's HOME, that
-    user's home is not root's: root keeps no cache there."""
-    uid = os.geteuid()
-    todo = list(path.absolute().parts[1:])
-    real, links = Path("/"), 0
-    while todo:
-        part = todo.pop(0)
-        if part == "..":
-            real = real.parent
-            continue
-        try:
-            st = os.lstat(real / part)
-        except FileNotFoundError:
-            rest = [part, *todo]
-            return None if ".." in rest else (real, rest)
-        if st.st_uid not in (uid, 0):
-            return None
-        if stat.S_ISLNK(st.st_mode):
-            links += 1
-            target = os.readlink(real / part)
-            if links > 40 or not target:
-                return None
-            if target.startswith("/"):
-                real = Path("/")
-            todo[:0] = [p for p in Path(target).parts if p != "/"]
-            continue
-        others_write = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX
-        if not stat.S_ISDIR(st.st_mode) or others_write:
-            return None
-        real = real / part
-    return real, []
-
-
-def _folder(create: bool = False) -> Path | None:
-    """The cache folder as a path without links, if it is this user's and private and _resolve()
-    trusts the way to it (made so first, with `create`), else None."""
-    try:
-        found = _resolve(cache_dir())
-        if found is None or (found[1] and not create):
-            return None
-        real, missing = found
-        for part in missing:  # made below the resolved folder: no link is followed
-            real = real / part
-            try:
-                os.mkdir(real, 0o700)
-            except FileExistsError:
-                pass
-        st = os.lstat(real)
-        if stat.S_ISDIR(st.st_mode) and _private(st):
-            return real
-    except (OSError, ValueError):
-        pass
-    return None
 
 
 def _key(profile: Path, profile_bytes: bytes) -> str:
@@ -189,10 +155,10 @@ def _digest(path: str | Path) -> str | None:
 def _entry(profile: Path) -> dict | None:
     """The trusted entry for exactly this profile and its recipe, or None."""
     data = _read(profile)
-    folder = _folder() if data is not None else None
-    if folder is None:
+    if data is None:
         return None
-    blob = _read(folder / f"{_key(profile, data)}.json", entry=True)
+    with _opened_folder() as folder:
+        blob = None if folder is None else _read_entry(folder, f"{_key(profile, data)}.json")
     if blob is None:
         return None
     try:
@@ -248,18 +214,22 @@ def remember(profile: Path, recipe: Path, config: Config, profile_bytes: bytes |
     parsed: hostctl.safeload.recording), under those bytes. A file edited meanwhile, even back
     and forth, cannot put this Config under bytes it was not made from: a later load reads the
     file again, and other bytes miss the entry."""
-    import pickle
-
     from hostctl import secrets
-    from hostctl.service import identity
 
     if profile_bytes is None or recipe_bytes is None or secrets.from_config(config, environ={}):
         return
     if _holds_secret(profile_bytes) or _holds_secret(recipe_bytes):
         return
-    folder = _folder(create=True)
-    if folder is None:
-        return
+    with _opened_folder(create=True) as folder:
+        if folder is not None:
+            _store(folder, profile, recipe, config, profile_bytes, recipe_bytes)
+
+
+def _store(folder: int, profile: Path, recipe: Path, config: Config, profile_bytes: bytes, recipe_bytes: bytes) -> None:
+    import pickle
+
+    from hostctl.service import identity
+
     try:
         doc = {"schema": CACHE_SCHEMA, "recipe_path": str(recipe), "recipe_sha256": hashlib.sha256(recipe_bytes).hexdigest(),
                "names": identity.names(config), "warnings": list(config.warnings),
@@ -267,40 +237,47 @@ def remember(profile: Path, recipe: Path, config: Config, profile_bytes: bytes |
         blob = json.dumps(doc).encode()
         if len(blob) > MAX_ENTRY_BYTES:
             return  # _entry would never read it back (a recipe with long smoke prompts)
-        _write(folder / f"{_key(profile, profile_bytes)}.json", blob)
+        _write(folder, f"{_key(profile, profile_bytes)}.json", blob)
         _prune(folder)
     except (OSError, pickle.PicklingError):
         pass  # a read-only or full home: the next load validates again
 
 
-def _write(target: Path, blob: bytes) -> None:
-    """Whole or not at all (a rename), but without hostctl.safefs's fsyncs: an entry lost in a
-    crash is validated again, and a miss in a test run must not wait on the disk."""
-    tmp = target.with_name(f".{target.name}.{os.getpid()}-{time.monotonic_ns()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+def _write(folder: int, name: str, blob: bytes) -> None:
+    """Whole or not at all (a rename under the folder's fd), without the fsyncs of safefs.write_file:
+    an entry lost in a crash is validated again, and a miss in a test run must not wait on the disk."""
+    fd, tmp = safefs.create_temp(folder, name)
     try:
         try:
             with os.fdopen(fd, "wb", closefd=False) as fh:
                 fh.write(blob)
         finally:
             os.close(fd)
-        os.replace(tmp, target)
+        safefs.commit_temp(folder, tmp, name, durable=False)
     except BaseException:  # a full disk, Ctrl-C: no half-written file stays behind
-        tmp.unlink(missing_ok=True)
+        try:
+            os.unlink(tmp, dir_fd=folder)
+        except FileNotFoundError:
+            pass
         raise
 
 
-def _prune(folder: Path) -> None:
-    entries = sorted(folder.glob("*.json"), key=lambda p: p.stat().st_mtime_ns, reverse=True)
-    for old in entries[KEEP:]:
-        old.unlink(missing_ok=True)
-    # what a writer killed between its write and its rename left (_write's names); an hour old,
-    # so another process's write in progress is never taken from under it
-    stale = time.time() - STALE_TMP_S
-    for tmp in folder.glob(".*.json.*"):
+def _prune(folder: int) -> None:
+    def mtime(name: str) -> int:
         try:
-            if tmp.lstat().st_mtime < stale:
-                tmp.unlink()
+            return os.stat(name, dir_fd=folder, follow_symlinks=False).st_mtime_ns
+        except FileNotFoundError:
+            return 0
+
+    names = os.listdir(folder)
+    entries = sorted((n for n in names if n.endswith(".json") and not n.startswith(".")), key=mtime, reverse=True)
+    # and what a writer killed between its write and its rename left (_write's temporaries); an
+    # hour old, so another process's write in progress is never taken from under it
+    stale = time.time_ns() - STALE_TMP_S * 10**9
+    temps = [n for n in names if n.startswith(".") and safefs.TEMP_MARK in n and mtime(n) < stale]
+    for old in entries[KEEP:] + temps:
+        try:
+            os.unlink(old, dir_fd=folder)
         except OSError:
             pass
 

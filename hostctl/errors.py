@@ -66,3 +66,15 @@ class RefusedError(HostctlError):
     """Refused for safety (a destructive guard held, or consent could not be asked)."""
 
     exit_code = EXIT_REFUSED
+
+
+class UntrustedPathError(RefusedError):
+    """A path someone other than root and the invoking user could swap or has written."""
+
+    code = "untrusted-path"
+
+    def __init__(self, path: object, why: str, *, fix: str | None = None):
+        self.path = str(path)
+        super().__init__(f"{path}: {why}", fix=fix or (
+            "hostctl runs as root and trusts only root and the user who ran sudo: use a folder and files that only "
+            "they own and can write (e.g. under your home or /var/lib/hostctl), or fix the owner and mode shown"))

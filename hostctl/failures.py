@@ -16,6 +16,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from hostctl import loglines
 from hostctl.kernel_events import XID
 
 MAX_LINES = 6  # evidence lines kept per finding
@@ -50,36 +51,52 @@ class Signature:
     match: Callable[[StartEvidence], list[str] | None]
 
 
-def _grep(text: str, pattern: re.Pattern, source: str) -> list[str]:
-    return [f"{source}:{i}: {line.strip()}" for i, line in enumerate(text.splitlines(), 1) if pattern.search(line)]
+def _grep(text: str, pattern, source: str) -> list[str]:
+    """Evidence lines: every (bounded) line `pattern.search` accepts, numbered as in the text."""
+    return [f"{source}:{i}: {line.strip()}" for i, line in loglines.numbered(text) if pattern.search(line)]
 
 
-def _log(pattern: str, flags: int = 0) -> Callable[[StartEvidence], list[str] | None]:
-    rx = re.compile(pattern, flags)
+# Every pattern the catalogue matches against log text, for tests/unit/test_failures_bounded.py
+# to run each one against pathological input. "A.*B" is written ("A", "B"): loglines.Then.
+PATTERNS: list[loglines.LinePattern] = []
+
+
+def _p(*alternatives: str | tuple[str, ...], flags: int = 0) -> loglines.LinePattern:
+    built = loglines.pattern(*alternatives, flags=flags)
+    PATTERNS.append(built)
+    return built
+
+
+def _log(*alternatives: str | tuple[str, ...] | loglines.LinePattern) -> Callable[[StartEvidence], list[str] | None]:
+    rx = alternatives[0] if isinstance(alternatives[0], loglines.LinePattern) else _p(*alternatives)
     return lambda ev: _grep(ev.log, rx, "log") or None
 
 
-TCPSTORE = re.compile(r"TCPStore|DistStoreError|c10d.*(recvValue|sendBytes)")
-BROKEN_PIPE = re.compile(r"Broken pipe|Connection reset by peer|failed to recv, got 0 bytes")
-HOST_OOM = re.compile(r"Out of memory: Killed process|oom-kill:.*constraint=CONSTRAINT_NONE|invoked oom-killer.*global")
-MEMCG_OOM = re.compile(r"oom-kill:.*constraint=CONSTRAINT_MEMCG|Memory cgroup out of memory")
-NCCL_INIT = re.compile(r"NCCL (INFO|WARN).*(Init|init\.cc|Bootstrap|comm 0x|ncclCommInitRank)|ncclCommInitRank|"
-                       r"Initializ(ing|ed) (the )?(NCCL|pynccl)|PyNcclCommunicator|vLLM is using nccl")
-LOAD_PROGRESS = re.compile(r"Loading (safetensors|pt) checkpoint shards:\s+\d|Loading weights took|Model loading took|"
-                           r"converted layer \d+|moe_w2.*layer \d+")
-WATCHDOG = re.compile(r"Watchdog caught collective operation timeout|ProcessGroupNCCL.*(timeout|Timeout)|"
-                      r"NCCL (watchdog|communicator) .*(timed out|abort)")
-NCCL_SHM = re.compile(r"NCCL INFO Channel \d+.* via SHM")
-GPU_OOM = re.compile(r"CUDA out of memory|torch\.OutOfMemoryError|OutOfMemoryError: CUDA|cudaErrorMemoryAllocation")
-TUNING = re.compile(r"autotun|Autotun|[Tt]uning|flashinfer.*(jit|compil)|compile_fx|inductor",)
-GRAPH_CAPTURE = re.compile(r"Capturing CUDA graph|CUDA graph captur|cudagraph captur|Capturing cudagraphs", re.I)
-GRAPH_DONE = re.compile(r"[Gg]raph capturing finished|cudagraph capture finished|Capturing CUDA graphs.*100%")
+TCPSTORE = _p(r"TCPStore|DistStoreError", ("c10d", r"recvValue|sendBytes"))
+BROKEN_PIPE = _p(r"Broken pipe|Connection reset by peer|failed to recv, got 0 bytes")
+HOST_OOM = _p(r"Out of memory: Killed process", ("oom-kill:", "constraint=CONSTRAINT_NONE"),
+              ("invoked oom-killer", "global"))
+MEMCG_OOM = _p(("oom-kill:", "constraint=CONSTRAINT_MEMCG"), r"Memory cgroup out of memory")
+NCCL_INIT = _p((r"NCCL (?:INFO|WARN)", r"Init|init\.cc|Bootstrap|comm 0x|ncclCommInitRank"),
+               r"ncclCommInitRank|Initializ(?:ing|ed) (?:the )?(?:NCCL|pynccl)|PyNcclCommunicator|vLLM is using nccl")
+LOAD_PROGRESS = _p(r"Loading (?:safetensors|pt) checkpoint shards:\s+\d|Loading weights took|Model loading took|"
+                   r"converted layer \d", ("moe_w2", r"layer \d"))
+WATCHDOG = _p(r"Watchdog caught collective operation timeout", ("ProcessGroupNCCL", r"[Tt]imeout"),
+              (r"NCCL (?:watchdog|communicator) ", r"timed out|abort"))
+GPU_OOM = _p(r"CUDA out of memory|torch\.OutOfMemoryError|OutOfMemoryError: CUDA|cudaErrorMemoryAllocation")
+TUNING = _p(r"[Aa]utotun|[Tt]uning|compile_fx|inductor", ("flashinfer", r"jit|compil"))
+GRAPH_CAPTURE = _p(r"Capturing CUDA graph|CUDA graph captur|cudagraph captur|Capturing cudagraphs", flags=re.I)
+GRAPH_DONE = _p(r"[Gg]raph capturing finished|cudagraph capture finished", ("Capturing CUDA graphs", "100%"))
 XID_FALLEN_OFF = {79}
 XID_ECC = {48, 63, 64, 92, 94, 95}
-NCCL_SHM_SEGMENT = re.compile(r"Error while (creating|attaching to) shared memory segment|"
-                              r"unable to allocate shared memory|Cannot allocate memory.*/dev/shm")
-P2P_UNSUPPORTED = re.compile(r"peer access is not supported between these two devices|cudaErrorPeerAccessUnsupported")
-NCCL_SYSTEM = re.compile(r"NCCL error[^\n]*unhandled system error|ncclSystemError")
+NCCL_SHM_SEGMENT = _p(r"Error while (?:creating|attaching to) shared memory segment|unable to allocate shared memory",
+                      ("Cannot allocate memory", "/dev/shm"))
+P2P_UNSUPPORTED = _p(r"peer access is not supported between these two devices|cudaErrorPeerAccessUnsupported")
+NCCL_SYSTEM = _p(("NCCL error", "unhandled system error"), r"ncclSystemError")
+LAST_PHASE = _p(r"moe_w2 delta tier|delta tier|Loading|converted layer")
+FALLEN_OFF = _p(r"GPU has fallen off the bus|cudaErrorDevicesUnavailable")
+ECC = _p(r"uncorrectable ECC error encountered|cudaErrorECCUncorrectable")
+ENGINE_CORE = _p(r"Engine core initialization failed|EngineCore failed to start")
 
 
 def _host_oom(ev: StartEvidence) -> list[str] | None:
@@ -101,7 +118,7 @@ def _host_oom(ev: StartEvidence) -> list[str] | None:
 def _container_oom(ev: StartEvidence) -> list[str] | None:
     memcg = _grep(ev.kernel_log, MEMCG_OOM, "kernel")
     if ev.oom_killed or (ev.exit_code == 137 and memcg):
-        last_phase = _grep(ev.log, re.compile(r"moe_w2 delta tier|delta tier|Loading|converted layer"), "log")[-2:]
+        last_phase = _grep(ev.log, LAST_PHASE, "log")[-2:]
         return [f"engine: OOMKilled={ev.oom_killed}, exit code {ev.exit_code}"] + memcg[:2] + last_phase
     return None
 
@@ -111,7 +128,7 @@ def _deadlock(ev: StartEvidence) -> list[str] | None:
     if watchdog:
         return watchdog
     init = _grep(ev.log, NCCL_INIT, "log")
-    if init and ev.stalled_s is not None and not LOAD_PROGRESS.search(ev.log):
+    if init and ev.stalled_s is not None and not LOAD_PROGRESS.search_text(ev.log):
         return init[-3:] + [f"watchdog: no progress for {ev.stalled_s:.0f} s after NCCL initialised; no shard loaded"]
     return None
 
@@ -121,25 +138,25 @@ def _oom_context(ev: StartEvidence) -> tuple[list[str], str]:
     oom = _grep(ev.log, GPU_OOM, "log")
     if not oom:
         return [], ""
-    lines = ev.log.splitlines()
+    lines = loglines.lines(ev.log)
     first = int(oom[0].split(":")[1]) - 1
     return oom, "\n".join(lines[max(0, first - 30):first + 1])
 
 
 def _autotune_oom(ev: StartEvidence) -> list[str] | None:
     oom, context = _oom_context(ev)
-    return oom[:2] if oom and TUNING.search(context) and not GRAPH_CAPTURE.search(context) else None
+    return oom[:2] if oom and TUNING.search_text(context) and not GRAPH_CAPTURE.search_text(context) else None
 
 
 def _graph_capture_oom(ev: StartEvidence) -> list[str] | None:
     oom, context = _oom_context(ev)
-    if not oom or not GRAPH_CAPTURE.search(context) or GRAPH_DONE.search(context):
+    if not oom or not GRAPH_CAPTURE.search_text(context) or GRAPH_DONE.search_text(context):
         return None
     return _grep(context, GRAPH_CAPTURE, "log")[-1:] + oom[:2]
 
 
 def _xids(ev: StartEvidence, wanted) -> list[str] | None:
-    found = [f"kernel:{i}: {line.strip()}" for i, line in enumerate(ev.kernel_log.splitlines(), 1)
+    found = [f"kernel:{i}: {line.strip()}" for i, line in loglines.numbered(ev.kernel_log)
              if (m := XID.search(line)) and wanted(int(m.group(2)))]
     return found or None
 
@@ -149,29 +166,28 @@ def _xid(ev: StartEvidence) -> list[str] | None:
 
 
 def _fallen_off(ev: StartEvidence) -> list[str] | None:
-    return (_xids(ev, lambda n: n in XID_FALLEN_OFF) or []) + _grep(
-        ev.log, re.compile(r"GPU has fallen off the bus|cudaErrorDevicesUnavailable"), "log")[:2] or None
+    return (_xids(ev, lambda n: n in XID_FALLEN_OFF) or []) + _grep(ev.log, FALLEN_OFF, "log")[:2] or None
 
 
 def _ecc(ev: StartEvidence) -> list[str] | None:
-    return (_xids(ev, lambda n: n in XID_ECC) or []) + _grep(
-        ev.log, re.compile(r"uncorrectable ECC error encountered|cudaErrorECCUncorrectable"), "log")[:2] or None
+    return (_xids(ev, lambda n: n in XID_ECC) or []) + _grep(ev.log, ECC, "log")[:2] or None
 
 
 def _nccl_system(ev: StartEvidence) -> list[str] | None:
     """The generic NCCL system error, when no more specific cause (shm segment, P2P) is in the log."""
-    if NCCL_SHM_SEGMENT.search(ev.log) or P2P_UNSUPPORTED.search(ev.log):
+    if NCCL_SHM_SEGMENT.search_text(ev.log) or P2P_UNSUPPORTED.search_text(ev.log):
         return None
     return _grep(ev.log, NCCL_SYSTEM, "log") or None
 
 
-ROOT_ERROR = re.compile(r"(?:^|\] )\s*([A-Z][A-Za-z0-9_.]*(?:Error|Exception)): ")
+# An exception name is short: bounded, so a long word after "] " costs a constant to reject.
+ROOT_ERROR = _p(r"(?:^|\] )\s{0,16}[A-Z][A-Za-z0-9_.]{0,200}(?:Error|Exception): ")
 
 
 def _engine_core(ev: StartEvidence) -> list[str] | None:
     """vLLM's "engine core failed to start": the parent's words; the child's own first errors are
     the evidence (they name the real cause when no other signature knows it)."""
-    head = _grep(ev.log, re.compile(r"Engine core initialization failed|EngineCore failed to start"), "log")
+    head = _grep(ev.log, ENGINE_CORE, "log")
     if not head:
         return None
     roots: list[str] = []
@@ -244,7 +260,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "the eager safetensors loader cannot decode F8_E8M0",
         "--safetensors-load-strategy eager does not support the checkpoint's F8_E8M0 scale tensors",
         "remove --safetensors-load-strategy eager; the default streamed, memory-mapped loader works",
-        _log(r"F8_E8M0.*(rror|nsupported|not supported|[Uu]nknown)|(rror|nsupported|[Uu]nknown).*F8_E8M0"),
+        _log(("F8_E8M0", r"rror|nsupported|not supported|[Uu]nknown"), (r"rror|nsupported|[Uu]nknown", "F8_E8M0")),
     ),
     Signature(
         "kv-cache-too-small",
@@ -264,7 +280,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "else (a desktop session, a leftover container, another Python process) is using part of it",
         "free the GPU (`nvidia-smi` shows who holds memory; `docker ps` for a leftover runtime) or lower "
         "--gpu-memory-utilization in the recipe",
-        _log(r"Free memory on device \S+ \([^)]*\) on startup is less than desired GPU memory utilization"),
+        _log((r"Free memory on device \S+ \(", r"\) on startup is less than desired GPU memory utilization")),
     ),
     Signature(
         "cuda-graph-capture-oom",
@@ -292,7 +308,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "stale segments from killed runs",
         "enlarge /dev/shm (a tmpfs, e.g. `mount -o remount,size=32G /dev/shm`) and remove stale nccl-* files; "
         "`hostctl doctor` checks both (memory.shm.*)",
-        _log(NCCL_SHM_SEGMENT.pattern),
+        _log(NCCL_SHM_SEGMENT),
     ),
     Signature(
         "p2p-not-supported",
@@ -301,7 +317,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "runtime asked for it (custom all-reduce, or NCCL P2P forced on)",
         "run with NCCL_P2P_DISABLE=1 and --disable-custom-all-reduce (hostctl's plan does this unless P2P passed "
         "its functional check: `hostctl provision --only gpu`)",
-        _log(P2P_UNSUPPORTED.pattern),
+        _log(P2P_UNSUPPORTED),
     ),
     Signature(
         "nccl-system-error",
@@ -336,8 +352,8 @@ SIGNATURES: tuple[Signature, ...] = (
         "added in a newer vLLM)",
         "use a parser the runtime lists in its error (e.g. hermes, glm47 / glm45, deepseek_v3), or the image that "
         "brings it",
-        _log(r"invalid tool call parser|invalid reasoning parser|reasoning parser[^\n]*not found|"
-             r"argument --(tool-call-parser|reasoning-parser): invalid choice"),
+        _log(r"invalid tool call parser|invalid reasoning parser|"
+             r"argument --(?:tool-call-parser|reasoning-parser): invalid choice", ("reasoning parser", "not found")),
     ),
     Signature(
         "driver-too-old",
@@ -373,7 +389,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "the P2P level is too low for the GPUs' PHB/SYS path, so NCCL did not use P2P",
         "after P2P passes its functional check, set NCCL_P2P_LEVEL to the GPUs' path (PHB or SYS); hostctl's plan "
         "does this from the stored verdict",
-        _log(r"NCCL INFO Channel \d+.* via SHM"),
+        _log((r"NCCL INFO Channel \d", " via SHM")),
     ),
     Signature(
         "autotune-oom-cold-cache",

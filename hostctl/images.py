@@ -25,7 +25,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
 
 from hostctl import paths, runner
 from hostctl.errors import FailedError
@@ -75,7 +74,9 @@ def base_tag() -> str:
 
 def smoke_spec() -> list[dict]:
     """The demo recipe's smoke suite: the training set of the healthy model."""
-    recipe = yaml.safe_load((paths.recipes_dir() / f"{DEMO_RECIPE}.yaml").read_text())
+    from hostctl.safeload import load_yaml
+
+    recipe = load_yaml(paths.recipes_dir() / f"{DEMO_RECIPE}.yaml", "recipe").data
     return recipe.get("smoke") or []
 
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-XID = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F:.]+)\): (\d+)")
+from hostctl import loglines
+
+XID = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F:.]{1,32})\): (\d{1,10})")
 
 # What an Xid number means and how bad it is: "hardware" ones point at the GPU, its power or its
 # link and need a person; "application" ones are a process's own fault (the GPU survives).
@@ -33,9 +35,14 @@ XID_MEANINGS: dict[int, tuple[str, str]] = {
     119: ("GSP RPC timeout", "hardware"),
     120: ("GSP error", "hardware"),
 }
-KILLED = re.compile(r"(?P<memcg>Memory cgroup out of memory: )?(?:Out of memory: )?Killed process (?P<pid>\d+) \((?P<comm>[^)]*)\)")
-OOM_CONSTRAINT = re.compile(r"oom-kill:constraint=(?P<constraint>\w+).*?(?:task_memcg=(?P<memcg>[^,\s]*))?,task=(?P<comm>[^,]*),pid=(?P<pid>\d+)")
-_KERNEL_TIME = re.compile(r"^\s*\[\s*(?P<t>\d+\.\d+)\]")
+# Bounded repetition only: a kernel log can come from a snapshot anyone wrote, and `[^)]*` or `.*?`
+# retried from every repeated "Killed process 1 (" costs the line's length squared. The kernel's
+# own fields are short (a comm is 15 characters, a pid 7 digits, the whole line under 1 KiB).
+KILLED = re.compile(r"(?P<memcg>Memory cgroup out of memory: )?(?:Out of memory: )?Killed process (?P<pid>\d{1,10}) "
+                    r"\((?P<comm>[^)]{0,64})\)")
+OOM_CONSTRAINT = re.compile(r"oom-kill:constraint=(?P<constraint>\w{1,64}).{0,1024}?(?:task_memcg=(?P<memcg>[^,\s]{0,1024}))?"
+                            r",task=(?P<comm>[^,]{0,64}),pid=(?P<pid>\d{1,10})")
+_KERNEL_TIME = re.compile(r"^\s*\[\s*(?P<t>\d{1,12}\.\d{1,9})\]")
 
 
 @dataclass(frozen=True)
@@ -63,7 +70,7 @@ def kernel_events(text: str) -> list[KernelLogMatch]:
         # (hostctl.facts.kernel_log.EVENT_MARKERS: the same three, tested on the whole log first)
         if "oom-kill:" not in raw and "Killed process" not in raw and "NVRM: Xid" not in raw:
             continue
-        line = raw.strip()
+        line = loglines.bounded(raw.strip())
         m_time = _KERNEL_TIME.match(line)
         t = float(m_time.group("t")) if m_time else None
         if (m := OOM_CONSTRAINT.search(line)) is not None:

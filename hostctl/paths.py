@@ -15,8 +15,9 @@ SYSROOT_ENV = "HOSTCTL_SYSROOT"
 
 
 # The hostctl every systemd unit calls: one stable path, not a venv's console script (which moves
-# when the venv is rebuilt). provision --only system refuses while nothing is there and says how to
-# link it (README "Provisioning storage" and the VM guest link /usr/local/bin/hostctl the same way).
+# when the venv is rebuilt). install.sh links it to root's venv in /opt/hostctl (the VM guest the
+# same way); provision --only system refuses while nothing is there, or while anyone but root could
+# change what it runs (hostctl/provision/boot_code.py).
 INSTALLED_HOSTCTL = "/usr/local/bin/hostctl"
 
 

@@ -16,6 +16,7 @@ A refusal is an `UntrustedPathError` (exit 3) naming the path, who owns it and i
 
 from __future__ import annotations
 
+import errno
 import grp
 import os
 import pwd
@@ -24,23 +25,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from hostctl.errors import RefusedError
+from hostctl.errors import UntrustedPathError
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 MAX_LINKS = 40  # the kernel's own limit on links followed in one lookup (ELOOP)
 TEMP_MARK = ".hostctl-"  # temporaries are .<name>.hostctl-<random>; a killed writer's are removed
-
-
-class UntrustedPathError(RefusedError):
-    """A path someone other than root and the invoking user could swap or has written."""
-
-    code = "untrusted-path"
-
-    def __init__(self, path: str | Path, why: str, *, fix: str | None = None):
-        self.path = str(path)
-        super().__init__(f"{path}: {why}", fix=fix or (
-            "hostctl runs as root and trusts only root and the user who ran sudo: use a folder and files that only "
-            "they own and can write (e.g. under your home or /var/lib/hostctl), or fix the owner and mode shown"))
 
 
 def invoking_uid(env: dict[str, str] | None = None) -> int:
@@ -50,6 +39,14 @@ def invoking_uid(env: dict[str, str] | None = None) -> int:
     if os.geteuid() == 0 and sudo.isdigit():
         return int(sudo)
     return os.getuid()
+
+
+def sudo_owner(env: dict[str, str] | None = None) -> tuple[int, int] | None:
+    """The user and group who ran `sudo hostctl ...`, or None: what hostctl makes for them (cache
+    folders, results, a tuned recipe) is theirs, not root's."""
+    env = os.environ if env is None else env
+    uid, gid = env.get("SUDO_UID", ""), env.get("SUDO_GID", "")
+    return (int(uid), int(gid)) if uid.isdigit() and gid.isdigit() else None
 
 
 def trusted_uids() -> frozenset[int]:
@@ -97,7 +94,8 @@ def check_file_stat(path: str | Path, st: os.stat_result) -> None:
                                        f"fix: chmod go-w {path}")
 
 
-def _component(parent_fd: int, name: str, shown: str, parent: str, parent_st: os.stat_result) -> os.stat_result | None:
+def _component(parent_fd: int, name: str, shown: str, parent: str, parent_st: os.stat_result,
+               uids: frozenset[int]) -> os.stat_result | None:
     """The lstat of one component, or None when it is missing; refused when someone else could
     swap it: its folder writable by others (and not sticky), or the entry itself not a trusted
     user's (a folder or link of another user leads wherever they like)."""
@@ -107,19 +105,23 @@ def _component(parent_fd: int, name: str, shown: str, parent: str, parent_st: os
         st = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
     except FileNotFoundError:
         return None
-    if st.st_uid not in trusted_uids():
+    if st.st_uid not in uids:
         raise UntrustedPathError(shown, f"it is {describe(st)}; root would follow what that user put there")
     return st
 
 
 def open_dir(path: str | Path, *, create: bool = False, mode: int = 0o755,
-             owner: tuple[int, int] | None = None, follow: bool = True) -> int:
+             owner: tuple[int, int] | None = None, follow: bool = True,
+             uids: frozenset[int] | None = None) -> int:
     """An fd of the directory `path` (absolute or relative to the cwd), walked from / one
     component at a time; `create` makes what is missing (mode `mode`, chowned to `owner` on the
     open directory). `follow=False` refuses any symlink on the way (names from outside, below a
-    folder of hostctl's). Raises UntrustedPathError when anyone but root and the invoking user
-    could change where it leads, NotADirectoryError / FileNotFoundError as open would."""
+    folder of hostctl's). `uids`: who is trusted on the way, when fewer than trusted_uids() (the
+    config cache keeps pickles, which run code when read: only root's and this user's folders).
+    Raises UntrustedPathError when anyone but root and the invoking user could change where it
+    leads, NotADirectoryError / FileNotFoundError as open would."""
     path = Path(os.path.abspath(path))
+    uids = trusted_uids() if uids is None else uids
     todo = list(path.parts[1:])
     fd = os.open("/", _DIR_FLAGS)
     shown, links = Path("/"), 0
@@ -136,7 +138,7 @@ def open_dir(path: str | Path, *, create: bool = False, mode: int = 0o755,
                 st = os.fstat(fd)
                 continue
             here = shown / part
-            cst = _component(fd, part, str(here), str(shown), st)
+            cst = _component(fd, part, str(here), str(shown), st, uids)
             if cst is None:
                 if not create:
                     raise FileNotFoundError(2, "No such file or directory", str(here))
@@ -180,6 +182,50 @@ def open_dir(path: str | Path, *, create: bool = False, mode: int = 0o755,
         raise
 
 
+def open_under(root: str | Path, rel: str | Path, *, create: bool = False, mode: int = 0o755,
+               owner: tuple[int, int] | None = None) -> int:
+    """An fd of the directory `root/rel`: `root` walked as open_dir (a trusted link on the way is
+    followed: the profile names it), every name of `rel` below it opened with O_NOFOLLOW, so a
+    link there, even the invoking user's, is refused (UntrustedPathError): root writes, chowns and
+    deletes inside a user's folder only in what is really inside it. `..` and absolute parts are
+    refused; `create` makes what is missing (mode, owner on the open fd)."""
+    rel = Path(rel)
+    if rel.is_absolute() or ".." in rel.parts:
+        raise UntrustedPathError(Path(root) / rel, f"{rel} is not a path inside {root}")
+    fd = open_dir(root, create=create, mode=mode, owner=owner)
+    shown = Path(root)
+    try:
+        for part in rel.parts:
+            if part in ("", "."):
+                continue
+            st, here = os.fstat(fd), shown / part
+            cst = _component(fd, part, str(here), str(shown), st, trusted_uids())
+            if cst is not None and stat.S_ISLNK(cst.st_mode):
+                raise UntrustedPathError(here, "it is a symlink inside a folder hostctl acts in as root; "
+                                               "root does not follow links there")
+            if cst is None:
+                if not create:
+                    raise FileNotFoundError(2, "No such file or directory", str(here))
+                try:
+                    os.mkdir(part, mode, dir_fd=fd)
+                except FileExistsError:
+                    pass
+                made = True
+            else:
+                made = False
+            new = os.open(part, _DIR_FLAGS, dir_fd=fd)  # O_NOFOLLOW: a link swapped in since fails here
+            if made and owner is not None:
+                os.fchown(new, *owner)
+            os.close(fd)
+            fd, shown = new, here
+        if _swappable(os.fstat(fd)):
+            raise UntrustedPathError(shown, f"the folder is {describe(os.fstat(fd))}: others can replace what is in it")
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 @contextmanager
 def opened_dir(path: str | Path, **kwargs) -> Iterator[int]:
     fd = open_dir(path, **kwargs)
@@ -198,23 +244,52 @@ def check_dir(path: str | Path, *, private: bool = False) -> None:
             raise UntrustedPathError(path, f"the folder is {describe(st)}: others can put files in it")
 
 
+class NotRegularFileError(UntrustedPathError):
+    """Not a regular file (a directory, a FIFO that would block, a device): callers that read a
+    user's input say so as bad input."""
+
+
+class TooLargeError(ValueError):
+    """More bytes than the caller reads."""
+
+
+def _open_trusted(path: Path) -> tuple[int, Path]:
+    """An O_RDONLY fd of `path` and the path it was found at: its folder walked by open_dir; a
+    link as the last name followed only when a trusted user owns it (open_dir checked that no one
+    else can replace it in its folder), one step at a time, at most MAX_LINKS."""
+    for _ in range(MAX_LINKS):
+        with opened_dir(path.parent) as dfd:
+            try:
+                return os.open(path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                               dir_fd=dfd), path
+            except OSError as e:
+                if e.errno != errno.ELOOP:
+                    raise
+            st = os.stat(path.name, dir_fd=dfd, follow_symlinks=False)
+            if st.st_uid not in trusted_uids():
+                raise UntrustedPathError(path, f"it is a link {describe(st)}; root would follow what that user put there")
+            path = path.parent / os.readlink(path.name, dir_fd=dfd)
+    raise UntrustedPathError(path, "too many symlinks on the way")
+
+
 def read_trusted(path: str | Path, *, max_bytes: int) -> bytes:
     """The bytes of a file hostctl will act on as root: the way to it safe, the file itself a
-    trusted user's, writable by no one else, regular (a FIFO would block), at most `max_bytes`."""
-    path = Path(path)
-    with opened_dir(path.parent) as dfd:
-        fd = os.open(path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
+    trusted user's, writable by no one else, regular (a FIFO would block), at most `max_bytes`
+    (TooLargeError). A directory is IsADirectoryError, another non-regular file NotRegularFileError."""
+    fd, found = _open_trusted(Path(os.path.abspath(path)))
     try:
         st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(errno.EISDIR, "Is a directory", str(path))
         if not stat.S_ISREG(st.st_mode):
-            raise UntrustedPathError(path, "it is not a regular file")
-        check_file_stat(path, st)
+            raise NotRegularFileError(path, "it is not a regular file")
+        check_file_stat(path if found == Path(os.path.abspath(path)) else found, st)
         chunks, size = [], 0
         while chunk := os.read(fd, 1 << 20):
             chunks.append(chunk)
             size += len(chunk)
             if size > max_bytes:
-                raise ValueError(f"{path} is larger than {max_bytes} bytes")
+                raise TooLargeError(f"{path} is larger than {max_bytes} bytes")
         return b"".join(chunks)
     finally:
         os.close(fd)
@@ -246,9 +321,10 @@ def fsync_dir(dir_fd: int) -> None:
     os.fsync(dir_fd)  # the rename itself must survive a power cut
 
 
-def commit_temp(dir_fd: int, tmp: str, name: str, *, exclusive: bool = False) -> None:
+def commit_temp(dir_fd: int, tmp: str, name: str, *, exclusive: bool = False, durable: bool = True) -> None:
     """Give the finished temporary its name: atomically replace (or, `exclusive`, claim a name no
-    one has: a hard link never overwrites), then fsync the directory."""
+    one has: a hard link never overwrites), then fsync the directory (unless not `durable`: a
+    cache whose entry, lost in a crash, is simply made again)."""
     if exclusive:
         try:
             os.link(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
@@ -260,7 +336,8 @@ def commit_temp(dir_fd: int, tmp: str, name: str, *, exclusive: bool = False) ->
             os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     else:
         os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-    fsync_dir(dir_fd)
+    if durable:
+        fsync_dir(dir_fd)
 
 
 def write_file(target: str | Path, data: str | bytes, *, mode: int | None = None,

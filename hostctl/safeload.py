@@ -1,13 +1,16 @@
-"""Reading the files a user hands hostctl (profile TOML, recipe YAML, facts JSON) without trusting
-them: a size cap, one encoding (UTF-8, with or without a BOM), a nesting cap, and for YAML a cap on
-what aliases expand to and a refusal of duplicate keys. Every refusal is an InputError naming the
-file and, where there is one, the line.
+"""Reading the files a user hands hostctl (profile TOML, recipe YAML, facts JSON, suites, models
+files, state files, a checkpoint's index) without trusting them: a size cap, one encoding (UTF-8,
+with or without a BOM), a nesting cap, an integer cap, and for YAML a cap on what aliases expand
+to and a refusal of duplicate keys. Every refusal is an InputError naming the file and, where
+there is one, the field or the line.
 
 Why each limit exists: a 2 KB YAML alias bomb expands to gigabytes once constructed (so the
 expanded size is counted on the composed node graph, where aliases are still shared, before
 anything is built); Python's parsers recurse per nesting level, so 5,000-deep input would end in a
 RecursionError; PyYAML silently keeps the last of two equal keys, so a typo'd second `context:`
-would win without a word.
+would win without a word; an integer past 64 bits is no setting of any hostctl file, and one past
+Python's 4,300-digit conversion limit makes int() and str() raise ValueError wherever it goes
+(an 0x literal of 5,000 digits parses, then fails the first time it is printed).
 """
 
 from __future__ import annotations
@@ -21,11 +24,13 @@ import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import yaml
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
 
 from hostctl.errors import InputError, MissingFileError
+
+if TYPE_CHECKING:
+    import yaml
 
 # A profile or recipe is a few KiB; a facts snapshot of a big host with listed store files a few
 # hundred KiB. Anything past these is not one of hostctl's files.
@@ -35,6 +40,9 @@ MAX_SNAPSHOT_BYTES = 32 * 1024 * 1024
 MAX_DEPTH = 32
 # Nodes a YAML document may expand to once aliases are followed; a large recipe has ~300.
 MAX_YAML_NODES = 20_000
+# The largest integer any of hostctl's files holds is a byte count (a TiB is 2**40); int64 is what
+# every consumer (JSON readers, Compose, the kernel's sysctls) takes.
+MAX_INT_BITS = 63
 
 _BOMS = (
     (codecs.BOM_UTF32_LE, "UTF-32"), (codecs.BOM_UTF32_BE, "UTF-32"),
@@ -60,10 +68,15 @@ def recording() -> Iterator[dict[str, bytes]]:
 
 def read_text(path: Path, what: str, *, limit: int = MAX_CONFIG_BYTES) -> str:
     """The file's text, or an InputError that says what it is instead (missing, a directory,
-    too big, UTF-16, binary, not UTF-8). A UTF-8 BOM is dropped: editors on Windows write one."""
+    too big, UTF-16, binary, not UTF-8). A UTF-8 BOM is dropped: editors on Windows write one.
+
+    hostctl acts on these files as root, so they are read through safefs.read_trusted: a file
+    someone other than root and the invoking user owns or can write, or one in a folder they
+    could swap, is refused (UntrustedPathError, exit 3), as sshd's StrictModes refuses keys."""
+    from hostctl import safefs
+
     try:
-        with open(path, "rb") as fh:
-            data = fh.read(limit + 1)
+        data = safefs.read_trusted(path, max_bytes=limit)
         reads = _recorded.get()
         if reads is not None:
             reads[str(path)] = data
@@ -71,11 +84,17 @@ def read_text(path: Path, what: str, *, limit: int = MAX_CONFIG_BYTES) -> str:
         raise MissingFileError(f"{what} {path} does not exist") from None
     except IsADirectoryError:
         raise InputError(f"{what} {path} is a directory; expected a file") from None
+    except safefs.NotRegularFileError:
+        raise InputError(f"{what} {path} is not a regular file (a FIFO or a device?); expected a file") from None
+    except safefs.UntrustedPathError as exc:
+        exc.details.insert(0, f"hostctl acts on the {what} as root: like sshd's StrictModes, it reads one only when "
+                              "root or the user who ran sudo owns it, and no one else can write it or its folders")
+        raise
+    except safefs.TooLargeError:
+        raise InputError(f"{what} {path} is larger than {limit // 1024} KiB: this is not a hostctl {what}",
+                         fix=f"check the path; a {what} is a small text file") from None
     except OSError as exc:
         raise InputError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
-    if len(data) > limit:
-        raise InputError(f"{what} {path} is larger than {limit // 1024} KiB: this is not a hostctl {what}",
-                         fix=f"check the path; a {what} is a small text file")
     for bom, name in _BOMS:
         if data.startswith(bom):
             raise InputError(f"{what} {path} is {name} text (it starts with a {name} byte-order mark); "
@@ -99,17 +118,54 @@ def _too_deep(where: str, depth: int) -> InputError:
                       fix="hostctl's files nest a few levels; this one is not one of them (or is damaged)")
 
 
+def _key_path(path: tuple, key: Any) -> tuple:
+    return (*path, key)
+
+
+def _dotted(path: tuple) -> str:
+    out = ""
+    for k in path:
+        out += f"[{k}]" if isinstance(k, int) else (f".{k}" if out else str(k))
+    return out or "(the document)"
+
+
 def check_depth(value: Any, where: str) -> None:
-    """Walk a parsed document without recursion and refuse one nested deeper than MAX_DEPTH."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
+    """Walk a parsed document without recursion and refuse one nested deeper than MAX_DEPTH or
+    holding an integer past MAX_INT_BITS (named by its field, e.g. runtime.api_port)."""
+    stack: list[tuple[Any, int, tuple]] = [(value, 1, ())]
     while stack:
-        item, depth = stack.pop()
+        item, depth, path = stack.pop()
         if depth > MAX_DEPTH:
             raise _too_deep(where, depth)
         if isinstance(item, dict):
-            stack.extend((v, depth + 1) for v in item.values())
+            stack.extend((v, depth + 1, _key_path(path, k)) for k, v in item.items())
         elif isinstance(item, (list, tuple)):
-            stack.extend((v, depth + 1) for v in item)
+            stack.extend((v, depth + 1, _key_path(path, i)) for i, v in enumerate(item))
+        elif isinstance(item, int) and not isinstance(item, bool) and item.bit_length() > MAX_INT_BITS:
+            raise _too_big(where, _dotted(path), f"an integer of {item.bit_length()} bits")
+
+
+def _too_big(where: str, field: str, found: str) -> InputError:
+    return InputError(f"{where}: {field} is {found}; hostctl's integers fit in 64 bits "
+                      f"(at most {2 ** MAX_INT_BITS - 1})", fix=f"correct {field}: it is a count, a size or a port")
+
+
+# Runs of digits, each matched once (nothing follows to backtrack for): to find the literal int()
+# refused (Python's limit is 4,300 digits) and name its line and key.
+_DIGITS = re.compile(r"[0-9][0-9_]*")
+_HUGE_DIGITS = 4000
+
+
+def _huge_literal(text: str, where: str) -> InputError:
+    found = next((m for m in _DIGITS.finditer(text) if m.end() - m.start() > _HUGE_DIGITS), None)
+    at = ""
+    if found is not None:
+        line_start = text.rfind("\n", 0, found.start()) + 1
+        line = text.count("\n", 0, found.start()) + 1
+        at = f" line {line} ({text[line_start:found.start()].strip()[:60]} ...)"
+    return InputError(f"{where}:{at or ' a value'} holds an integer of thousands of digits; hostctl's integers fit "
+                      f"in 64 bits (at most {2 ** MAX_INT_BITS - 1})",
+                      fix="correct that value: it is a count, a size or a port")
 
 
 # Strings (with their escapes) and brackets: enough to measure JSON nesting before json.loads
@@ -132,19 +188,28 @@ def _json_depth(text: str) -> int:
     return deepest
 
 
-def load_json(path: Path, what: str, *, limit: int = MAX_SNAPSHOT_BYTES) -> Any:
-    text = read_text(path, what, limit=limit)
+def parse_json(text: str, where: str) -> Any:
+    """JSON text from outside (a file, a checkpoint's index, a hub's answer) with the same limits
+    as a file: nesting, NaN/Infinity, integers (an InputError naming `where`)."""
     depth = _json_depth(text)
     if depth > MAX_DEPTH:
-        raise _too_deep(f"{what} {path}", depth)
+        raise _too_deep(where, depth)
     try:
-        return json.loads(text, parse_constant=_no_constant)
+        data = json.loads(text, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
-        raise InputError(f"{what} {path} is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
-    except ValueError as exc:  # NaN / Infinity, which JSON does not have
-        raise InputError(f"{what} {path} is not valid JSON: {exc}") from None
+        raise InputError(f"{where} is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
+    except ValueError as exc:  # NaN / Infinity, which JSON does not have; a 5,000-digit integer
+        if any(m.end() - m.start() > _HUGE_DIGITS for m in _DIGITS.finditer(text)):
+            raise _huge_literal(text, where) from None
+        raise InputError(f"{where} is not valid JSON: {exc}") from None
     except RecursionError:
-        raise _too_deep(f"{what} {path}", MAX_DEPTH) from None
+        raise _too_deep(where, MAX_DEPTH) from None
+    check_depth(data, where)
+    return data
+
+
+def load_json(path: Path, what: str, *, limit: int = MAX_SNAPSHOT_BYTES) -> Any:
+    return parse_json(read_text(path, what, limit=limit), f"{what} {path}")
 
 
 def _no_constant(name: str) -> Any:
@@ -157,6 +222,8 @@ def load_toml(path: Path, what: str) -> dict:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"{path} is not valid TOML", details=[str(exc)]) from None
+    except ValueError:  # int() past Python's digit limit, raised from inside tomllib
+        raise _huge_literal(text, f"{what} {path}") from None
     except RecursionError:
         raise _too_deep(f"{what} {path}", MAX_DEPTH) from None
     check_depth(data, f"{what} {path}")
@@ -166,33 +233,38 @@ def load_toml(path: Path, what: str) -> dict:
 # ---------------------------------------------------------------- YAML
 
 
-# libyaml's parser when PyYAML has it (10x faster; the same events and nodes).
-_BASE = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+@lru_cache(maxsize=1)
+def yaml_loader() -> type:
+    """SafeLoader (libyaml's when PyYAML has it: 10x faster, the same events and nodes) that refuses
+    duplicate keys (PyYAML keeps the last one without a word). Built on first use: JSON and TOML
+    readers (state files on `status`'s path) need not import PyYAML (~25 ms)."""
+    import yaml
 
+    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
-class _Loader(_BASE):
-    """SafeLoader that refuses duplicate keys (PyYAML keeps the last one without a word)."""
+    class Loader(base):
+        def construct_mapping(self, node, deep=False):
+            if isinstance(node, yaml.MappingNode):
+                seen: dict[Any, yaml.Node] = {}
+                for key_node, _ in node.value:
+                    if key_node.tag == "tag:yaml.org,2002:merge":
+                        continue
+                    key = self.construct_object(key_node, deep=True)
+                    try:
+                        hash(key)
+                    except TypeError:
+                        raise yaml.constructor.ConstructorError(
+                            "while constructing a mapping", node.start_mark, "found an unhashable key",
+                            key_node.start_mark) from None
+                    if key in seen:
+                        first = seen[key].start_mark.line + 1
+                        raise yaml.constructor.ConstructorError(
+                            None, None, f"duplicate key {key!r} (first at line {first}): remove one of them",
+                            key_node.start_mark)
+                    seen[key] = key_node
+            return super().construct_mapping(node, deep=deep)
 
-    def construct_mapping(self, node, deep=False):
-        if isinstance(node, yaml.MappingNode):
-            seen: dict[Any, yaml.Node] = {}
-            for key_node, _ in node.value:
-                if key_node.tag == "tag:yaml.org,2002:merge":
-                    continue
-                key = self.construct_object(key_node, deep=True)
-                try:
-                    hash(key)
-                except TypeError:
-                    raise yaml.constructor.ConstructorError(
-                        "while constructing a mapping", node.start_mark, "found an unhashable key",
-                        key_node.start_mark) from None
-                if key in seen:
-                    first = seen[key].start_mark.line + 1
-                    raise yaml.constructor.ConstructorError(
-                        None, None, f"duplicate key {key!r} (first at line {first}): remove one of them",
-                        key_node.start_mark)
-                seen[key] = key_node
-        return super().construct_mapping(node, deep=deep)
+    return Loader
 
 
 @dataclass(frozen=True)
@@ -203,6 +275,8 @@ class YamlDoc:
     def plain_scalars(self, key: str) -> dict[str, tuple[str, str]]:
         """{name: (YAML tag, source text)} of the non-string scalars in the top-level mapping `key`
         (YAML 1.1 reads `no` as false, `010` as 8, `1.10` as 1.1: the source text says what was meant)."""
+        import yaml
+
         found: dict[str, tuple[str, str]] = {}
         if not isinstance(self.root, yaml.MappingNode):
             return found
@@ -217,8 +291,10 @@ class YamlDoc:
 
 def _scan_events(text: str, where: str) -> None:
     """Nesting depth from the event stream (PyYAML's parser is iterative; its composer is not)."""
+    import yaml
+
     depth = 0
-    for event in yaml.parse(text, Loader=_BASE):
+    for event in yaml.parse(text, Loader=yaml_loader()):
         if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
             depth += 1
             if depth > MAX_DEPTH:
@@ -232,6 +308,8 @@ def _scan_events(text: str, where: str) -> None:
 def _expanded_size(root: yaml.Node, where: str) -> int:
     """Nodes the document expands to with every alias followed, counted on the shared graph
     (memoised, so a bomb costs its own size to measure, not its expansion)."""
+    import yaml
+
     sizes: dict[int, int] = {}
     active: set[int] = set()
     # Iterative post-order walk: (node, children pushed?)
@@ -260,11 +338,13 @@ def _expanded_size(root: yaml.Node, where: str) -> int:
 
 
 def load_yaml(path: Path, what: str) -> YamlDoc:
+    import yaml
+
     text = read_text(path, what)
     where = f"{what} {path}"
     try:
         _scan_events(text, where)
-        loader = _Loader(text)
+        loader = yaml_loader()(text)
         try:
             root = loader.get_single_node()
             if root is None:
@@ -275,6 +355,9 @@ def load_yaml(path: Path, what: str) -> YamlDoc:
             loader.dispose()
     except yaml.YAMLError as exc:
         raise InputError(f"{path} is not valid YAML", details=[str(exc)]) from None
+    except ValueError:  # int() past Python's digit limit, raised from inside PyYAML's constructor
+        raise _huge_literal(text, where) from None
     except RecursionError:
         raise InputError(f"{where} nests deeper than {MAX_DEPTH} levels") from None
+    check_depth(data, where)
     return YamlDoc(data, root)

@@ -1,5 +1,6 @@
 """How a URL is shown to a person or written to a file: the one place that strips a password
-from its userinfo (`scheme://user:PASSWORD@host` is shown `scheme://user:***@host`).
+from its userinfo (`scheme://user:PASSWORD@host` is shown `scheme://user:***REDACTED***@host`,
+with hostctl.secrets' one mask).
 
 Every message, JSON document, log line or bundle entry that names a URL hostctl did not build
 itself (an ssh:// target, HF_ENDPOINT, a router or server URL given on the command line) goes
@@ -9,11 +10,11 @@ support bundle.
 
 from __future__ import annotations
 
-MASK = "***"
+from hostctl.secrets import MASK
 
 
 def display(url: object, *, limit: int = 200) -> str:
-    """`url` with any password in its userinfo replaced by ***, cut to `limit` characters.
+    """`url` with any password in its userinfo replaced by the mask, cut to `limit` characters.
 
     Done on the text, not with urllib: a URL that fails to parse (which is when it gets shown in
     an error) must lose its password all the same. The authority is what follows `://` up to the

@@ -42,6 +42,7 @@ class Case:
     expect: frozenset[int] = REFUSED
     names: str | None = None  # a text the stderr must contain (the field)
     what: str = ""  # one line: the value tried
+    max_s: float | None = None  # input that costs too much: a bound on the run (generous, ~100x)
 
     def label(self) -> str:
         return f"{self.cls}: {self.what}"
@@ -67,6 +68,8 @@ class Result:
             return f"{kind}: exit {self.code}, expected {sorted(self.case.expect)}; {self.stderr.strip()[-300:]!r}"
         if self.case.names and self.case.names not in self.stderr:
             return f"does not name {self.case.names!r}: {self.stderr.strip()[-300:]!r}"
+        if self.case.max_s is not None and self.seconds > self.case.max_s:
+            return f"took {self.seconds:.1f} s (bound {self.case.max_s} s): input that costs too much"
         return None
 
 
@@ -653,9 +656,64 @@ def cluster_cases() -> Iterator[Case]:
                        expect=OK)
 
 
+def _tune_case(cls: str, what: str, tuned: str, names: str) -> Case:
+    """`tune --dry-run --recipe {w}/tuned.yaml`: the profile's own recipe is the benign demo one, so
+    only tune's own load of --recipe meets the value."""
+    case = plan_case(cls, what, names=names, command=("tune", "--dry-run", "--recipe", "{w}/tuned.yaml"))
+    case.files["tuned.yaml"] = tuned.encode()
+    return case
+
+
+HUGE_INTS = {"5,000 digits": "9" * 5000, "0x and 5,000 hex digits": "0x" + "f" * 5000, "2**64": str(2 ** 64),
+             "-(2**63) - 1": str(-(2 ** 63) - 1)}
+MIB = 1024 * 1024
+
+
+def bounded_cases() -> Iterator[Case]:
+    """Input that costs too much (issue 26, class 8): integers past 64 bits, alias bombs on every
+    YAML route (tune --recipe, bench --suite), logs whose lines a quadratic pattern would take
+    minutes over. Each is refused with exit 2 naming the field, or (a log) classified in time.
+    (bench --suite reads the host first: tests/unit/test_bounded_input.py loads a suite bomb directly.)"""
+    import re
+
+    recipe = (RECIPES / "demo-cpu-tiny-moe.yaml").read_text()
+    profile = toml_text(base_profile())
+    for what, v in HUGE_INTS.items():
+        yield plan_case("profile/huge-integer", f"api_port = {what}",
+                        profile_text=profile.replace('"api_port" = 18599', f'"api_port" = {v}'), names="api_port")
+        yield plan_case("recipe/huge-integer", f"context: {what}",
+                        recipe_text=re.sub(r"(?m)^context: .*$", f"context: {v}", recipe), names="context")
+        yield _tune_case("tune/huge-integer", f"context: {what}", re.sub(r"(?m)^context: .*$", f"context: {v}", recipe),
+                         "context")
+        c = toml_text(base_replicas()).replace('"api_port" = 8201', f'"api_port" = {v}')
+        yield cluster_case("cluster/huge-integer", f"hosts[1].api_port = {what}", text=c, names="api_port")
+        facts = re.sub(r'"mem_total_bytes": \d+', f'"mem_total_bytes": {v}', FACTS.decode(), count=1)
+        if not v.startswith("0x"):  # JSON has no hex
+            yield Case("facts/huge-integer", ["plan", "--config", "{w}/hostctl.toml", "--facts", "{w}/facts.json"],
+                       {"facts.json": facts.encode(), "hostctl.toml": profile.encode(), "recipe.yaml": recipe.encode()},
+                       REFUSED, "mem_total_bytes", what)
+    for what, v in [("400 digits of GiB", "9" * 400 + "GiB"), ("5,000 digits", "9" * 5000)]:
+        yield plan_case("profile/huge-size", f"drives[0].swap = {what}",
+                        profile=with_path(base_profile(), "drives.0.swap", v), names="swap")
+    for levels, width in [(9, 9), (20, 2)]:
+        lines = ["a0: &a0 [x, y, z]"] + [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * width) + "]"
+                                         for i in range(1, levels)]
+        bomb = recipe + "warmup:\n" + "\n".join("  " + line for line in lines) + "\n"
+        yield _tune_case("tune/alias-bomb", f"{levels} levels x {width}", bomb, "alias")
+    profile_b = profile.encode()
+    for what, line in [("F8_E8M0 repeated", "F8_E8M0 " * (MIB // 8)), ("c10d repeated", "[c10d] " * (MIB // 7)),
+                       ("NCCL INFO repeated", "NCCL INFO " * (MIB // 10)),
+                       ("Killed process 1 ( repeated", "Killed process 1 (" * (MIB // 18)),
+                       ("8 KiB lines of NCCL INFO", ("NCCL INFO " * 820 + "\n") * 128)]:
+        yield Case("doctor/pathological-log", ["doctor", "--config", "{w}/hostctl.toml", "--facts", "{w}/facts.json",
+                                               "--log", "{w}/runtime.log"],
+                   {"facts.json": FACTS, "hostctl.toml": profile_b, "recipe.yaml": recipe.encode(),
+                    "runtime.log": line.encode()}, frozenset({0, 1}), None, what, max_s=10.0)
+
+
 def generate() -> list[Case]:
     return [*profile_cases(), *recipe_cases(), *file_cases(), *facts_cases(), *output_cases(), *benign_cases(),
-            *cluster_cases(), *verify_cases()]
+            *cluster_cases(), *verify_cases(), *bounded_cases()]
 
 
 # ---------------------------------------------------------------- running

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from hostctl import paths
 from hostctl.config import Recipe
@@ -123,11 +122,9 @@ def load_suite(ref: str) -> Suite:
     if not path.is_file():
         raise InputError(f"--suite {ref}: no such suite", fix=f"name a bundled suite ({', '.join(BUNDLED)}) or the path "
                          "of a suite file (vLLM-MoET's bench/suites/*.yaml format)")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise InputError(f"suite {path} is not valid YAML", details=[str(exc)]) from None
-    return parse_suite(data, str(path))
+    from hostctl.safeload import load_yaml
+
+    return parse_suite(load_yaml(path, "suite").data, str(path))
 
 
 def merge(suite: Suite, recipe: Recipe | None) -> list[ProbeSpec]:

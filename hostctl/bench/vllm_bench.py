@@ -12,12 +12,16 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import stat
 import tempfile
 from pathlib import Path
 
 from hostctl import runner
-from hostctl.errors import FailedError
+from hostctl.errors import FailedError, InputError
 from hostctl.plan.model import Plan
+from hostctl.safefs import write_file
+from hostctl.safeload import parse_json
 
 RESULT_MOUNT = "/hostctl-bench"
 # One process, one `vllm bench serve` per level: argv after the script is a JSON list of argv lists.
@@ -35,6 +39,7 @@ KEPT = ("completed", "failed", "duration", "total_input_tokens", "total_output_t
         "output_throughput", "total_token_throughput", "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms",
         "mean_tpot_ms", "median_tpot_ms", "mean_itl_ms", "median_itl_ms", "max_concurrency", "num_prompts")
 TIMEOUT_S = 3600
+MAX_RESULT_BYTES = 16 * 1024 * 1024  # one level's JSON is a few KiB (a per-request list at most a few MiB)
 
 
 def _serve_flag(command: list[str], flag: str) -> str | None:
@@ -89,6 +94,20 @@ def docker_env(plan: Plan) -> dict[str, str] | None:
     return {**os.environ, "OPENAI_API_KEY": key} if key else None
 
 
+def _result(dir_fd: int, name: str) -> bytes | None:
+    """A result file the container wrote, or None: a regular file opened without following a link
+    (anyone could have put one there in its place) and at most MAX_RESULT_BYTES."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = fh.read(MAX_RESULT_BYTES + 1)
+    return data if len(data) <= MAX_RESULT_BYTES else None
+
+
 class BenchServe:
     """Runs the levels; call it as ProbeContext.batch_runner. `keep_dir` receives the raw JSON files."""
 
@@ -102,7 +121,11 @@ class BenchServe:
 
     def __call__(self, *, levels: list[int], input_tokens: int, output_tokens: int, runs: int) -> dict:
         work = Path(tempfile.mkdtemp(prefix="hostctl-bench-"))
-        os.chmod(work, 0o777)  # the image may run as another user
+        # Its fd, taken while only root can reach it: the folder is then opened to the container's
+        # user (0777), so anyone on the host can put entries in it, and root reads and deletes them
+        # only under this fd, never following a link.
+        wfd = os.open(work, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        os.fchmod(wfd, 0o777)  # the image may run as another user
         argvs = [level_argv(self.plan, self.base_url, self.served_name, concurrency=n, input_tokens=input_tokens,
                             output_tokens=output_tokens, runs=runs, seed=self.seed) for n in levels]
         try:
@@ -110,17 +133,20 @@ class BenchServe:
                              env=docker_env(self.plan))
             out: dict = {"tool": "vllm bench serve", "image": self.plan.runtime.image, "levels": {}}
             for n in levels:
-                path = work / f"c{n}.json"
-                if not path.is_file():
+                raw = _result(wfd, f"c{n}.json")
+                if raw is None:
                     continue
-                doc = json.loads(path.read_text())
+                try:  # written by the runtime's image: read as outside input, with the same bounds
+                    doc = parse_json(raw.decode("utf-8", "replace"), f"vllm bench serve result c{n}.json")
+                except InputError as exc:
+                    raise FailedError(f"vllm bench serve left an unreadable result: {exc}") from None
+                if not isinstance(doc, dict):
+                    raise FailedError(f"vllm bench serve result c{n}.json is not a JSON object")
                 level = {k: doc.get(k) for k in KEPT if k in doc}
                 level["aggregate_tok_s"] = round(float(doc.get("output_throughput") or 0.0), 2)
                 level["per_stream_tok_s"] = round(level["aggregate_tok_s"] / n, 2)
                 if self.keep_dir is not None:
-                    self.keep_dir.mkdir(parents=True, exist_ok=True)
-                    kept = self.keep_dir / f"vllm-bench-serve-c{n}.json"
-                    kept.write_text(path.read_text())
+                    kept = write_file(self.keep_dir / f"vllm-bench-serve-c{n}.json", raw)
                     level["raw"] = str(kept)
                 out["levels"][str(n)] = level
             if not res.ok and len(out["levels"]) < len(levels):
@@ -129,6 +155,10 @@ class BenchServe:
             return out
         finally:
             self.remove()
-            for p in work.glob("*"):
-                p.unlink(missing_ok=True)
+            for entry in os.listdir(wfd):
+                if stat.S_ISDIR(os.stat(entry, dir_fd=wfd, follow_symlinks=False).st_mode):
+                    shutil.rmtree(entry, dir_fd=wfd)
+                else:
+                    os.unlink(entry, dir_fd=wfd)
+            os.close(wfd)
             work.rmdir()

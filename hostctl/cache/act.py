@@ -14,11 +14,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TextIO
 
+from hostctl import safefs
 from hostctl.cache import layout
 from hostctl.cache.decide import Generation, PlanKey, PrunePlan, generations, plan_prune
 from hostctl.cache.facts import CacheFacts, Root, running_runtimes, scan
@@ -248,32 +252,70 @@ def verify(config: Config, err: TextIO) -> VerifyReport:
 # ---------------------------------------------------------------- prune
 
 
-def _inside(path: str, roots: list[Root]) -> bool:
-    real = os.path.realpath(path)
-    return any(real != os.path.realpath(r.path) and real.startswith(os.path.realpath(r.path) + os.sep)
-               for r in roots)
+def _root_of(path: str, roots: list[Root]) -> Root | None:
+    """The scanned cache root `path` lies in, lexically (the walk then refuses any link below it)."""
+    p = os.path.abspath(path)
+    return next((r for r in roots if p.startswith(os.path.abspath(r.path).rstrip(os.sep) + os.sep)), None)
 
 
 def _remove(paths_: list[str], roots: list[Root]) -> None:
+    """Rename each path to its REMOVING name, then delete it, all under the fd of its folder opened
+    by safefs.open_under: the cache folders are the invoking user's, and a link they put in place
+    of a folder on the way (even after the scan looked) must not make root rename or delete what
+    the link points to. shutil.rmtree with dir_fd walks without following links."""
+    where = {}
     for p in paths_:
-        if not _inside(p, roots):
+        root = _root_of(p, roots)
+        if root is None:
             raise FailedError(f"refusing to remove {p}: it is not inside a cache directory hostctl scanned")
+        where[p] = root
     # A pack's sidecar goes first: without it the runtime rebuilds instead of trusting what is left.
+    # Every name is renamed before any is deleted, so an interrupted prune leaves only REMOVING names.
     order = sorted(paths_, key=lambda p: (not p.endswith(".json") or p.endswith(".heat.json"), p))
     renamed = []
     for p in order:
-        head, tail = os.path.split(p)
-        if not os.path.lexists(p):
-            continue
-        target = p if tail.startswith(layout.REMOVING_PREFIX) else os.path.join(head, layout.REMOVING_PREFIX + tail)
-        if target != p:
-            os.replace(p, target)
-        renamed.append(target)
-    for p in renamed:
-        if os.path.isdir(p) and not os.path.islink(p):
-            shutil.rmtree(p)
-        else:
-            os.unlink(p)
+        head, tail = os.path.split(os.path.abspath(p))
+        root = os.path.abspath(where[p].path)
+        with _folder(root, head) as dfd:
+            if dfd is None or not _exists(dfd, tail):
+                continue
+            target = tail if tail.startswith(layout.REMOVING_PREFIX) else layout.REMOVING_PREFIX + tail
+            if target != tail:
+                os.rename(tail, target, src_dir_fd=dfd, dst_dir_fd=dfd)
+            renamed.append((root, head, target))
+    for root, head, target in renamed:
+        with _folder(root, head) as dfd:
+            if dfd is None:
+                continue
+            try:
+                st = os.stat(target, dir_fd=dfd, follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                shutil.rmtree(target, dir_fd=dfd)
+            else:
+                os.unlink(target, dir_fd=dfd)
+
+
+def _exists(dfd: int, name: str) -> bool:
+    try:
+        os.stat(name, dir_fd=dfd, follow_symlinks=False)
+        return True
+    except FileNotFoundError:
+        return False
+
+
+@contextmanager
+def _folder(root: str, head: str) -> Iterator[int | None]:
+    try:
+        dfd = safefs.open_under(root, os.path.relpath(head, root))
+    except FileNotFoundError:
+        yield None
+        return
+    try:
+        yield dfd
+    finally:
+        os.close(dfd)
 
 
 @dataclass

@@ -8,14 +8,15 @@ size counts rows never written.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from hostctl.cache import layout
+from hostctl.safefs import TEMP_MARK
 
 RootKind = Literal["planes", "store", "rank_store", "compile"]
 REMOVING_WHAT = "left by an interrupted `hostctl cache prune`: the next prune finishes removing it"
@@ -140,13 +141,15 @@ def usage(path: str) -> Usage:
 
 
 def _json(path: str) -> tuple[dict | None, str | None]:
+    from hostctl.errors import InputError, MissingFileError, UntrustedPathError
+    from hostctl.safeload import load_json
+
     try:
-        with open(path, "rb") as f:
-            data = json.load(f)
-    except FileNotFoundError:
+        data = load_json(Path(path), "cache metadata")
+    except MissingFileError:
         return None, "missing"
-    except (OSError, ValueError) as exc:
-        return None, f"unreadable: {exc.__class__.__name__}"
+    except (InputError, UntrustedPathError) as exc:
+        return None, f"unreadable: {exc}"
     return (data, None) if isinstance(data, dict) else (None, "not a JSON object")
 
 
@@ -218,8 +221,9 @@ def _scan_store(root: Root, out: CacheFacts, copy_of: str | None) -> None:
         if name.startswith(layout.REMOVING_PREFIX):
             out.other.append(Other(path=path, what=REMOVING_WHAT, usage=usage(path)))
             continue
-        partial = layout.is_tmp(name) or name.startswith(".hostctl-partial.")
-        target = name.split(".tmp.")[0].removeprefix(".hostctl-partial.")
+        copying = name.startswith(".") and TEMP_MARK in name  # store split's temporary: .<name>.hostctl-<hex>
+        partial = layout.is_tmp(name) or copying
+        target = name[1:].split(TEMP_MARK)[0] if copying else name.split(".tmp.")[0]
         owner = next((r for stem, r in ranks.items() if target.startswith(stem + ".")), None)
         if owner is not None and partial:
             owner.tmp.append(name)

@@ -24,7 +24,9 @@ import json
 import os
 import shlex
 
+from hostctl.errors import InputError
 from hostctl.plan.runtime import MODEL_IN_CONTAINER
+from hostctl.safeload import parse_json
 
 DOMAIN = b"moe-w2-checkpoint-stat-v2\0"
 INDEX_NAMES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
@@ -80,8 +82,8 @@ def runtime_ckpt_id(host_dir: str, served_path: str = MODEL_IN_CONTAINER, revisi
                 raw = f.read()
             h.update(name.encode())
             h.update(hashlib.sha256(raw).digest())
-            shards.update(str(v) for v in json.loads(raw).get("weight_map", {}).values())
-        except (OSError, TypeError, ValueError, AttributeError) as exc:
+            shards.update(str(v) for v in parse_json(raw.decode("utf-8"), name).get("weight_map", {}).values())
+        except (OSError, InputError, TypeError, ValueError, AttributeError) as exc:
             return None, f"{name}: {exc}"
     if not shards:
         shards.update(n for n in os.listdir(host_dir) if n.endswith((".safetensors", ".bin")))

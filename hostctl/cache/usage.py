@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable
 from datetime import datetime, timezone
 
-from hostctl import paths
+from hostctl import loglines, paths
 from hostctl.safefs import write_file
 
 USAGE_FILE = "cache-use.json"
@@ -21,24 +21,30 @@ USAGE_SCHEMA = "hostctl.cache-use/v1"
 COMPILE_DIR_RE = re.compile(r"torch_compile_cache/(?P<hash>[^/\s]+)/rank_\d+_\d+")
 # The pack store names the file it opened: "moe_w2 store[base]: PACK-FILE backend /packs/<name>.pack (...)"
 # (or "TIERED backend"); docs/model-and-cache-formats.md, "Expert-store packs".
-PACK_OPENED_RE = re.compile(r"moe_w2 store\[[^\]]*\]: (?:PACK-FILE|TIERED) backend \S*?(?P<name>[^/\s]+\.pack)\b")
+# `(?:\S*/)?` and not `\S*?`: a lazy run before `[^/\s]+` retries the name from every character of a
+# long word (quadratic in a runtime log line anyone can fill); the last slash is found once.
+PACK_OPENED_RE = re.compile(r"moe_w2 store\[[^\]]{0,256}\]: (?:PACK-FILE|TIERED) backend (?:\S*/)?(?P<name>[^/\s]+\.pack)\b")
 
 
 def compile_hashes(log_lines: Iterable[str]) -> list[str]:
     """The compile-cache hashes the runtime said it uses."""
-    return sorted({m["hash"] for line in log_lines if "cache directory" in line.lower()
-                   for m in COMPILE_DIR_RE.finditer(line)})
+    return sorted({m["hash"] for line in map(loglines.bounded, log_lines)
+                   if "cache directory" in line.lower() for m in COMPILE_DIR_RE.finditer(line)})
 
 
 def packs_opened(log_lines: Iterable[str]) -> list[str]:
     """The pack files the runtime said it opened (file names)."""
-    return sorted({m["name"] for line in log_lines for m in PACK_OPENED_RE.finditer(line)})
+    return sorted({m["name"] for line in map(loglines.bounded, log_lines)
+                   for m in PACK_OPENED_RE.finditer(line)})
 
 
 def load() -> dict:
+    from hostctl.errors import InputError, UntrustedPathError
+    from hostctl.safeload import MAX_CONFIG_BYTES, load_json
+
     try:
-        doc = json.loads((paths.state_dir() / USAGE_FILE).read_text())
-    except (OSError, ValueError):
+        doc = load_json(paths.state_dir() / USAGE_FILE, "cache-use record", limit=MAX_CONFIG_BYTES)
+    except (InputError, UntrustedPathError):
         return {}
     return doc if isinstance(doc, dict) and doc.get("schema") == USAGE_SCHEMA else {}
 

@@ -348,12 +348,17 @@ def read_key(cluster: ClusterProfile, environ: dict[str, str] | None = None) -> 
                              fix=f"export {cluster.api_key_env} with the cluster's API key")
         return value
     if cluster.api_key_file:
+        from hostctl import safefs
+
         p = Path(cluster.api_key_file)
         try:
-            st = p.stat()
-            value = p.read_text().strip()
-        except OSError as exc:
-            raise InputError(f"api_key_file: cannot read {p}: {exc.strerror or exc}") from None
+            # a key file another user owns or can write (or reached through their link) is refused
+            # (exit 3): whoever can change it chooses the key root's router uses
+            raw = safefs.read_trusted(p, max_bytes=4096)
+            st = os.stat(p)
+        except (OSError, safefs.TooLargeError, safefs.NotRegularFileError) as exc:
+            raise InputError(f"api_key_file: cannot read {p}: {getattr(exc, 'strerror', None) or exc}") from None
+        value = raw.decode("utf-8", "replace").strip()
         if st.st_mode & 0o077:
             raise InputError(f"api_key_file: {p} is readable by others (mode {st.st_mode & 0o777:o})",
                              fix=f"chmod 600 {p}")

@@ -63,6 +63,14 @@ def image_requests(config) -> list[str]:
     return [ref] if ref else []
 
 
+def _boot_code():
+    """The code behind the hostctl the boot units call, and which of those units are installed."""
+    from hostctl.facts.executable import BOOT_UNITS, read_exec_chain
+
+    installed = tuple(u for u in BOOT_UNITS if paths.system_path(u).is_file())
+    return read_exec_chain(paths.INSTALLED_HOSTCTL), installed
+
+
 def build_report(opts: DoctorOptions, err: TextIO | None = None):
     """Everything but printing: (report, config, facts, plan)."""
     from hostctl.doctor.checks import all_checks
@@ -105,6 +113,7 @@ def build_report(opts: DoctorOptions, err: TextIO | None = None):
         from hostctl.model.facts import probe_checkpoint  # sizes and hostctl's manifest; nothing is hashed
 
         checkpoint = probe_checkpoint(config.profile.runtime.model_dir)
+    boot_code, boot_units = _boot_code() if opts.facts_path is None else (None, ())
     t2 = time.perf_counter()
     timings["facts"] = t2 - t1
     plan = None
@@ -115,7 +124,8 @@ def build_report(opts: DoctorOptions, err: TextIO | None = None):
     t3 = time.perf_counter()
     timings["plan"] = t3 - t2
     ctx = CheckContext(facts=facts, config=config, plan=plan, level=opts.level, facts_source=source,
-                  no_config_reason=why or "no host profile", checkpoint=checkpoint)
+                  no_config_reason=why or "no host profile", checkpoint=checkpoint, boot_code=boot_code,
+                  boot_units=boot_units)
     outcomes = run_checks(ctx, all_checks())
     t4 = time.perf_counter()
     timings["checks"] = t4 - t3

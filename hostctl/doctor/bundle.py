@@ -12,11 +12,11 @@ from __future__ import annotations
 import io
 import os
 import tarfile
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hostctl import safefs
 from hostctl.config import Config
 from hostctl.doctor.redact import MASK, count, redact
 from hostctl.errors import InputError
@@ -124,6 +124,7 @@ def check_target(path: Path) -> None:
                              fix=f"e.g. --bundle {shown.rstrip('/')}/hostctl-support.tar.gz")
         if not path.parent.is_dir():
             raise InputError(f"--bundle {shown}: the folder {path.parent} does not exist")
+        safefs.check_dir(path.parent)  # refused before any work (exit 3) when another user can steer it
     except OSError as exc:
         raise InputError(f"--bundle {shown}: {exc.strerror or exc}") from None
     absolute = os.path.abspath(path)
@@ -150,20 +151,26 @@ def write(path: Path, contents: BundleContents) -> dict[str, int]:
     members.insert(0, ("MANIFEST.txt", redact("\n".join(manifest) + "\n").encode()))
     root = path.name.removesuffix(".gz").removesuffix(".tar").removesuffix(".tgz") or "hostctl-bundle"
     root = redact(root).replace(MASK, "REDACTED")
-    fd, tmp = tempfile.mkstemp(prefix=".hostctl-bundle-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w:gz") as tar:
-            now = time.time()
-            for name, data in members:
-                info = tarfile.TarInfo(f"{root}/{name}")
-                info.size, info.mtime, info.mode = len(data), now, 0o600
-                tar.addfile(info, io.BytesIO(data))
-        os.chmod(tmp, 0o600)  # logs and configs: readable by the owner only
-        os.replace(tmp, path)
-    except BaseException:
+    # In the folder's fd (safefs): a link another user put on the way, or in place of the folder,
+    # must not steer where root writes an archive of the host's logs and configs.
+    with safefs.opened_dir(path.parent) as dfd:
+        fd, tmp = safefs.create_temp(dfd, path.name, 0o600)  # logs and configs: the owner's only
         try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+            with os.fdopen(fd, "wb") as raw:
+                with tarfile.open(fileobj=raw, mode="w:gz") as tar:
+                    now = time.time()
+                    for name, data in members:
+                        info = tarfile.TarInfo(f"{root}/{name}")
+                        info.size, info.mtime, info.mode = len(data), now, 0o600
+                        tar.addfile(info, io.BytesIO(data))
+                os.fchmod(raw.fileno(), 0o600)
+                raw.flush()
+                os.fsync(raw.fileno())
+            safefs.commit_temp(dfd, tmp, path.name)
+        except BaseException:
+            try:
+                os.unlink(tmp, dir_fd=dfd)
+            except FileNotFoundError:
+                pass
+            raise
     return redactions

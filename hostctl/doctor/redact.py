@@ -10,9 +10,18 @@ import re
 
 from hostctl.secrets import MASK, looks_secret, redact_values
 
+# The longest name a secret-name pattern looks at. Bounded, because a run of name characters that
+# repeats the hint ("KEYKEY...", "TOKEN.TOKEN...") made an unbounded `[...]*` before and after the
+# hint backtrack over the whole run from every hint in it: 60 KB took 49 s. Real variable names
+# are far shorter; a longer one is still caught by the value-shape patterns below.
+_NAME_MAX = 128
 # A variable or key whose name says "secret". Names that only *point at* a secret
 # (api_key_env = "MY_KEY_VAR") keep their value: it is a variable name, not the key.
-_SECRET_NAME = r"[A-Za-z0-9_.-]*(?:API[_-]?KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?|PRIVATE[_-]?KEY)(?![A-Za-z0-9])(?<![_-]ENV)"
+_SECRET_NAME = rf"[A-Za-z0-9_.-]{{0,{_NAME_MAX}}}(?:API[_-]?KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?|PRIVATE[_-]?KEY)(?![A-Za-z0-9])(?<![_-]ENV)"
+# Where a name may start: at the start of a run of name characters, not inside one. `\b` also
+# starts after every `.` or `-` of a run, and each start rescans the rest of the run: "a.a.a..."
+# of 8 KB took 10 s, quadratic in every log line a bundle or `up`'s evidence redacts.
+_NAME_START = r"(?<![A-Za-z0-9_.-])"
 _PATTERNS: tuple[tuple[re.Pattern, str], ...] = (
     # Authorization: Bearer xyz / "authorization": "Basic xyz"
     (re.compile(r"(?i)(\"?(?:proxy-)?authorization\"?\s*[:=]\s*\"?)(?:(bearer|basic|token)\s+)?[^\s\"',]+"),
@@ -24,14 +33,14 @@ _PATTERNS: tuple[tuple[re.Pattern, str], ...] = (
     (re.compile(rf"(?i)(['\"]{_SECRET_NAME}['\"]\s*:\s*\[?\s*['\"])(?!['\"])[^'\"]+"),
      lambda m: m.group(1) + MASK),
     # NAME=value, NAME: value, "NAME": "value", NAME = 'value' (not ${NAME:?...}, Compose interpolation)
-    (re.compile(rf"(?i)((?<!\$\{{)\b{_SECRET_NAME}\"?'?\s*[:=]\s*[\"']?)(?![\"']?\s*(?:$|,|\}}))(?!\$\{{)(?!\*\*\*REDACTED)\[?[^\s\"',}}\[]+"),
+    (re.compile(rf"(?i)((?<!\$\{{){_NAME_START}{_SECRET_NAME}\"?'?\s*[:=]\s*[\"']?)(?![\"']?\s*(?:$|,|\}}))(?!\$\{{)(?!\*\*\*REDACTED)\[?[^\s\"',}}\[]+"),
      lambda m: m.group(1) + MASK),
     # the password in scheme://user:password@host
-    (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^/\s:@]+:)[^@\s/]+@"), lambda m: m.group(1) + MASK + "@"),
+    (re.compile(r"(?i)(?<![a-z0-9+.-])([a-z][a-z0-9+.-]*://[^/\s:@]+:)[^@\s/]+@"), lambda m: m.group(1) + MASK + "@"),
     # NAME=value under a name that only hints at a credential (WANDB_KEY, DB_PASS): hidden when
     # the value looks generated (hostctl.secrets.looks_secret), so CACHE_KEY=layers stays
-    (re.compile(r"(?i)((?<!\$\{)\b([A-Za-z0-9_.-]*(?:KEY|TOKEN|SECRET|PASS|AUTH|CRED|PRIVATE|SIGNATURE|COOKIE|SESSION)"
-                r"[A-Za-z0-9_.-]*)[\"']?\s*[:=]\s*[\"']?)([A-Za-z0-9_.~+/=:-]{16,})"),
+    (re.compile(rf"(?i)((?<!\$\{{){_NAME_START}([A-Za-z0-9_.-]{{0,{_NAME_MAX}}}(?:KEY|TOKEN|SECRET|PASS|AUTH|CRED|PRIVATE|SIGNATURE|COOKIE|SESSION)"
+                rf"[A-Za-z0-9_.-]{{0,{_NAME_MAX}}})[\"']?\s*[:=]\s*[\"']?)([A-Za-z0-9_.~+/=:-]{{16,}})"),
      lambda m: m.group(1) + MASK if looks_secret(m.group(2), m.group(3)) else m.group(0)),
     # a bearer credential wherever it is quoted (a header dump, a curl line in a log)
     (re.compile(r"(?i)\b(bearer\s+)(?!\*\*\*REDACTED)[A-Za-z0-9._~+/=-]{8,}"), lambda m: m.group(1) + MASK),

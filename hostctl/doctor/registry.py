@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:  # annotations only: importing config, plan and the model manifest costs ~50 ms
     from hostctl.config import Config
+    from hostctl.facts.executable import ExecChain
     from hostctl.facts.model import ContainerFacts, HostFacts
     from hostctl.model.facts import CheckpointFacts
     from hostctl.plan.model import Plan, Problem
@@ -72,6 +73,8 @@ class CheckContext:
     facts_source: str = "live"  # "live", or the snapshot's path
     no_config_reason: str = "no host profile"
     checkpoint: CheckpointFacts | None = None  # runtime.model_dir read live (not part of a facts snapshot)
+    boot_code: ExecChain | None = None  # the code behind the units' hostctl, read live (None: a snapshot)
+    boot_units: tuple[str, ...] = ()  # the hostctl units installed on this host (host paths)
 
     @property
     def live(self) -> bool:

@@ -32,10 +32,12 @@ def remembered(plugin: str) -> str | None:
     ident = identity(plugin)
     if ident is None:
         return None
+    from hostctl.errors import InputError, UntrustedPathError
+    from hostctl.safeload import MAX_CONFIG_BYTES, load_json
+
     try:
-        with open(user_cache_dir() / CACHE_NAME, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except (OSError, ValueError):
+        data = load_json(user_cache_dir() / CACHE_NAME, "compose version cache", limit=MAX_CONFIG_BYTES)
+    except (InputError, UntrustedPathError):
         return None
     if not isinstance(data, dict) or data.get("schema") != CACHE_SCHEMA:
         return None

@@ -6,7 +6,6 @@ this host (provisioned.json, written by hostctl/provision/record.py), what the l
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from hostctl import paths
@@ -48,17 +47,18 @@ def _service(doc: dict) -> ServiceRecord:
 
 
 def _load(path: Path, notes: list[str], parse):
+    from hostctl.errors import InputError, MissingFileError, UntrustedPathError
+    from hostctl.safeload import MAX_CONFIG_BYTES, load_json
+
     try:
-        text = path.read_text()
-    except FileNotFoundError:
+        data = load_json(path, "state file", limit=MAX_CONFIG_BYTES)
+    except MissingFileError:
         return None
-    except OSError as exc:
-        notes.append(f"ignored {path}: {exc.strerror or exc}")
+    except (InputError, UntrustedPathError) as exc:
+        notes.append(f"ignored {path}: {exc}")
         return None
     try:
-        return parse(json.loads(text))
-    except json.JSONDecodeError as exc:
-        notes.append(f"ignored {path}: not valid JSON ({exc.msg} at line {exc.lineno})")
+        return parse(data)
     except RecordError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "(top level)"

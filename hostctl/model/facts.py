@@ -5,7 +5,6 @@ check judge these; only the full verify reads file contents (hashing.py).
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -31,12 +30,15 @@ class CheckpointFacts(BaseModel):
 
 
 def _read_json(path: Path) -> tuple[object | None, str | None]:
-    try:
-        return json.loads(path.read_bytes()), None
-    except FileNotFoundError:
+    from hostctl.errors import InputError, MissingFileError, UntrustedPathError
+    from hostctl.safeload import load_json
+
+    try:  # a checkpoint's own JSON: from a hub or a copy, so bounded like any outside file
+        return load_json(path, path.name), None
+    except MissingFileError:
         return None, None
-    except (OSError, ValueError) as exc:
-        return None, f"{path.name}: {exc.__class__.__name__}: {exc}"
+    except (InputError, UntrustedPathError) as exc:
+        return None, str(exc)
 
 
 def probe_checkpoint(path: str) -> CheckpointFacts:

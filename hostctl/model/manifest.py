@@ -87,9 +87,12 @@ def weight_files(index_text: bytes | None, listing: list[str]) -> list[str] | No
     """The shard names vLLM-MoET's digest covers: the index's weight_map values, or without an
     index the top-level *.safetensors / *.bin files. None when the index cannot be read."""
     if index_text is not None:
+        from hostctl.errors import InputError
+        from hostctl.safeload import parse_json
+
         try:
-            return sorted(set(json.loads(index_text)["weight_map"].values()))
-        except (KeyError, TypeError, ValueError):
+            return sorted(set(parse_json(index_text.decode("utf-8"), "the checkpoint's index")["weight_map"].values()))
+        except (InputError, KeyError, TypeError, AttributeError, ValueError):
             return None
     return sorted(n for n in listing if "/" not in n and n.endswith(WEIGHT_SUFFIXES))
 

@@ -13,7 +13,6 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
 
 from hostctl import paths
 from hostctl.errors import InputError
@@ -79,8 +78,6 @@ def load_models(path: Path) -> dict[str, ModelEntry]:
         raise InputError(f"models file {path} does not exist",
                          fix="set runtime.models_file to a file in vLLM-MoET's bench/models.yaml format, or remove it "
                              "to use the bundled runtime/models.yaml")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise InputError(f"{path} is not valid YAML", details=[str(exc)]) from None
-    return parse_models(data, str(path))
+    from hostctl.safeload import load_yaml
+
+    return parse_models(load_yaml(path, "models file").data, str(path))

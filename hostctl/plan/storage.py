@@ -34,8 +34,9 @@ def rank_store_dir(mount: str, rank: int) -> str:
 
 
 def rank_files(names: list[str], rank: int, world: int) -> list[str]:
-    """The pack, sidecar and lock of one rank among a store directory's file names."""
-    pattern = re.compile(rf"^(?P<stem>.+)\.rank{rank}of{world}(?:\.pp\d+of\d+)?\.(?:{'|'.join(RANK_FILE_EXTS)})$")
+    """The pack, sidecar and lock of one rank among a store directory's file names. A hidden name
+    is never one (a temporary, or something planted to look like a fourth rank file)."""
+    pattern = re.compile(rf"^(?P<stem>[^.].*)\.rank{rank}of{world}(?:\.pp\d+of\d+)?\.(?:{'|'.join(RANK_FILE_EXTS)})$")
     return sorted(n for n in names if pattern.match(n))
 
 

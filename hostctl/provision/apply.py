@@ -7,7 +7,6 @@ again until nothing is left to do.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TextIO
@@ -29,6 +28,7 @@ from hostctl.provision.storage import (
     layout,
     role_dirs,
 )
+from hostctl.safefs import sudo_owner
 from hostctl.bytesizes import fmt_bytes
 
 
@@ -38,13 +38,6 @@ class StorageOutcome:
     changed: int  # actions run
     rounds: int
     final: StorageProvision
-
-
-def sudo_owner(env: dict[str, str] | None = None) -> tuple[int, int] | None:
-    """The user who ran `sudo hostctl ...`: cache directories are theirs, not root's."""
-    env = os.environ if env is None else env
-    uid, gid = env.get("SUDO_UID", ""), env.get("SUDO_GID", "")
-    return (int(uid), int(gid)) if uid.isdigit() and gid.isdigit() else None
 
 
 def storage_facts(config: Config) -> HostFacts:

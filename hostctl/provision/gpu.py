@@ -28,15 +28,17 @@ from typing import Any
 from hostctl import paths
 from hostctl.safefs import write_file
 from hostctl.config import Config
-from hostctl.errors import FailedError, InputError
+from hostctl.errors import FailedError, InputError, RefusedError
+from hostctl.facts.executable import ExecChain, read_exec_chain
 from hostctl.facts.gpu import NVIDIA_VERSION, NvmlAdapter, NvmlUnavailable
 from hostctl.facts.model import AcsFacts, GpuFacts, HostFacts, P2PVerdict
-from hostctl.facts.sysfiles import ManagedFiles, Reader, read_managed, text_of
+from hostctl.facts.sysfiles import LocalReader, ManagedFiles, Reader, read_managed, text_of
 from hostctl.gpu.harness import TorchPython
 from hostctl.plan import build_plan
 from hostctl.plan.model import Plan, PowerSetting
 from hostctl.plan.placement import serving_gpus
 from hostctl.plan.power import TOLERANCE_W
+from hostctl.provision import boot_code
 from hostctl.provision import files as file_edit
 from hostctl.provision.actions import Action, Decision, Note, Settled, Skipped, command
 from hostctl.service.render import INSTALLED_PROFILE
@@ -117,11 +119,12 @@ class GpuSnapshot:
     torch: TorchPython | None = None  # who would run the functional check; None: not looked up
     acs_facts: AcsFacts | None = None  # what the ACS rung read this round (handed to the functional run)
     driver: str | None = None  # boot mode: how the driver came up
+    exec_chain: ExecChain | None = None  # the code behind the hostctl the unit calls (None: not read)
 
 
 def read_gpu(config: Config, facts: HostFacts, reader: Reader, *, gpus: Callable[[], GpuFacts] | None = None,
              state: Callable[[], Any] | None = None, p2p_options: dict | None = None, look_for_torch: bool = True,
-             read_acs: bool = True) -> GpuSnapshot:
+             read_acs: bool = True, hostctl_bin: str | None = None) -> GpuSnapshot:
     """The GPU facts this round (gpus() re-probes NVML; None keeps facts' own), hostctl's state,
     the files the part manages, the ACS rung (lspci, sysfs) and, when the functional check may be
     needed, the Python that would run it."""
@@ -134,12 +137,13 @@ def read_gpu(config: Config, facts: HostFacts, reader: Reader, *, gpus: Callable
     if state is not None:
         update["state"] = state()
     facts = facts.copy(update=update) if update else facts
-    files = read_managed(reader, files=[UNIT_PATH, INSTALLED_PROFILE], links=[WANTS_LINK],
-                         present=[paths.INSTALLED_HOSTCTL])
+    hostctl_bin = paths.hostctl_for_units(hostctl_bin)
+    files = read_managed(reader, files=[UNIT_PATH, INSTALLED_PROFILE], links=[WANTS_LINK], present=[hostctl_bin])
     if files.systemd_running:
         files.enabled = read_managed(reader, units=[UNIT_NAME]).enabled
     source = Path(config.source).read_bytes() if Path(config.source).is_file() else None
-    snap = GpuSnapshot(facts=facts, files=files, source_profile=source)
+    chain = read_exec_chain(hostctl_bin) if isinstance(reader, LocalReader) else None
+    snap = GpuSnapshot(facts=facts, files=files, source_profile=source, exec_chain=chain)
     if not facts.gpus.available:
         return snap
     plan = build_plan(config, facts)
@@ -211,6 +215,9 @@ def _unit(d: Decision, config: Config, plan: Plan, snap: GpuSnapshot, hostctl_bi
     enable` when systemd runs the host, else the wants/ symlink systemctl would make."""
     # Like the runtime unit, the boot unit reads the installed profile (`provision --only system`
     # puts it there), so both units always act on one profile whatever --config provision got.
+    problem = boot_code.problem(snap.exec_chain) if snap.exec_chain is not None else None
+    if isinstance(problem, RefusedError):
+        raise problem  # root would run code someone else can change at every boot: no unit
     text = render_power_unit(plan, hostctl_bin=hostctl_bin, config_path=INSTALLED_PROFILE)
     current = text_of(snap.files.files.get(UNIT_PATH))
     changed = current != text
@@ -223,10 +230,9 @@ def _unit(d: Decision, config: Config, plan: Plan, snap: GpuSnapshot, hostctl_bi
                      diff=file_edit.diff(UNIT_PATH, current, text), changes=UNIT_PATH, why=why))
     else:
         d.add(Settled("gpu/power-unit", f"{UNIT_PATH} is current"))
-    if snap.files.present.get(hostctl_bin) is False:
+    if problem is not None or (snap.exec_chain is None and snap.files.present.get(hostctl_bin) is False):
         d.add(Note("gpu/power-unit", f"the unit calls {hostctl_bin}, which does not exist, so it would fail at boot: "
-                   f"link the installed hostctl there, e.g. `ln -s \"$(command -v hostctl)\" {hostctl_bin}` "
-                   "(`provision --only system` refuses until it exists)", severity="warn"))
+                   f"{boot_code.INSTALL_ROUTE} (`provision --only system` refuses until it exists)", severity="warn"))
     installed = snap.files.files.get(INSTALLED_PROFILE)
     if installed is None or (snap.source_profile is not None and installed != snap.source_profile):
         what = "does not exist" if installed is None else f"differs from {config.source}"

@@ -180,7 +180,8 @@ class GpuPart:
         # first look (a limit just set). With no driver at the first look there is nothing to read back.
         again = not first and self.base.gpus.available
         snap = gpu.read_gpu(self.config, self.base, LocalReader(), gpus=self._gpus if again else None,
-                            state=lambda: probe_state()[0], p2p_options=self.p2p_options, read_acs=not self.boot)
+                            state=lambda: probe_state()[0], p2p_options=self.p2p_options, read_acs=not self.boot,
+                            hostctl_bin=self.hostctl_bin)
         snap.driver = self.driver
         system = ctx.earlier.get("system")
         if ctx.dry_run and system is not None and any(a.changes == INSTALLED_PROFILE for a in system.actions):
@@ -220,7 +221,7 @@ def provision(config: Config, *, only: str | None = None, dry_run: bool = False,
               gpu_options: dict | None = None) -> Report:
     """Run the parts (all, in ORDER, or `only` one) and return the report; its error, if any, is
     what the run stopped at (the caller raises it after presenting the report)."""
-    from hostctl.provision.apply import sudo_owner
+    from hostctl.safefs import sudo_owner
     from hostctl.provision.record import record_converged
     from hostctl.provision.storage import StorageOptions
 

@@ -12,13 +12,16 @@ unchanged since (same size and modification time as the original).
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from hostctl import safefs
 from hostctl.config import Config
 from hostctl.errors import FailedError, InputError, RefusedError
 from hostctl.facts.model import HostFacts
@@ -27,7 +30,6 @@ from hostctl.provision.storage import tensor_parallel
 from hostctl.bytesizes import MIB, fmt_bytes
 
 CHUNK = 8 * MIB
-PARTIAL_PREFIX = ".hostctl-partial."
 
 
 @dataclass
@@ -45,10 +47,10 @@ class RankCopy:
 
 def _same_copy(src: Path, dst: Path) -> bool:
     try:
-        s, d = src.stat(), dst.stat()
+        s, d = src.stat(), dst.lstat()  # a link in the rank folder is never "the copy"
     except FileNotFoundError:
         return False
-    return s.st_size == d.st_size and s.st_mtime_ns == d.st_mtime_ns
+    return stat.S_ISREG(d.st_mode) and s.st_size == d.st_size and s.st_mtime_ns == d.st_mtime_ns
 
 
 def plan_split(config: Config, facts: HostFacts) -> tuple[list[RankCopy], list[str]]:
@@ -139,47 +141,78 @@ def _drop_cache(fd: int) -> None:
         pass
 
 
+def _open_source(src: Path) -> int:
+    """The original, opened without following a link: the store folder is the invoking user's,
+    and a link they planted there to a root-only file would otherwise be copied somewhere they
+    can read it."""
+    with safefs.opened_dir(src.parent) as dfd:
+        try:
+            fd = os.open(src.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise safefs.UntrustedPathError(src, "it is a symlink; store split copies only the store's own files",
+                                                fix=f"remove the link {src}, then re-run") from None
+            raise
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise safefs.UntrustedPathError(src, "it is not a regular file; store split copies only the store's own files")
+    return fd
+
+
 def copy_verified(src: Path, dst: Path, progress: _Progress, label: str) -> int:
-    size = src.stat().st_size
-    tmp = dst.parent / f"{PARTIAL_PREFIX}{dst.name}"
-    try:
-        with open(src, "rb") as fin, open(tmp, "wb") as fout:
-            done = 0
-            while chunk := fin.read(CHUNK):
-                fout.write(chunk)
-                done += len(chunk)
-                progress.update(f"{label}: copying", done, size)
-            fout.flush()
-            os.fsync(fout.fileno())
-            _drop_cache(fout.fileno())
-        with open(src, "rb") as a, open(tmp, "rb") as b:
-            _drop_cache(b.fileno())
-            done = 0
-            while True:
-                x, y = a.read(CHUNK), b.read(CHUNK)
-                if x != y:
-                    raise FailedError(f"{label}: the copy in {tmp} differs from {src} at byte {done + _first_diff(x, y)}; "
-                                      "it was removed and nothing was bound", fix="check the drive (`dmesg`, SMART), then re-run")
-                if not x:
-                    break
-                done += len(x)
-                progress.update(f"{label}: verifying", done, size)
-        st = src.stat()
-        os.utime(tmp, ns=(st.st_atime_ns, st.st_mtime_ns))
-        os.chmod(tmp, st.st_mode & 0o7777)
+    """Copy, read back from the drive, compare, then rename into place. The target folder belongs
+    to the invoking user, so everything there goes through one checked folder fd (safefs): the
+    temporary is made with O_EXCL (a link planted under any name is never opened), its mode, owner
+    and times are set on the open file, and the read-back opens the very file written."""
+    fin = os.fdopen(_open_source(src), "rb")
+    with fin, safefs.opened_dir(dst.parent) as dfd:
+        st = os.fstat(fin.fileno())
+        size = st.st_size
+        safefs.remove_stale_temps(dfd, dst.name)
+        fd, tmp = safefs.create_temp(dfd, dst.name)
+        shown = dst.parent / tmp
         try:
-            os.chown(tmp, st.st_uid, st.st_gid)
-        except PermissionError:
-            pass
-        os.replace(tmp, dst)
-        dir_fd = os.open(dst.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+            with os.fdopen(fd, "wb") as fout:
+                done = 0
+                while chunk := fin.read(CHUNK):
+                    fout.write(chunk)
+                    done += len(chunk)
+                    progress.update(f"{label}: copying", done, size)
+                fout.flush()
+                os.fsync(fout.fileno())
+                _drop_cache(fout.fileno())
+                written = os.fstat(fout.fileno())
+                fin.seek(0)
+                rfd = os.open(tmp, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+                with os.fdopen(rfd, "rb") as b:
+                    if (os.fstat(rfd).st_dev, os.fstat(rfd).st_ino) != (written.st_dev, written.st_ino):
+                        raise safefs.UntrustedPathError(shown, "it was replaced while hostctl was copying into it")
+                    _drop_cache(rfd)
+                    done = 0
+                    while True:
+                        x, y = fin.read(CHUNK), b.read(CHUNK)
+                        if x != y:
+                            raise FailedError(f"{label}: the copy in {shown} differs from {src} at byte "
+                                              f"{done + _first_diff(x, y)}; it was removed and nothing was bound",
+                                              fix="check the drive (`dmesg`, SMART), then re-run")
+                        if not x:
+                            break
+                        done += len(x)
+                        progress.update(f"{label}: verifying", done, size)
+                os.utime(fout.fileno(), ns=(st.st_atime_ns, st.st_mtime_ns))
+                os.fchmod(fout.fileno(), st.st_mode & 0o7777)
+                try:
+                    os.fchown(fout.fileno(), st.st_uid, st.st_gid)
+                except PermissionError:
+                    pass
+            safefs.commit_temp(dfd, tmp, dst.name)
+        except BaseException:
+            try:
+                os.unlink(tmp, dir_fd=dfd)
+            except FileNotFoundError:
+                pass
+            raise
     return size
 
 

@@ -28,10 +28,13 @@ def profile_digest(config: Config) -> str | None:
 
 def record_converged(part: str, config: Config, state_dir: Path | None = None) -> Path:
     path = (state_dir or paths.state_dir()) / PROVISIONED_FILE
+    from hostctl.errors import InputError, UntrustedPathError
+    from hostctl.safeload import MAX_CONFIG_BYTES, load_json
+
     try:
-        doc = json.loads(path.read_text())
+        doc = load_json(path, "provision record", limit=MAX_CONFIG_BYTES)
         parts = dict(doc.get("parts", {})) if isinstance(doc, dict) else {}
-    except (OSError, ValueError):
+    except (InputError, UntrustedPathError, TypeError, ValueError):  # parts not a mapping: start the record again
         parts = {}
     entry = {"profile": config.profile.name, "profile_sha256": profile_digest(config), "hostctl": __version__}
     old = parts.get(part)

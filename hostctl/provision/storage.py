@@ -28,13 +28,15 @@ from __future__ import annotations
 import math
 import os
 import shlex
+import stat
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Literal
 
-from hostctl import marks, paths
+from hostctl import marks, paths, safefs, safepaths
 from hostctl.config import Config, Drive
 from hostctl.errors import FailedError, InputError, RefusedError
 from hostctl.facts.disks import blank_proof, blkid_probe, nonzero_samples, table_entries
@@ -275,12 +277,38 @@ def _mkdir(step: str, path: str, owner: tuple[int, int] | None, *, create: bool,
     if owner is not None:
         parts.append(f"chown {owner[0]}:{owner[1]} {shlex.quote(shown)}")
 
-    def _run() -> None:
-        os.makedirs(path, mode=0o755, exist_ok=True)
-        if owner is not None:
-            os.chown(path, *owner)
+    return Action(step=step, describe=" && ".join(parts), run=lambda: _make_owned_dir(Path(path), owner),
+                  changes=shown)
 
-    return Action(step=step, describe=" && ".join(parts), run=_run, changes=shown)
+
+def _make_owned_dir(path: Path, owner: tuple[int, int] | None) -> None:
+    """The folders above are made root's (safefs walks and creates them); the last one is made or
+    opened with O_NOFOLLOW under its parent's fd and chowned on that fd. A chown on the path would
+    follow a link put there (the folder is the invoking user's), handing them whatever it points to;
+    and where the folder really is must pass the profile's own system-directory rule."""
+    with safefs.opened_dir(path.parent, create=True) as pfd:
+        try:
+            os.mkdir(path.name, 0o755, dir_fd=pfd)
+        except FileExistsError:
+            pass
+        try:
+            fd = os.open(path.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=pfd)
+        except OSError:
+            st = os.stat(path.name, dir_fd=pfd, follow_symlinks=False)
+            if stat.S_ISLNK(st.st_mode):
+                raise safefs.UntrustedPathError(path, f"it is a symlink ({safefs.describe(st)}); hostctl makes this "
+                                                      "folder itself and does not follow a link there",
+                                                fix=f"remove the link {path}, or name the real folder in the profile")
+            raise
+        try:
+            real = os.readlink(f"/proc/self/fd/{fd}")
+            problem = safepaths.system_dir(real) if real.startswith("/") else None
+            if problem:
+                raise safefs.UntrustedPathError(path, f"it leads to {real}: {problem}")
+            if owner is not None:
+                os.fchown(fd, *owner)
+        finally:
+            os.close(fd)
 
 
 def _write(step: str, host_path: str, old: str | None, new: str, why: str = "") -> Action:

@@ -25,9 +25,11 @@ from hostctl.safefs import write_file
 from hostctl.config import Config, recipe_path
 from hostctl.errors import FailedError, InputError
 from hostctl.facts.model import HostFacts
-from hostctl.facts.sysfiles import ManagedFiles, Reader, read_managed, systemctl_argv, text_of
+from hostctl.facts.executable import ExecChain, read_exec_chain
+from hostctl.facts.sysfiles import LocalReader, ManagedFiles, Reader, read_managed, systemctl_argv, text_of
 from hostctl.plan.model import Plan
 from hostctl.provision import files as file_edit
+from hostctl.provision import boot_code
 from hostctl.provision.actions import Action, Decision, Note, Settled, command
 from hostctl.service.render import INSTALLED_HOSTCTL, INSTALLED_PROFILE, render_files
 
@@ -73,6 +75,9 @@ class SystemSnapshot:
     sysroot: str
     hostctl_bin: str = INSTALLED_HOSTCTL
     reload_deferred: str | None = None  # why systemd must not be reloaded now (see reload_deferred)
+    # The code behind hostctl_bin (owners and modes); None where the reader is another machine's
+    # (`verify --host`), which then checks only that the file exists.
+    exec_chain: ExecChain | None = None
 
 
 def reload_deferred(plan: Plan, facts: HostFacts | None) -> str | None:
@@ -96,8 +101,9 @@ def read_system(config: Config, plan: Plan, reader: Reader, *, hostctl_bin: str 
                 facts: HostFacts | None = None) -> SystemSnapshot:
     desired = None if plan.errors else desired_files(config, plan, hostctl_bin=hostctl_bin)
     files = read_managed(reader, files=[str(p) for p in desired or {}], units=list(UNITS), present=[hostctl_bin])
+    chain = read_exec_chain(hostctl_bin) if isinstance(reader, LocalReader) else None
     return SystemSnapshot(desired=desired, files=files, sysroot=reader.sysroot, hostctl_bin=hostctl_bin,
-                          reload_deferred=reload_deferred(plan, facts))
+                          reload_deferred=reload_deferred(plan, facts), exec_chain=chain)
 
 
 def _why(host_path: PurePosixPath) -> str:
@@ -126,10 +132,15 @@ def decide(config: Config, plan: Plan, snap: SystemSnapshot) -> Decision:
             details=[f"[{p.area}] {p.message}" + (f" (fix: {p.fix})" if p.fix else "") for p in plan.errors],
             fix="fix the problems above (`hostctl plan` explains each decision)",
         )
-    if not snap.files.present.get(snap.hostctl_bin):
+    if snap.exec_chain is not None:
+        # Root runs this at every boot: refused while anyone else can change it (boot_code).
+        refused = boot_code.problem(snap.exec_chain)
+        if refused is not None:
+            raise refused
+    elif not snap.files.present.get(snap.hostctl_bin):
         raise FailedError(
             f"the units would call {snap.hostctl_bin}, which does not exist: they would fail at every boot",
-            fix=f"link the installed hostctl there, e.g. `ln -s \"$(command -v hostctl)\" {snap.hostctl_bin}`",
+            fix=boot_code.INSTALL_ROUTE,
         )
     if not snap.files.systemctl:
         raise FailedError("systemctl is not installed: hostctl's units need systemd",

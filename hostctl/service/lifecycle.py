@@ -22,7 +22,7 @@ from pathlib import Path
 
 import httpx
 
-from hostctl import paths
+from hostctl import loglines, paths
 from hostctl.config import Config
 from hostctl.failures import StartEvidence, Finding, classify
 from hostctl.errors import FailedError
@@ -378,7 +378,8 @@ def _watch(config: Config, plan: Plan, name: str, since: float, timeout: int, sa
 
 # An exception line: at the start of the line or of a log record's message ("...[core.py:12] ValueError: ..."),
 # not an exception named in passing inside a warning.
-ERROR_LINE = re.compile(r"(?:^|\] )\s*([A-Z][A-Za-z0-9_.]*(?:Error|Exception|Exit)):? ")
+# Bounded like hostctl.failures.ROOT_ERROR: the log is outside input, an exception name is short.
+ERROR_LINE = re.compile(r"(?:^|\] )\s{0,16}([A-Z][A-Za-z0-9_.]{0,200}(?:Error|Exception|Exit)):? ")
 
 
 def root_errors(log, limit: int = 3) -> list[str]:
@@ -386,6 +387,7 @@ def root_errors(log, limit: int = 3) -> list[str]:
     usually the parent reporting that a child failed; the child's own error comes first."""
     seen: list[str] = []
     for line in log:
+        line = loglines.bounded(line)
         m = ERROR_LINE.search(line)
         if m:
             text = line[m.start(1):].strip()

@@ -14,7 +14,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-_NUM = r"([\d,]+)"
+from hostctl import loglines
+
+# Numbers are bounded: a runtime (or a model's code) printing a 5,000-digit "count" would make int()
+# raise, and a match of unbounded digits costs the line's length; a real count has at most a dozen digits.
+_NUM = r"(\d[\d,]{0,24})"
 
 
 def _int(text: str) -> int:
@@ -30,18 +34,18 @@ class Phase:
 
 
 PHASES: tuple[Phase, ...] = (
-    Phase("server", re.compile(r"(?:vLLM API server version|\u2588\s+version) (\d[\w.+-]*)"), "vLLM {0} starting"),
+    Phase("server", re.compile(r"(?:vLLM API server version|\u2588\s+version) (\d[\w.+-]{0,63})"), "vLLM {0} starting"),
     Phase("engine", re.compile(r"Initializing a V\d LLM engine"), "engine initialising"),
-    Phase("shards", re.compile(r"Loading (?:safetensors|pt) checkpoint shards:\s+\d+% Completed \|\s*(\d+)/(\d+)"),
+    Phase("shards", re.compile(r"Loading (?:safetensors|pt) checkpoint shards:\s{1,16}\d{1,3}% Completed \|\s{0,16}(\d{1,9})/(\d{1,9})"),
           "loading shards {0}/{1}", counter=True),
-    Phase("weights", re.compile(r"(?:Loading weights took|Model loading took) ([\d.]+ \w+)"), "weights loaded ({0})"),
-    Phase("convert", re.compile(r"converted layer (\d+)\s*/\s*(\d+)"), "converted layer {0}/{1}", counter=True),
+    Phase("weights", re.compile(r"(?:Loading weights took|Model loading took) (\d{1,12}(?:\.\d{1,12})? \w{1,16})"), "weights loaded ({0})"),
+    Phase("convert", re.compile(r"converted layer (\d{1,9})\s{0,4}/\s{0,4}(\d{1,9})"), "converted layer {0}/{1}", counter=True),
     Phase("w2-tier", re.compile(r"moe_w2 delta tier"), "moe_w2 delta tier built"),
     Phase("kv-cache", re.compile(r"KV cache size: " + _NUM + r" tokens"), "KV cache {0} tokens"),
-    Phase("concurrency", re.compile(r"Maximum concurrency for " + _NUM + r" tokens per request: ([\d.]+)x"),
+    Phase("concurrency", re.compile(r"Maximum concurrency for " + _NUM + r" tokens per request: (\d{1,12}(?:\.\d{1,12})?)x"),
           "max concurrency {1}x at {0} tokens"),
-    Phase("graphs", re.compile(r"Capturing CUDA graphs?|Graph capturing finished in ([\d.]+) sec"), "graph capture"),
-    Phase("init", re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s"),
+    Phase("graphs", re.compile(r"Capturing CUDA graphs?|Graph capturing finished in (\d{1,12}(?:\.\d{1,12})?) sec"), "graph capture"),
+    Phase("init", re.compile(r"init engine \(profile, create kv cache, warmup model\) took (\d{1,12}(?:\.\d{1,12})?) s"),
           "engine ready ({0} s: profile, KV cache, warm-up)"),
     Phase("api", re.compile(r"Starting vLLM (?:API )?server|Application startup complete"), "API server listening"),
 )
@@ -102,6 +106,7 @@ class Tracker:
         """Returns a progress message when the line starts or advances a phase (one line may
         carry several: vLLM prints the KV cache size and the concurrency together)."""
         self.lines += 1
+        line = loglines.bounded(line)  # the runtime's log is outside input: a line costs a constant
         messages = []
         matched = False
         for phase in PHASES:

@@ -17,14 +17,13 @@ import errno
 import json
 import os
 import re
-import shutil
-import tempfile
+import stat
 from collections.abc import Callable
 from pathlib import Path
 
 import jinja2
 
-from hostctl import __version__, paths, safetext
+from hostctl import __version__, paths, safefs, safetext
 from hostctl.errors import FailedError, InputError
 from hostctl.plan.model import Plan
 
@@ -151,81 +150,155 @@ def _target_problem(out_dir: Path) -> str | None:
         probe = probe.parent
 
 
-def _renameat2_exchange(a: Path, b: Path) -> bool:
-    """Swap two directories in one step (Linux renameat2 RENAME_EXCHANGE); False where the
-    kernel or filesystem cannot."""
+def _renameat2_exchange(dir_fd: int, a: str, b: str) -> bool:
+    """Swap two entries of one directory in one step (Linux renameat2 RENAME_EXCHANGE); False
+    where the kernel or filesystem cannot."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         fn = libc.renameat2
     except (OSError, AttributeError):
         return False
-    at_fdcwd, rename_exchange = -100, 2
-    if fn(at_fdcwd, os.fsencode(str(a)), at_fdcwd, os.fsencode(str(b)), rename_exchange) == 0:
+    rename_exchange = 2
+    if fn(dir_fd, os.fsencode(a), dir_fd, os.fsencode(b), rename_exchange) == 0:
         return True
     if ctypes.get_errno() in (errno.EINVAL, errno.ENOSYS, errno.EXDEV, errno.ENOTSUP):
         return False
-    raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()), str(b))
+    raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()), b)
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
+def _private_project(out_dir: Path) -> int | None:
+    """An fd of the existing project folder (its links followed only where trusted), or None when
+    it is missing. Compose reads every file there (compose.yaml, runtime.env, a `.env` it finds on
+    its own), so a folder another user owns or can write into is refused, not written."""
     try:
-        os.fsync(fd)
+        fd = safefs.open_dir(out_dir)
+    except FileNotFoundError:
+        return None
+    st = os.fstat(fd)
+    if safefs.others_can_write(st):
+        os.close(fd)
+        raise safefs.UntrustedPathError(out_dir, f"the project folder is {safefs.describe(st)}: others can put "
+                                                 "files in it that Compose would read as root",
+                                        fix=f"chmod go-w {out_dir}, or pass --out a folder of yours")
+    return fd
+
+
+def _refuse_system_dir(out_dir: Path, fd: int) -> None:
+    """_target_problem judged the path as written; a link on the way (even one of the invoking
+    user's) could still lead into a system directory, so where the open folder really is is
+    judged by the same rule."""
+    from hostctl import safepaths
+
+    real = os.readlink(f"/proc/self/fd/{fd}")
+    problem = safepaths.system_dir(real) if real.startswith("/") else None
+    if problem:
+        raise safefs.UntrustedPathError(out_dir, f"it leads to {real}: {problem}",
+                                        fix="pass --out a folder of yours that is not a link into a system directory")
+
+
+def _remove_temp_dir(parent_fd: int, name: str) -> None:
+    """Remove the temporary project folder (hostctl's own, in a folder no one else can swap)."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent_fd)
+    except FileNotFoundError:
+        return
+    try:
+        for entry in os.listdir(fd):
+            os.unlink(entry, dir_fd=fd)
     finally:
         os.close(fd)
+    os.rmdir(name, dir_fd=parent_fd)
 
 
 def write_project(files: dict[str, str], out_dir: Path, *, check: Callable[[Path], None] | None = None) -> list[Path]:
     """Write `files` into a temporary directory beside out_dir, run `check` on it (it raises to
     refuse), then put it in place: a new directory is renamed into place; a directory that holds
     only hostctl's files is swapped in one step; a directory that also holds other files keeps
-    them and gets each file replaced atomically. On any failure out_dir is as it was."""
+    them and gets each file replaced atomically. On any failure out_dir is as it was.
+
+    Everything goes through directory fds opened by safefs: the way to out_dir, and out_dir itself,
+    must be root's or the invoking user's and not writable by others (UntrustedPathError, exit 3),
+    so a link or folder planted in /tmp never redirects root's write."""
     problem = _target_problem(out_dir)
     if problem:
         raise InputError(f"cannot write the project to {str(out_dir)[:200]}: {problem}",
                          fix="pass --out a directory (it is created if missing), or set runtime.project_dir")
     out_dir = Path(os.path.abspath(out_dir))
     try:
-        out_dir.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.hostctl-", dir=out_dir.parent))
+        pfd = safefs.open_dir(out_dir.parent, create=True)
     except OSError as exc:
         raise InputError(f"cannot write the project to {out_dir}: {exc.strerror or exc}",
                          fix="pass --out a directory you can write to") from None
     try:
-        os.chmod(tmp, DIR_MODE)
-        for name, text in files.items():
-            path = tmp / name
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, SECRET_MODE if name == "runtime.env" else FILE_MODE)
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(text)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.chmod(path, SECRET_MODE if name == "runtime.env" else FILE_MODE)
-        _fsync_dir(tmp)
-        if check is not None:
-            check(tmp)
-        _put_in_place(tmp, out_dir, list(files))
+        ofd = _private_project(out_dir)
+        try:
+            _refuse_system_dir(out_dir, ofd if ofd is not None else pfd)
+            tmp = _fill_temp_dir(pfd, out_dir, files)
+            try:
+                if check is not None:
+                    check(out_dir.parent / tmp)
+                _put_in_place(pfd, tmp, ofd, out_dir.name, list(files))
+            finally:
+                _remove_temp_dir(pfd, tmp)
+        finally:
+            if ofd is not None:
+                os.close(ofd)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        os.close(pfd)
     return [out_dir / name for name in files]
 
 
-def _put_in_place(tmp: Path, out_dir: Path, names: list[str]) -> None:
-    if not out_dir.exists() and not out_dir.is_symlink():
-        os.rename(tmp, out_dir)
-        _fsync_dir(out_dir.parent)
-        tmp.mkdir()  # so the caller's clean-up finds what it expects
+def _fill_temp_dir(pfd: int, out_dir: Path, files: dict[str, str]) -> str:
+    for _ in range(100):
+        tmp = f".{out_dir.name}{safefs.TEMP_MARK}{os.urandom(6).hex()}"
+        try:
+            os.mkdir(tmp, DIR_MODE, dir_fd=pfd)
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise FileExistsError(f"no free temporary name beside {out_dir}")
+    try:
+        tfd = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=pfd)
+        try:
+            os.fchmod(tfd, DIR_MODE)
+            for name, text in files.items():
+                mode = SECRET_MODE if name == "runtime.env" else FILE_MODE
+                fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=tfd)
+                with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                    fh.write(text)
+                    fh.flush()
+                    os.fchmod(fh.fileno(), mode)  # the umask may have narrowed it
+                    os.fsync(fh.fileno())
+            safefs.fsync_dir(tfd)
+        finally:
+            os.close(tfd)
+    except BaseException:
+        _remove_temp_dir(pfd, tmp)
+        raise
+    return tmp
+
+
+def _put_in_place(pfd: int, tmp: str, ofd: int | None, name: str, names: list[str]) -> None:
+    if ofd is None:
+        os.rename(tmp, name, src_dir_fd=pfd, dst_dir_fd=pfd)
+        safefs.fsync_dir(pfd)
         return
     ours = set(FILES) | set(names)
-    only_ours = not out_dir.is_symlink() and all(e in ours for e in os.listdir(out_dir))
-    if only_ours and _renameat2_exchange(tmp, out_dir):
-        _fsync_dir(out_dir.parent)
+    is_link = stat.S_ISLNK(os.stat(name, dir_fd=pfd, follow_symlinks=False).st_mode)
+    only_ours = not is_link and all(e in ours for e in os.listdir(ofd))
+    if only_ours and _renameat2_exchange(pfd, tmp, name):
+        safefs.fsync_dir(pfd)
         return  # tmp now holds the old project; the caller removes it
-    for name in names:
-        os.replace(tmp / name, out_dir / name)
+    tfd = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=pfd)
+    try:
+        for n in names:
+            os.replace(n, n, src_dir_fd=tfd, dst_dir_fd=ofd)
+    finally:
+        os.close(tfd)
     if only_ours:
-        os.chmod(out_dir, DIR_MODE)
-    _fsync_dir(out_dir)
+        os.fchmod(ofd, DIR_MODE)
+    safefs.fsync_dir(ofd)
 
 
 def write_files(files: dict[str, str], out_dir: Path) -> list[Path]:

@@ -138,10 +138,10 @@ def _service_keys() -> tuple[frozenset[str], frozenset[str]]:
 
 
 def compose_problems(text: str, plan: Plan, env: dict[str, str]) -> list[str]:
-    from hostctl.safeload import _Loader
+    from hostctl.safeload import yaml_loader
 
     try:
-        doc = yaml.load(text, Loader=_Loader)  # noqa: S506 - the SafeLoader subclass that refuses duplicate keys
+        doc = yaml.load(text, Loader=yaml_loader())  # noqa: S506 - the SafeLoader subclass that refuses duplicate keys
     except yaml.YAMLError as exc:
         return [f"compose.yaml does not parse: {' '.join(str(exc).split())[:200]}"]
     rt = plan.runtime

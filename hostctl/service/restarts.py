@@ -29,9 +29,12 @@ def iso(t: datetime) -> str:
 
 
 def load() -> list[dict]:
+    from hostctl.errors import InputError, UntrustedPathError
+    from hostctl.safeload import MAX_CONFIG_BYTES, load_json
+
     try:
-        doc = json.loads((paths.state_dir() / HISTORY_FILE).read_text())
-    except (OSError, ValueError):
+        doc = load_json(paths.state_dir() / HISTORY_FILE, "restart history", limit=MAX_CONFIG_BYTES)
+    except (InputError, UntrustedPathError):
         return []
     entries = doc.get("entries") if isinstance(doc, dict) else None
     return [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []

@@ -22,9 +22,12 @@ def _write(name: str, doc: dict) -> Path:
 
 
 def _read(name: str) -> dict | None:
-    try:
-        return json.loads((paths.state_dir() / name).read_text())
-    except (OSError, ValueError):
+    from hostctl.errors import InputError, UntrustedPathError
+    from hostctl.safeload import MAX_CONFIG_BYTES, load_json
+
+    try:  # a damaged or planted state file is no state: the caller acts as if none was saved
+        return load_json(paths.state_dir() / name, "state file", limit=MAX_CONFIG_BYTES)
+    except (InputError, UntrustedPathError):
         return None
 
 

@@ -22,6 +22,7 @@ runtime hang is handled here first, with its diagnosis.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -188,19 +189,32 @@ def _save_supervisor(name: str) -> None:
                              "since": _now_iso()}) + "\n")
 
 
-def _clear_supervisor() -> None:
+def _supervisor_record() -> dict | None:
+    """The recorded supervisor, or None when there is none or it is not a record (bounded like any
+    outside file: a 4,000-digit pid would reach os.kill as an OverflowError)."""
+    from hostctl.errors import InputError, UntrustedPathError
+    from hostctl.safeload import MAX_CONFIG_BYTES, load_json
+
     try:
-        doc = json.loads((paths.state_dir() / SUPERVISOR_FILE).read_text())
-        if doc.get("pid") == os.getpid():
+        doc = load_json(paths.state_dir() / SUPERVISOR_FILE, "supervisor record", limit=MAX_CONFIG_BYTES)
+    except (InputError, UntrustedPathError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _clear_supervisor() -> None:
+    doc = _supervisor_record()
+    if doc is not None and doc.get("pid") == os.getpid():
+        with contextlib.suppress(OSError):
             (paths.state_dir() / SUPERVISOR_FILE).unlink()
-    except (OSError, ValueError):
-        pass
 
 
 def running_supervisor() -> dict | None:
     """The supervisor recorded in the state directory, when its process still runs."""
     try:
-        doc = json.loads((paths.state_dir() / SUPERVISOR_FILE).read_text())
+        doc = _supervisor_record()
+        if doc is None:
+            return None
         pid, start = int(doc["pid"]), int(doc["start"])
         os.kill(pid, 0)
     except (OSError, ValueError, KeyError, TypeError):

@@ -4,7 +4,10 @@ is skipped and the result says why."""
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
+
+from hostctl.safefs import write_file
 
 
 def write(doc: dict, path: Path) -> tuple[Path | None, str | None]:
@@ -41,7 +44,10 @@ def write(doc: dict, path: Path) -> tuple[Path | None, str | None]:
     ax.set_title(f"hostctl tune {doc['recipe']['id']}\ngreen: winner, blue: meets the constraints, "
                  "grey: does not, red: failed to start", fontsize=9)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=100)
     plt.close(fig)
+    # through safefs, like every file tune writes: savefig on the path would follow a link another
+    # user planted where --out points
+    write_file(path, png.getvalue())
     return path, None

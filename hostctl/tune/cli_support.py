@@ -8,13 +8,13 @@ import json
 import sys
 from pathlib import Path
 
-import yaml
 from rich.console import Console
 
 from hostctl import paths
 from hostctl.config import Config, find_profile, load_config, parse_recipe, recipe_path
 from hostctl.errors import EXIT_FAILED, FailedError, InputError
 from hostctl.interrupt import Interrupted, signals_raise
+from hostctl.safeload import load_yaml
 from hostctl.service.lock import LifecycleLock
 from hostctl.tune import restore, runner
 
@@ -31,10 +31,8 @@ def load(config_path: Path | None, recipe_ref: str | None) -> tuple[Config, dict
     if not path.is_file():
         raise InputError(f"--recipe {recipe_ref}: no such recipe ({path})",
                          fix="name a bundled recipe or a YAML path (vLLM-MoET recipes load unchanged)")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise InputError(f"{path} is not valid YAML", details=[str(exc)]) from None
+    # The one safe loader, as `plan` reads a recipe: an alias bomb here took 30 s and a MemoryError.
+    data = load_yaml(path, "recipe").data
     recipe = parse_recipe(data, str(path))
     return Config(profile=cfg.profile, recipe=recipe, source=cfg.source, warnings=cfg.warnings), data, str(path)
 

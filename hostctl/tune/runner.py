@@ -24,7 +24,7 @@ from pathlib import Path
 import yaml
 
 from hostctl import paths
-from hostctl.safefs import write_file
+from hostctl.safefs import sudo_owner, write_file
 from hostctl.bench import runner as bench_runner
 from hostctl.bench import suites
 from hostctl.config import Config, parse_recipe
@@ -276,7 +276,6 @@ class Sweep:
         """tune.json (and the chart, and the tuned recipe with write_recipe) in out_dir."""
         from hostctl.tune import chart
 
-        self.out_dir.mkdir(parents=True, exist_ok=True)
         png, why = chart.write(self.doc, self.out_dir / "objective.png")
         self.doc["chart"] = str(png) if png else None
         self.doc["chart_skipped"] = why
@@ -288,10 +287,12 @@ class Sweep:
                       f"{self.doc['winner']['trial']}, {self.tp.tuning.objective} = {self.doc['winner']['objective']}\n"
                       f"# from {self.recipe_source}; results in {self.out_dir}/tune.json. Review, then copy it over "
                       "the recipe yourself: tune never applies it.\n")
-            write_file(target, header + yaml.safe_dump(tuned, sort_keys=False))
+            # The whole recipe, its env with it (an HF_TOKEN the recipe holds reaches the runtime only
+            # through the 0600 runtime.env): the user's alone, as tune.json, whose diff quotes it.
+            write_file(target, header + yaml.safe_dump(tuned, sort_keys=False), mode=0o600, owner=sudo_owner())
             self.doc["tuned_recipe"] = str(target)
         path = self.out_dir / "tune.json"
-        write_file(path, json.dumps(self.doc, indent=2, default=str) + "\n")
+        write_file(path, json.dumps(self.doc, indent=2, default=str) + "\n", mode=0o600, owner=sudo_owner())
         return path
 
 

@@ -15,6 +15,7 @@ from hostctl.facts import load_snapshot
 from hostctl.plan import build_plan
 from hostctl.provision.apply import provision_storage, storage_facts
 from hostctl.provision.rankstores import split_rank_stores
+from hostctl.safefs import TEMP_MARK
 from hostctl.service.render import render_files
 
 from loopdrives import check, drive_toml, sha256, write_profile
@@ -97,7 +98,7 @@ def test_a_changed_original_is_copied_again(host, tmp_path):
     _, out, err = quiet(split_rank_stores, cfg)
     assert "1 file(s) copied" in out and "2 already there" in out
     assert sha256(rank0 / pack.name) == sha256(pack)
-    assert not [n for n in os.listdir(rank0) if n.startswith(".hostctl-partial")]
+    assert not [n for n in os.listdir(rank0) if TEMP_MARK in n]
 
 
 def test_tp4_over_three_drives(host, tmp_path):
@@ -145,3 +146,39 @@ def test_nothing_is_copied_when_a_drive_is_not_mounted_or_files_are_missing(host
     _, err = capsys.readouterr()
     assert code == 1 and "not on drive d1's mount" in err
     assert not (tmp_path / "m1" / "moet-store-rank0").exists()  # nothing landed on the root filesystem
+
+
+def test_the_store_owners_links_neither_redirect_nor_leak_the_copy(host, tmp_path, capsys, monkeypatch):
+    """nobody ran sudo, so provision made the store folders nobody's; links nobody planted there
+    (at the old partial name in a rank folder, and as a rank file of the shared store) must not make
+    root overwrite or chown root's file, nor copy a root-only file into nobody's folder."""
+    nobody = 65534
+    monkeypatch.setenv("SUDO_UID", str(nobody))
+    monkeypatch.setenv("SUDO_GID", str(nobody))
+    cfg = write_profile(tmp_path / "p.toml", drives(host, tmp_path, 2), storage=TP2_ROLES)
+    quiet(provision_storage, cfg, yes=True)
+    store, rank0 = tmp_path / "m2" / "moet-store", tmp_path / "m1" / "moet-store-rank0"
+    assert os.stat(rank0).st_uid == nobody
+    make_store(store, 2)
+    victim = tmp_path / "root-only" / "shadow"
+    victim.parent.mkdir(mode=0o700)
+    victim.write_text("root's secret\n")
+    os.chmod(victim, 0o600)
+    pack = f"{STEM}.rank0of2.pack"
+    os.symlink(victim, rank0 / f".hostctl-partial.{pack}")
+    os.lchown(rank0 / f".hostctl-partial.{pack}", nobody, nobody)
+    code = cli.main(["store", "split", "--config", str(tmp_path / "p.toml")])
+    _, err = capsys.readouterr()
+    assert code == 0, err
+    st = os.stat(victim)
+    assert victim.read_text() == "root's secret\n" and (st.st_uid, st.st_mode & 0o777) == (0, 0o600)
+    assert sha256(rank0 / pack) == sha256(store / pack)
+
+    sidecar = store / f"{STEM}.rank0of2.json"
+    sidecar.unlink()
+    os.symlink(victim, sidecar)
+    os.lchown(sidecar, nobody, nobody)
+    code = cli.main(["store", "split", "--config", str(tmp_path / "p.toml")])
+    _, err = capsys.readouterr()
+    assert code == 3 and str(sidecar) in err and "symlink" in err
+    assert "root's secret" not in (rank0 / sidecar.name).read_text()

@@ -5,6 +5,7 @@ the service fingerprint, the qualify verdict, doctor's service.qualified and the
 import json
 import os
 import signal
+import stat
 import time
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from hostctl.service import fingerprint
 from hostctl.tune import chart
 from hostctl.tune import plan as tplan
 from hostctl.tune import runner as trunner
-from need import need_module
+from need import need, need_module
 
 ROOT = Path(__file__).resolve().parents[2]
 MOET = ROOT / "tests" / "unit" / "data" / "vllm-moet"
@@ -391,3 +392,26 @@ def test_text_reports_of_recorded_demo_results():
     judged = probes.judge_coherence(rows)
     assert judged["ok"] is False and judged["same_answer_to_all"] is True
     assert probes.judge_coherence(rows[:1])["ok"] is True  # one prompt cannot be "the same answer to all"
+
+
+def test_the_tuned_recipe_and_its_results_are_the_users_alone(tmp_path, monkeypatch):
+    """tune --write copies the whole recipe, its env with it: a token the recipe holds reaches the
+    runtime only through the 0600 runtime.env, so the copy (and tune.json, whose diff quotes the
+    recipe) must not be readable by every local user. Under sudo they are the invoking user's."""
+    need(os.geteuid() == 0, "chown to the invoking user needs root")
+    monkeypatch.setenv("SUDO_UID", "65534")
+    monkeypatch.setenv("SUDO_GID", "65534")
+    sweep = _sweep(tmp_path, None, None)
+    sweep.recipe_data = {**sweep.recipe_data, "env": {**(sweep.recipe_data.get("env") or {}),
+                                                      "HF_TOKEN": "hf_" + "x" * 30}}
+    first = sweep.tp.trials[0]
+    sweep.doc["trials"] = [{"id": first.id, "knobs": first.knobs, "status": "ok", "objective": 1.0, "valid": True}]
+    sweep.doc["status"] = "running"
+    sweep._finish()
+    assert sweep.doc["winner"], sweep.doc
+    path = sweep.write(write_recipe=True)
+    tuned = Path(sweep.doc["tuned_recipe"])
+    assert "hf_" + "x" * 30 in tuned.read_text()
+    for p in (tuned, path):
+        st = os.stat(p)
+        assert (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid) == (0o600, 65534, 65534), p

@@ -139,7 +139,7 @@ def test_old_entries_are_pruned(home, monkeypatch):
 def test_what_a_killed_writer_left_is_removed_once_it_is_old(home):
     config.load_config(profile(home, name="p0"))
     folder = entries(home)[0].parent
-    old, fresh = folder / ".abc.json.111-1", folder / ".def.json.222-2"
+    old, fresh = folder / ".abc.json.hostctl-000000000001", folder / ".def.json.hostctl-000000000002"
     for tmp in (old, fresh):
         tmp.write_bytes(b"half an entry")
     hour_ago = os.stat(fresh).st_mtime - config_cache.STALE_TMP_S - 60

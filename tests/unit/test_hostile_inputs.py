@@ -21,7 +21,9 @@ def test_the_generator_covers_every_class_the_issue_names_with_many_cases():
                    "output/doctor-bundle", "benign/env-value", "cluster/address", "cluster/name",
                    "cluster/across-hosts", "cluster/file-encoding", "cluster/ssh", "cluster/member",
                    "cluster/every-command", "benign/cluster", "recipe/owned-flag", "recipe/owned-flag-render",
-                   "benign/serve-flag"):
+                   "benign/serve-flag", "profile/huge-integer", "recipe/huge-integer",
+                   "tune/huge-integer", "tune/alias-bomb", "cluster/huge-integer", "facts/huge-integer",
+                   "doctor/pathological-log", "profile/huge-size"):
         assert needed in classes, needed
 
 

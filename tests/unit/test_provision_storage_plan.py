@@ -17,7 +17,8 @@ from hostctl.errors import FailedError, InputError, RefusedError
 from hostctl.facts import load_snapshot
 from hostctl.facts.model import BlankProof, Disk, FsCheck, MountEntry, Partition
 from hostctl.provision import consent, fstab, sysctl
-from hostctl.provision.apply import plan_text, sudo_owner
+from hostctl.provision.apply import plan_text
+from hostctl.safefs import sudo_owner
 from hostctl.provision.storage import (
     StorageOptions,
     SystemFiles,
@@ -503,7 +504,8 @@ def test_storage_facts_say_what_they_did_not_read(tmp_path):
 
 
 def test_copy_verified_keeps_the_originals_time_and_leaves_no_partial(tmp_path):
-    from hostctl.provision.rankstores import PARTIAL_PREFIX, _Progress, copy_verified
+    from hostctl.provision.rankstores import _Progress, copy_verified
+    from hostctl.safefs import TEMP_MARK
 
     src, dst_dir = tmp_path / "a.rank0of2.pack", tmp_path / "rank0"
     src.write_bytes(os.urandom(5 << 20))
@@ -512,4 +514,4 @@ def test_copy_verified_keeps_the_originals_time_and_leaves_no_partial(tmp_path):
     assert copy_verified(src, dst_dir / src.name, _Progress(io.StringIO()), "rank 0") == 5 << 20
     assert (dst_dir / src.name).read_bytes() == src.read_bytes()
     assert (dst_dir / src.name).stat().st_mtime_ns == src.stat().st_mtime_ns
-    assert not [n for n in os.listdir(dst_dir) if n.startswith(PARTIAL_PREFIX)]
+    assert os.listdir(dst_dir) == [src.name] and not [n for n in os.listdir(dst_dir) if TEMP_MARK in n]

@@ -12,7 +12,7 @@ import stat
 import pytest
 
 from hostctl import safefs
-from tests.need import needs
+from need import needs
 
 NOBODY = 65534
 pytestmark = needs(os.geteuid() == 0, "needs root: the attacks chown planted files to nobody")
@@ -141,3 +141,16 @@ def test_sudo_user_is_trusted(tmp_path, monkeypatch):
     os.chown(d, NOBODY, NOBODY)
     safefs.write_file(d / "f", "x")
     assert (d / "f").read_text() == "x"
+
+
+def test_read_trusted_follows_a_trusted_link_only(tmp_path):
+    real = tmp_path / "real.toml"
+    real.write_text("x = 1\n")
+    os.symlink(real, tmp_path / "mine.toml")
+    assert safefs.read_trusted(tmp_path / "mine.toml", max_bytes=100) == b"x = 1\n"
+    shared = _shared(tmp_path)
+    _plant_link(shared / "hostctl.toml", real)
+    with pytest.raises(safefs.UntrustedPathError, match="nobody"):
+        safefs.read_trusted(shared / "hostctl.toml", max_bytes=100)
+    with pytest.raises(IsADirectoryError):
+        safefs.read_trusted(tmp_path, max_bytes=100)

@@ -19,11 +19,11 @@ DEMO = ROOT / "runtime" / "hosts" / "demo-cpu.toml"
 
 
 @pytest.mark.parametrize("url,shown", [
-    ("ssh://admin:PASSWORD@gpu-box:22", "ssh://admin:***@gpu-box:22"),
-    ("https://u:PASSWORD@hub.example/x?y=1", "https://u:***@hub.example/x?y=1"),
-    ("http://u:PASS@WORD@127.0.0.1:1/", "http://u:***@127.0.0.1:1/"),  # the last '@' ends the userinfo
-    ("http://:PASSWORD@h", "http://:***@h"),
-    ("u:PASSWORD@h", "u:***@h"),  # no scheme: still an authority
+    ("ssh://admin:PASSWORD@gpu-box:22", "ssh://admin:***REDACTED***@gpu-box:22"),
+    ("https://u:PASSWORD@hub.example/x?y=1", "https://u:***REDACTED***@hub.example/x?y=1"),
+    ("http://u:PASS@WORD@127.0.0.1:1/", "http://u:***REDACTED***@127.0.0.1:1/"),  # the last '@' ends the userinfo
+    ("http://:PASSWORD@h", "http://:***REDACTED***@h"),
+    ("u:PASSWORD@h", "u:***REDACTED***@h"),  # no scheme: still an authority
     ("ssh://admin@gpu-box", "ssh://admin@gpu-box"),
     ("http://127.0.0.1:8000/v1?a=b:c@d", "http://127.0.0.1:8000/v1?a=b:c@d"),  # '@' after the authority
 ])
@@ -42,7 +42,7 @@ def hostctl(*args: str, cwd: Path, env: dict | None = None) -> subprocess.Comple
 def test_smoke_url_with_a_password_is_refused_without_showing_it(url, tmp_path):
     p = hostctl("smoke", "--config", str(DEMO), "--url", url, cwd=tmp_path)
     assert p.returncode == 2, p.stdout + p.stderr
-    assert "PASSWORD" not in p.stdout + p.stderr and "u:***@" in p.stderr
+    assert "PASSWORD" not in p.stdout + p.stderr and "u:***REDACTED***@" in p.stderr
 
 
 def test_an_unreachable_hf_endpoint_is_named_without_its_password(tmp_path):
@@ -56,5 +56,5 @@ def test_an_unreachable_hf_endpoint_is_named_without_its_password(tmp_path):
                      "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HOME": str(tmp_path / "hf-home"),
                      "HOSTCTL_SYSROOT": str(tmp_path / "sysroot")})
     assert p.returncode == 1, p.stdout + p.stderr
-    assert "cannot reach the hub at http://hub:***@127.0.0.1:1" in p.stderr, p.stderr
+    assert "cannot reach the hub at http://hub:***REDACTED***@127.0.0.1:1" in p.stderr, p.stderr
     assert "PASSWORD" not in p.stdout + p.stderr

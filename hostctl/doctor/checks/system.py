@@ -1,6 +1,7 @@
 """System checks: the profile and recipe load and the plan's remaining problems (the runtime
-section; every other section has its own checks), and whether the readings come from inside
-a virtual machine, where GPU topology, P2P and NUMA may not describe the hardware."""
+section; every other section has its own checks), whether the readings come from inside
+a virtual machine, where GPU topology, P2P and NUMA may not describe the hardware, and whether
+the code the boot units run as root is root's alone (hostctl/provision/boot_code.py decides)."""
 
 from __future__ import annotations
 
@@ -47,4 +48,26 @@ def virtualization(ctx: CheckContext) -> CheckResult:
                   source=source)
 
 
-CHECKS = (config, virtualization)
+@check("system.boot_code", "the hostctl the boot units run is root's alone")
+def boot_code(ctx: CheckContext) -> CheckResult:
+    from hostctl.errors import RefusedError
+    from hostctl.provision.boot_code import INSTALL_ROUTE, problem
+
+    chain = ctx.boot_code
+    if chain is None:
+        return skipped("the executable the boot units call is read on the host itself, not from a facts snapshot")
+    source = f"{chain.path}, the links, interpreter and Python environment behind it (owners and modes)"
+    found = problem(chain)
+    if found is None:
+        return passed(f"{chain.path} and the {len(chain.entries)} files and folders behind it can be changed by root only",
+                      source=source)
+    if isinstance(found, RefusedError):
+        return failed(found.message, fix=INSTALL_ROUTE, observed="; ".join(found.details), source=source)
+    if not ctx.boot_units:
+        return skipped(f"no boot unit is installed yet and {chain.path} does not exist; before `hostctl provision`: "
+                       "`sudo ./install.sh` in a hostctl checkout", source=source)
+    return failed(f"{', '.join(ctx.boot_units)} call {chain.path}, which does not exist: they fail at every boot",
+                  fix=INSTALL_ROUTE, source=source)
+
+
+CHECKS = (config, virtualization, boot_code)
