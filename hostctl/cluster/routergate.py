@@ -114,6 +114,10 @@ def read_head(conn: socket.socket) -> tuple[bytes, bytes]:
 
 def parse_head(head: bytes) -> tuple[bytes, str, list[tuple[bytes, bytes]]]:
     """(request line, path, headers); malformed or ambiguous heads are refused (400)."""
+    # A bare CR or LF (or a NUL) inside a line: vllm-router's parser may end a line there and
+    # read a header this gate did not see (a Content-Length, say).
+    if re.search(rb"\x00|(?<!\r)\n|\r(?!\n)", head):
+        raise Refused(400, "Bad Request", "a bare CR, LF or NUL in the request head")
     lines = head.split(b"\r\n")
     parts = lines[0].split(b" ")
     if (len(parts) != 3 or not TOKEN.fullmatch(parts[0]) or parts[2] not in (b"HTTP/1.1", b"HTTP/1.0")
