@@ -247,9 +247,13 @@ def router_dir() -> Path:
     return paths.resource_root() / "runtime" / "router"
 
 
+def router_gate_path() -> Path:
+    return Path(__file__).resolve().parent / "cluster" / "routergate.py"
+
+
 def router_inputs() -> dict:
     return {"base": base_tag(), "vllm_router": VLLM_ROUTER_VERSION,
-            "dockerfile": _file_digest(router_dir() / "Dockerfile")}
+            "dockerfile": _file_digest(router_dir() / "Dockerfile"), "gate": _file_digest(router_gate_path())}
 
 
 def router_tag() -> str:
@@ -258,6 +262,7 @@ def router_tag() -> str:
 
 def _router_context(work: Path) -> None:
     shutil.copy2(router_dir() / "Dockerfile", work / "Dockerfile")
+    shutil.copy2(router_gate_path(), work / "routergate.py")
     shutil.copy2(HOST_CA, work / "build-ca.crt")
 
 

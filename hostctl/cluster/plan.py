@@ -293,11 +293,15 @@ def apply_cluster(plan: Plan, cluster: ClusterProfile, member: Member, tp: int, 
 
 
 def router_command(cluster: ClusterProfile) -> list[str]:
-    """vllm-router's argv (the key comes from the environment at start, never the argv in files)."""
+    """The router container's argv: hostctl's gate (hostctl/cluster/routergate.py) on the router's
+    address, then vllm-router's own flags after `--` (on 127.0.0.1, its internal port: its admin
+    routes answer anyone who reaches it, so only the gate does). The key comes from the
+    environment at start, never the argv in files."""
     r, m = cluster.router, cluster.router_member
-    port = cluster.api_port(m)
+    port, inner = cluster.api_port(m), str(r.internal_port)
     # No --worker-urls: a replica joins (/add_worker) only after its own smoke gate passed.
-    return ["--host", m.address, "--port", str(port), "--policy", r.policy,
+    return ["--listen", m.address, "--port", str(port), "--upstream-port", inner, "--",
+            "--host", "127.0.0.1", "--port", inner, "--policy", r.policy,
             "--health-check-interval-secs", str(r.health_check_interval_s),
             "--health-failure-threshold", str(r.health_failure_threshold),
             "--health-success-threshold", "1", "--worker-startup-check-interval", "1",
@@ -326,6 +330,11 @@ def build_cluster_plan(cluster: ClusterProfile, configs: dict[str, Config],
                                       f"health check every {cluster.router.health_check_interval_s} s; a replica is "
                                       f"taken out after {cluster.router.health_failure_threshold} failed checks",
                                       m.name))
+            decisions.append(Decision("router admin", f"behind the key; vllm-router itself on 127.0.0.1:"
+                                      f"{cluster.router.internal_port}",
+                                      "vllm-router answers its admin routes (/add_worker, /workers, ...) to anyone; "
+                                      "hostctl's gate on the router's address passes the API and probes and asks the "
+                                      "cluster's key for every other route", m.name))
             members.append(mp)
             continue
         cfg = member_config(cluster, m, configs[m.name], tp)

@@ -147,6 +147,9 @@ class RouterSettings(StrictRecord):
                                           description="failed checks before a replica is taken out")
     metrics_port: int = field(default=29000, ge=1, le=65535,
                               description="vllm-router's Prometheus port (on 127.0.0.1)")
+    internal_port: int = field(default=29001, ge=1, le=65535,
+                               description="vllm-router's own port (on 127.0.0.1), behind hostctl's gate on the "
+                                           "router's address")
 
     @validates("image")
     @classmethod
@@ -295,6 +298,13 @@ def _check_members(c: ClusterProfile) -> None:
     if router is not None and ("127.0.0.1", c.router.metrics_port) in taken:
         raise ValueError(f"router.metrics_port: 127.0.0.1:{c.router.metrics_port} is already "
                          f"{taken[('127.0.0.1', c.router.metrics_port)]}'s API port")
+    if router is not None:
+        port = c.router.internal_port
+        if port in (c.api_port(router), c.router.metrics_port):
+            raise ValueError(f"router.internal_port: {port} is also the router's "
+                             + ("api_port" if port == c.api_port(router) else "metrics_port"))
+        if ("127.0.0.1", port) in taken:
+            raise ValueError(f"router.internal_port: 127.0.0.1:{port} is already {taken[('127.0.0.1', port)]}'s API port")
     leader = next((m for m in c.hosts if m.role == "leader"), None)
     if leader is not None and (leader.address, c.master_port) in taken:
         raise ValueError(f"master_port: {leader.address}:{c.master_port} is also "

@@ -117,11 +117,18 @@ def parse_backends(doc: object) -> list[Backend]:
             if isinstance(w, dict) and isinstance(w.get("url"), str)]
 
 
+def admin_headers(cp: ClusterPlan) -> dict[str, str]:
+    """What the router's gate asks of its admin routes (/add_worker, /workers, ...): the cluster's
+    key (hostctl/cluster/routergate.py)."""
+    return {"Authorization": f"Bearer {_key(cp.cluster)}"}
+
+
 def router_backends(cp: ClusterPlan) -> list[Backend] | None:
     """The workers vllm-router holds, each with its health (None when the router does not answer)."""
     url = router_url(cp)
+    headers = admin_headers(cp)
     try:
-        res = httpx.get(f"{url}/workers", timeout=5)
+        res = httpx.get(f"{url}/workers", headers=headers, timeout=5)
         return parse_backends(res.json()) if res.status_code == 200 else None
     except (httpx.HTTPError, ValueError):
         return None
@@ -138,7 +145,7 @@ def join_router(cp: ClusterPlan, mp: MemberPlan, say: Say) -> bool:
         say(f"{mp.member.name} is already one of the router's backends ({mp.endpoint}); it serves again "
             "from the router's next health check")
         return True
-    res = httpx.post(f"{url}/add_worker", params={"url": mp.endpoint}, timeout=120)
+    res = httpx.post(f"{url}/add_worker", params={"url": mp.endpoint}, headers=admin_headers(cp), timeout=120)
     if res.status_code >= 300:
         raise FailedError(f"the router refused {mp.member.name} ({mp.endpoint}): HTTP {res.status_code}",
                           details=[res.text[:300]])
@@ -150,7 +157,7 @@ def leave_router(cp: ClusterPlan, mp: MemberPlan, say: Say) -> None:
     url = router_url(cp)
     if url and mp.endpoint in [b.url for b in router_backends(cp) or []]:
         try:
-            httpx.post(f"{url}/remove_worker", params={"url": mp.endpoint}, timeout=30)
+            httpx.post(f"{url}/remove_worker", params={"url": mp.endpoint}, headers=admin_headers(cp), timeout=30)
             say(f"{mp.member.name} left the router")
         except httpx.HTTPError as exc:
             say(f"warning: could not take {mp.member.name} out of the router: {exc}")

@@ -103,7 +103,7 @@ def served(name: str) -> int:
 def backends(url: str) -> dict[str, bool]:
     """The router's workers and whether each is in its selection pool (GET /workers; /list_workers
     keeps listing a dead one)."""
-    doc = httpx.get(f"{url}/workers", timeout=5).json()
+    doc = httpx.get(f"{url}/workers", headers={"Authorization": f"Bearer {KEY}"}, timeout=5).json()
     return {w["url"]: w["is_healthy"] for w in doc["workers"]}
 
 
@@ -153,6 +153,16 @@ def test_two_replicas_behind_the_router(tmp_path, demo_image, router_image):
             time.sleep(0.2)
         assert r2.poll() is None and "r2: supervising hc-hc16rep-r2-runtime" in r2_err.read_text()
         r1_url, r2_url = "http://127.0.0.1:18701", "http://127.0.0.1:18702"
+        assert backends(router) == {r1_url: True, r2_url: True}
+        # The router's admin routes answer only with the key (hostctl's gate in front of
+        # vllm-router): from this host without it, or with another, every one is refused and
+        # the router's workers stay as they were.
+        for method, route in (("POST", "/add_worker?url=http://127.0.0.1:18709"), ("GET", "/workers"),
+                              ("POST", f"/remove_worker?url={r1_url}"), ("GET", "/list_workers"),
+                              ("POST", "/flush_cache"), ("DELETE", "/workers/http%3A%2F%2F127.0.0.1%3A18701")):
+            for headers in ({}, {"Authorization": "Bearer not-the-key"}):
+                r = httpx.request(method, router + route, headers=headers, timeout=10)
+                assert r.status_code == 401, (method, route, r.status_code, r.text)
         assert backends(router) == {r1_url: True, r2_url: True}
         assert KEY not in res.stderr + res.stdout
         code, doc = cluster_status(path)

@@ -357,7 +357,10 @@ def test_the_router_key_reaches_vllm_router_but_not_its_argv(tmp_path, monkeypat
     (bin_dir / "vllm-router").write_text(f"#!{sys.executable}\nfrom vllm_router.launch_router import main\nmain()\n")
     (bin_dir / "vllm-router").chmod(0o755)
     # What Compose runs: entrypoint + command, with $$ read as one $.
-    argv = [a.replace("$$", "$").replace("/opt/venv/bin/", f"{bin_dir}/") for a in svc["entrypoint"] + svc["command"]]
+    from hostctl.images import router_gate_path
+
+    argv = [a.replace("$$", "$").replace("/opt/venv/bin/", f"{bin_dir}/")
+            .replace("/opt/hostctl/routergate.py", str(router_gate_path())) for a in svc["entrypoint"] + svc["command"]]
     out = tmp_path / "seen.json"
     env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(tmp_path / "pkg"), "STAND_IN_OUT": str(out),
            "HOSTCTL_ROUTER_KEY": "planted-key-0987"}
@@ -384,3 +387,15 @@ def test_render_the_router_project_without_the_key(tmp_path, capsys, monkeypatch
         rt = yaml.safe_load((tmp_path / "o" / r / "compose.yaml").read_text())["services"]["runtime"]
         assert rt["environment"]["VLLM_API_KEY"].startswith("${HC_TEST_KEY:?")
         assert "planted-key-0987" not in (tmp_path / "o" / r / "runtime.env").read_text()
+
+
+def test_the_routers_internal_port_is_its_own():
+    """vllm-router's own port behind the gate (router.internal_port) cannot be a port the router's
+    address, its metrics or a member's API already uses: exit 2 naming the field."""
+    for router, api in (({"internal_port": 30100}, 30100), ({"internal_port": 29000}, 30100),
+                        ({"internal_port": 8201}, 30100)):
+        doc = replicas(router=router)
+        doc["hosts"][0]["api_port"] = api
+        assert "router.internal_port" in bad(doc)
+    cluster = parse_cluster(replicas(router={"internal_port": 30111}), "cluster.toml")
+    assert cluster.router.internal_port == 30111
