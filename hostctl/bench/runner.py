@@ -32,7 +32,7 @@ from hostctl.config import Config
 from hostctl.errors import FailedError, HostctlError
 from hostctl.interrupt import Interrupted
 from hostctl.plan.model import Plan
-from hostctl.service import fingerprint, preflight, saved
+from hostctl.service import apiclient, fingerprint, preflight, saved
 
 SCHEMA = "hostctl.bench/v1"
 Say = Callable[[str], None]
@@ -83,9 +83,9 @@ def ready_service(config: Config, plan: Plan) -> Service:
                           f"(state: {doc.get('state', 'unknown')})", fix=fix)
     ep = preflight.endpoint(plan)
     try:
-        with httpx.Client(timeout=5.0, trust_env=False) as h:
-            healthy = h.get(f"{ep}/health").status_code == 200
-    except httpx.HTTPError:
+        with apiclient.client(timeout=5.0) as h:
+            healthy = apiclient.request(h, "GET", f"{ep}/health", cap=apiclient.SMALL_CAP, what="/health").status_code == 200
+    except (httpx.HTTPError, apiclient.BadAnswer):
         healthy = False
     if not healthy:
         raise FailedError(f"{name} is running but {ep}/health does not answer", fix="see `hostctl status` and "
