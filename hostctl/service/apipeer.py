@@ -11,8 +11,9 @@ socket is root's; a user who is not root cannot create one (the kernel records t
 created the listening socket, facts.ports.peer_uid reads it). Checking the connection itself,
 not the listener beforehand, leaves no window between the check and the send.
 
-What this cannot check: a remote target (verify --host over ssh, a cluster member on another
-host) — its sockets are in another machine's tables. An image whose server runs as a non-root
+What this cannot check from here: another host's sockets (a cluster member elsewhere) are in
+that machine's tables; `verify --host` makes the same proof on the target itself (its snippet,
+hostctl.verify.suite._GET, reads the target's tables before it sends the key). An image whose server runs as a non-root
 uid, or an engine with user-namespace remapping, is refused too: the message says what uid was
 found, and there is no way to tell such a server from another user's program.
 """

@@ -8,6 +8,7 @@ records whatever it receives in a file the test reads afterwards.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -250,3 +251,33 @@ def test_the_decision_names_the_port_the_uid_and_that_nothing_was_sent():
     assert r.exit_code == EXIT_REFUSED and "127.0.0.1:8000" in r.message and "uid 1000 (alice)" in r.message
     assert "nothing was sent" in r.message
     assert apipeer.refusal("::1", 8000, None, None).exit_code == EXIT_REFUSED  # cannot tell: refused too
+
+
+def _verify_get(url: str) -> dict:
+    """What `hostctl verify`'s runtime checks run on the target (this machine here), as they run it."""
+    import importlib
+
+    suite = importlib.import_module("hostctl.verify.suite")  # the package's `suite` is a function
+    r = subprocess.run([sys.executable, "-I", "-c", suite._GET, url, "HOSTCTL_API_KEY"], capture_output=True,
+                       text=True, timeout=60, env={**os.environ, "HOSTCTL_API_KEY": KEY}, cwd="/")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_verify_sends_no_key_to_another_users_listener(nobody_listener):
+    port, capture = nobody_listener
+    doc = _verify_get(f"http://127.0.0.1:{port}/v1/models")
+    assert capture.read_bytes() == b""
+    assert doc["status"] is None and "uid 65534" in doc["error"] and "nothing was sent" in doc["error"]
+
+
+def test_verify_reads_a_root_listener_with_the_key():
+    def ok():
+        yield b'{"data": [{"id": "tiny"}]}'
+
+    srv = _Server(ok)
+    try:
+        doc = _verify_get(f"http://127.0.0.1:{srv.port}/v1/models")
+    finally:
+        srv.close()
+    assert doc["status"] == 200 and json.loads(doc["body"])["data"][0]["id"] == "tiny"
+    assert f"Authorization: Bearer {KEY}".encode() in srv.requests[0]
