@@ -27,7 +27,7 @@ from hostctl.config import Config
 from hostctl.failures import StartEvidence, Finding, classify
 from hostctl.errors import FailedError
 from hostctl.plan.model import Plan
-from hostctl.service import apiclient, identity, preflight, saved
+from hostctl.service import apiclient, apipeer, identity, preflight, saved
 from hostctl.service.compose import compose_down, compose_up
 from hostctl.service.container import Feed, container_state
 from hostctl.service.lock import LifecycleLock
@@ -202,7 +202,19 @@ def _up(config: Config, plan: Plan, facts, *, timeout: int | None, keep_on_failu
                           fix="read the error above; the project was taken down again")
     say(f"started {name} ({t_compose - t_start:.1f} s); waiting for it to load "
         f"(timeout {timeout or config.recipe.load_timeout_s} s, watchdog {watchdog_s(config)} s without progress)")
-    outcome = _watch(config, plan, name, since, timeout or config.recipe.load_timeout_s, say)
+    try:
+        outcome = _watch(config, plan, name, since, timeout or config.recipe.load_timeout_s, say)
+    except apipeer.ListenerRefused:
+        # Another program holds the API port (nothing was sent to it): the start failed, and the
+        # container, which cannot bind that port, is taken down as after any failed start.
+        saved.save_service({"state": "failed", "profile": config.profile.name, "recipe": config.recipe.id,
+                            "endpoint": ep, "container": name, "project": plan.runtime.project,
+                            "project_dir": str(target), "failed_at": _now_iso(), "cause": "api-port-not-runtime",
+                            "kept": keep_on_failure})
+        if not keep_on_failure:
+            down_res = compose_down(target, plan.runtime.project, stop_timeout_s=FAILED_STOP_S)
+            say(f"took the project down ({'ok' if down_res.ok else down_res.why()}): nothing left running")
+        raise
     outcome.timings["preflight_render_s"] = t_compose - t_start
     outcome.timings["total_s"] = time.monotonic() - t_start
 

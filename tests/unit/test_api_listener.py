@@ -281,3 +281,16 @@ def test_verify_reads_a_root_listener_with_the_key():
         srv.close()
     assert doc["status"] == 200 and json.loads(doc["body"])["data"][0]["id"] == "tiny"
     assert f"Authorization: Bearer {KEY}".encode() in srv.requests[0]
+
+
+def test_bench_refuses_before_vllm_bench_serve_gets_the_key(nobody_listener):
+    """The batch probe's container sends the key on its own connections: the run is refused
+    before it starts when the port is not the runtime's."""
+    port, capture = nobody_listener
+    from hostctl.bench import runner
+
+    started = []
+    run = runner._proved_first(lambda **kw: started.append(kw) or {}, f"http://127.0.0.1:{port}")
+    with pytest.raises(RefusedError):
+        run(levels=[1], input_tokens=8, output_tokens=8, runs=1)
+    assert started == [] and capture.read_bytes() == b""
