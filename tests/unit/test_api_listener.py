@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import needs_root
 from hostctl.config import SmokeTest, load_recipe
 from hostctl.errors import EXIT_REFUSED, RefusedError
 from hostctl.service import status
@@ -33,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[2]
 KEY = "sk-SECRETKEY-0123456789abcdef"
 NOBODY = 65534
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a listener as uid 65534")
+pytestmark = needs_root  # a listener run as uid 65534 (fork + setuid)
 
 
 class Captured:
