@@ -45,7 +45,7 @@ def refusal(address: str, port: int, uid: int | None, user: str | None) -> Liste
     """The decision, from what the kernel says: None when root holds the server end."""
     if uid == RUNTIME_UID:
         return None
-    where = f"{address}:{port}"
+    where = f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
     if uid is None:
         found = f"no socket table in /proc/net lists the server end of the connection to {where}"
     else:
