@@ -10,11 +10,18 @@ send no chunked encoding to a 1.0 client. A Content-Length is honoured, and a ch
 still decoded should a server send one anyway. Anything that is not a well-formed response
 raises HttpError (an OSError, so callers that already treat "cannot reach it" as OSError keep
 doing so); a timeout raises socket.timeout (also an OSError).
+
+Reads stop at `limit` bytes (HttpError): the engine's answers (a container or image record, the
+container list) stay far below the default; /health is empty. `on_connect` sees the connected
+socket before a byte is sent (hostctl.service.apipeer.check: is the runtime the listener?).
 """
 
 from __future__ import annotations
 
 import socket
+from collections.abc import Callable
+
+DEFAULT_LIMIT = 64 * 1024 * 1024
 
 class HttpError(OSError):
     """The peer answered something that is not an HTTP response (or closed too early)."""
@@ -75,7 +82,8 @@ def parse_response(raw: bytes) -> Response:
 
 
 def get(path: str, *, unix_socket: str | None = None, host: str = "localhost", port: int = 80,
-        timeout: float = 3.0, host_header: str | None = None) -> Response:
+        timeout: float = 3.0, host_header: str | None = None, limit: int = DEFAULT_LIMIT,
+        on_connect: Callable[[socket.socket], None] | None = None) -> Response:
     """GET `path` (with its query) from a unix socket, or else from host:port over TCP.
     `timeout` bounds the connect and each read."""
     if unix_socket is not None:
@@ -88,14 +96,19 @@ def get(path: str, *, unix_socket: str | None = None, host: str = "localhost", p
     try:
         sock.settimeout(timeout)
         sock.connect(address)
+        if on_connect is not None:
+            on_connect(sock)
         shown = f"[{host}]" if ":" in host else host
         name = host_header or (shown if unix_socket is not None else f"{shown}:{port}")
         sock.sendall(f"GET {path} HTTP/1.0\r\nHost: {name}\r\nConnection: close\r\n\r\n".encode("ascii"))
-        chunks = []
+        chunks, total = [], 0
         while True:
             data = sock.recv(65536)
             if not data:
                 break
+            total += len(data)
+            if total > limit:
+                raise HttpError(f"the answer is larger than {limit} bytes (the cap for it); stopped reading")
             chunks.append(data)
     finally:
         sock.close()

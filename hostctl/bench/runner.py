@@ -32,7 +32,7 @@ from hostctl.config import Config
 from hostctl.errors import FailedError, HostctlError
 from hostctl.interrupt import Interrupted
 from hostctl.plan.model import Plan
-from hostctl.service import fingerprint, preflight, saved
+from hostctl.service import apiclient, apipeer, fingerprint, preflight, saved
 
 SCHEMA = "hostctl.bench/v1"
 Say = Callable[[str], None]
@@ -83,9 +83,9 @@ def ready_service(config: Config, plan: Plan) -> Service:
                           f"(state: {doc.get('state', 'unknown')})", fix=fix)
     ep = preflight.endpoint(plan)
     try:
-        with httpx.Client(timeout=5.0, trust_env=False) as h:
-            healthy = h.get(f"{ep}/health").status_code == 200
-    except httpx.HTTPError:
+        with apiclient.client(timeout=5.0) as h:
+            healthy = apiclient.request(h, "GET", f"{ep}/health", cap=apiclient.SMALL_CAP, what="/health").status_code == 200
+    except (httpx.HTTPError, apiclient.BadAnswer):
         healthy = False
     if not healthy:
         raise FailedError(f"{name} is running but {ep}/health does not answer", fix="see `hostctl status` and "
@@ -167,7 +167,7 @@ def run(config: Config, plan: Plan, suite_ref: str, *, out_dir: Path | None, say
     raw_dir = (out_dir / f"{stamp}-{suite.id}.raw") if keep_raw else None
     batch = BenchServe(plan, svc.endpoint, recipe.served_name, keep_dir=raw_dir, seed=seed & 0x7FFFFFFF)
     ctx = probes_mod.ProbeContext(api=api, context=recipe.context, max_num_seqs=_max_num_seqs(config), say=say,
-                                  batch_runner=batch, seed=seed)
+                                  batch_runner=_proved_first(batch, svc.endpoint), seed=seed)
     t_run = time.perf_counter()
     try:
         n_warm = int((recipe.warmup or {}).get("decode_requests") or 0)
@@ -203,6 +203,20 @@ def run(config: Config, plan: Plan, suite_ref: str, *, out_dir: Path | None, say
     return doc, path
 
 
+def _proved_first(batch: BenchServe, endpoint: str) -> Callable[..., dict]:
+    """vllm bench serve's container sends the key itself, on connections hostctl cannot check:
+    prove the listener is the runtime's (apiclient) just before each run. What remains is the
+    container's start-up, a window in which the runtime would have to stop and another user bind."""
+    def run(**kw) -> dict:
+        try:
+            with apiclient.client(timeout=5.0) as h:
+                apiclient.request(h, "GET", f"{endpoint}/health", cap=apiclient.SMALL_CAP, what="/health")
+        except httpx.HTTPError as exc:
+            raise ApiError(f"/health before vllm bench serve: {exc.__class__.__name__}: {str(exc)[:200]}") from exc
+        return batch(**kw)
+    return run
+
+
 def run_probe(ctx: probes_mod.ProbeContext, spec: suites.ProbeSpec) -> dict:
     base = {"key": spec.key, "kind": spec.kind, "params": spec.params, "overridden": list(spec.overridden)}
     if not spec.enabled:
@@ -216,6 +230,8 @@ def run_probe(ctx: probes_mod.ProbeContext, spec: suites.ProbeSpec) -> dict:
         fields = fn(ctx, spec)
     except probes_mod.Skip as exc:
         return {**base, "status": "skipped", "reason": str(exc), "seconds": round(time.perf_counter() - t0, 3)}
+    except apipeer.ListenerRefused:
+        raise  # the API port is not the runtime's: no probe can measure it, and none may send it the key
     except (ApiError, HostctlError, ValueError, KeyError) as exc:
         msg = exc.message if isinstance(exc, HostctlError) else str(exc)
         return {**base, "status": "failed", "reason": f"{exc.__class__.__name__}: {msg}"[:500],

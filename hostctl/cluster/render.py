@@ -44,10 +44,9 @@ def member_unit(cp: ClusterPlan, mp: MemberPlan, cluster_path: Path, hostctl_bin
     """(file name, text) of the member's unit: ExecStart `up --cluster PATH --member NAME` (a
     replica with --foreground: Type=notify, supervised; the others Type=oneshot), ExecStop its
     `down`. Read back before it is returned: the two commands must be these argvs."""
-    import shlex
-
     from hostctl.cluster.run import FOLLOWER_WAIT_S, SUPERVISED
     from hostctl.service.render import _environment
+    from hostctl.service.rendercheck import exec_problems
 
     role = mp.member.role
     supervised = role in SUPERVISED
@@ -66,9 +65,7 @@ def member_unit(cp: ClusterPlan, mp: MemberPlan, cluster_path: Path, hostctl_bin
     want = {"ExecStart": [hostctl_bin, "up", "--cluster", path, "--member", mp.member.name,
                           *(["--foreground"] if supervised else [])],
             "ExecStop": [hostctl_bin, "down", "--cluster", path, "--member", mp.member.name]}
-    got = {k: shlex.split(v.replace("%%", "%")) for k, _, v in
-           (ln.partition("=") for ln in text.splitlines()) if k in want}
-    if got != want:
+    if exec_problems(name, text, want):
         raise InputError(f"the unit {name} does not read back as `up`/`down --cluster {path[:120]} --member "
                          f"{mp.member.name}`; nothing was written", fix="use a cluster profile path without quotes "
                          "or backslashes")

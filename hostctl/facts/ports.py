@@ -3,6 +3,10 @@ by which process — and when that process runs in a container, which one.
 
 Read from /proc/net/tcp{,6} (LISTEN sockets) and, only when the port is taken, from the
 /proc/<pid>/fd links that hold the socket and the holder's /proc/<pid>/cgroup.
+
+Also the owner of the far end of a loopback connection hostctl has just opened (peer_uid):
+the uid the kernel records for the server's socket, which is the uid that created the
+listening socket. hostctl.service.apiclient decides from it whether the runtime answered.
 """
 
 from __future__ import annotations
@@ -43,6 +47,46 @@ def parse_listeners(text: str) -> list[tuple[str, int, int]]:
         except ValueError:
             continue
     return out
+
+
+def _address_key(host: str, port: int) -> tuple[str, int]:
+    """An address as _decode_address shows it (an IPv4-mapped IPv6 address as IPv4)."""
+    addr = ipaddress.ip_address(host)
+    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped:
+        addr = addr.ipv4_mapped
+    return str(addr), port
+
+
+def parse_socket_uids(text: str) -> dict[tuple[tuple[str, int], tuple[str, int]], int]:
+    """{(local (address, port), remote (address, port)): owner uid} of every socket in a
+    /proc/net/tcp{,6} table (any state)."""
+    out: dict[tuple[tuple[str, int], tuple[str, int]], int] = {}
+    for line in text.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) < 10:
+            continue
+        try:
+            (la, _, lp), (ra, _, rp) = fields[1].partition(":"), fields[2].partition(":")
+            out[((_decode_address(la), int(lp, 16)), (_decode_address(ra), int(rp, 16)))] = int(fields[7])
+        except ValueError:
+            continue
+    return out
+
+
+def peer_uid(local: tuple, peer: tuple, proc: Path = PROC) -> int | None:
+    """The owner uid of the socket at the other end of this machine's TCP connection local->peer
+    (socket.getsockname() / getpeername()), or None when no table lists it (not a connection
+    inside this network namespace, or /proc/net is unreadable)."""
+    want = (_address_key(peer[0], peer[1]), _address_key(local[0], local[1]))
+    for name in ("tcp", "tcp6"):
+        try:
+            text = (proc / "net" / name).read_text()
+        except OSError:
+            continue
+        uid = parse_socket_uids(text).get(want)
+        if uid is not None:
+            return uid
+    return None
 
 
 def conflicts(listen_addr: str, want_addr: str) -> bool:

@@ -27,7 +27,7 @@ from hostctl.config import Config
 from hostctl.failures import StartEvidence, Finding, classify
 from hostctl.errors import FailedError
 from hostctl.plan.model import Plan
-from hostctl.service import identity, preflight, saved
+from hostctl.service import apiclient, apipeer, identity, preflight, saved
 from hostctl.service.compose import compose_down, compose_up
 from hostctl.service.container import Feed, container_state
 from hostctl.service.lock import LifecycleLock
@@ -202,7 +202,19 @@ def _up(config: Config, plan: Plan, facts, *, timeout: int | None, keep_on_failu
                           fix="read the error above; the project was taken down again")
     say(f"started {name} ({t_compose - t_start:.1f} s); waiting for it to load "
         f"(timeout {timeout or config.recipe.load_timeout_s} s, watchdog {watchdog_s(config)} s without progress)")
-    outcome = _watch(config, plan, name, since, timeout or config.recipe.load_timeout_s, say)
+    try:
+        outcome = _watch(config, plan, name, since, timeout or config.recipe.load_timeout_s, say)
+    except apipeer.ListenerRefused:
+        # Another program holds the API port (nothing was sent to it): the start failed, and the
+        # container, which cannot bind that port, is taken down as after any failed start.
+        saved.save_service({"state": "failed", "profile": config.profile.name, "recipe": config.recipe.id,
+                            "endpoint": ep, "container": name, "project": plan.runtime.project,
+                            "project_dir": str(target), "failed_at": _now_iso(), "cause": "api-port-not-runtime",
+                            "kept": keep_on_failure})
+        if not keep_on_failure:
+            down_res = compose_down(target, plan.runtime.project, stop_timeout_s=FAILED_STOP_S)
+            say(f"took the project down ({'ok' if down_res.ok else down_res.why()}): nothing left running")
+        raise
     outcome.timings["preflight_render_s"] = t_compose - t_start
     outcome.timings["total_s"] = time.monotonic() - t_start
 
@@ -255,8 +267,9 @@ def _watch(config: Config, plan: Plan, name: str, since: float, timeout: int, sa
     feed.start_events()
     feed.start_logs()
     outcome = StartOutcome(ready=False, endpoint=ep)
-    # With an API key the runtime answers /v1/models only with it (401 without).
-    client = httpx.Client(timeout=3.0, trust_env=False, headers=_headers(plan.runtime.api_key_env))
+    # With an API key the runtime answers /v1/models only with it (401 without). apiclient: the key
+    # goes only to a listener proved to be root's (the runtime), never to whoever binds the port first.
+    client = apiclient.client(timeout=3.0, headers=_headers(plan.runtime.api_key_env))
 
     log_ended = False
 
@@ -314,14 +327,18 @@ def _watch(config: Config, plan: Plan, name: str, since: float, timeout: int, sa
             if healthy_at is None and now >= next_health:
                 next_health = now + HEALTH_EVERY_S
                 try:
-                    if client.get(f"{ep}/health").status_code == 200:
+                    if apiclient.request(client, "GET", f"{ep}/health", cap=apiclient.SMALL_CAP,
+                                         what="/health").status_code == 200:
                         healthy_at = now
                         outcome.timings["health_s"] = now - t0
                         say(f"  [{now - t0:5.1f} s] /health ok")
-                except httpx.HTTPError:
+                except (httpx.HTTPError, apiclient.BadAnswer):
                     pass
             if healthy_at is not None:
-                ok, expected, got = check_models(client, ep, recipe.served_name, recipe.context)
+                try:
+                    ok, expected, got = check_models(client, ep, recipe.served_name, recipe.context)
+                except (httpx.HTTPError, apiclient.BadAnswer) as exc:
+                    ok, expected, got = False, f"{recipe.served_name} with max_model_len {recipe.context}", str(exc)
                 if not ok:
                     return _fail(outcome, StartEvidence(log="\n".join(log)), _finding(
                         "models-mismatch", "/v1/models does not list the recipe's model as configured",

@@ -53,16 +53,30 @@ def _env_quote(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("$", "$$") + '"'
 
 
-def _unit_arg(value: object) -> str:
-    """One word of an Exec*= line: as is, or double-quoted with \\ and \" escaped and % doubled
-    (systemd's specifier sign); a control character is refused."""
+def _unit_word(value: object, *, program: bool) -> str:
     text = str(value)
     problem = safetext.control_problem(text)
     if problem:
         raise InputError(f"a path for the systemd units ({text[:80]!r}) {problem}")
     if _PLAIN_UNIT_ARG.fullmatch(text):
         return text
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%") + '"'
+    quoted = text.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
+    # systemd expands ${VAR} (and a word that is $VAR) in the arguments when the command runs, and
+    # reads $$ as one $; it does not expand the program's path (systemd.service(5) "Command lines":
+    # "the first argument ... may not be a variable"; systemd-analyze verify reads a $$ there as two).
+    return '"' + (quoted if program else quoted.replace("$", "$$")) + '"'
+
+
+def _unit_arg(value: object) -> str:
+    """One argument word of an Exec*= line: as is, or double-quoted with \\ and \" escaped, % doubled
+    (systemd's specifier sign) and $ doubled (its variable sign); a control character is refused.
+    hostctl.service.rendercheck.exec_argv reads it back as systemd does."""
+    return _unit_word(value, program=False)
+
+
+def _unit_exe(value: object) -> str:
+    """The program word of an Exec*= line: as _unit_arg, but $ as is (systemd takes the path literally)."""
+    return _unit_word(value, program=True)
 
 
 def _environment(compose: bool = False) -> jinja2.Environment:
@@ -74,6 +88,7 @@ def _environment(compose: bool = False) -> jinja2.Environment:
     )
     env.filters["env_quote"] = _env_quote
     env.filters["unit_arg"] = _unit_arg
+    env.filters["unit_exe"] = _unit_exe
     # A JSON string is a valid YAML double-quoted scalar: safe quoting for any value. In
     # compose.yaml every literal `$` is doubled (Compose interpolates the file); `qi` is the one
     # place hostctl means interpolation (the API key's ${VAR:?...} guard).
@@ -89,7 +104,7 @@ def _environment(compose: bool = False) -> jinja2.Environment:
 
 def render_files(plan: Plan, *, hostctl_bin: str = INSTALLED_HOSTCTL, config_path: str = INSTALLED_PROFILE) -> dict[str, str]:
     """The project's files; InputError when one does not read back as its template and the plan."""
-    from hostctl.service.rendercheck import project_problems
+    from hostctl.service.rendercheck import exec_problems, project_problems
 
     env, compose_env = _environment(), _environment(compose=True)
     groups: dict[str, list[tuple[str, str]]] = {}
@@ -110,6 +125,10 @@ def render_files(plan: Plan, *, hostctl_bin: str = INSTALLED_HOSTCTL, config_pat
     for name, template in FILES.items():
         out[name] = (compose_env if name == "compose.yaml" else env).get_template(template).render(**context)
     problems = project_problems(out, plan, plan.runtime.env, FILES)
+    problems += exec_problems("hostctl-runtime.service", out["hostctl-runtime.service"],
+                              {"ExecStart": [hostctl_bin, "--config", config_path, "up", "--foreground"]})
+    problems += exec_problems("hostctl-power.service", out["hostctl-power.service"],
+                              {"ExecStart": [hostctl_bin, "--config", config_path, "provision", "--only", "gpu", "--boot"]})
     if problems:
         raise InputError("the rendered project is not what its templates write; nothing was written",
                          details=problems[:10],

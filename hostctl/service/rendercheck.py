@@ -11,6 +11,7 @@ Pure functions over the rendered text and the plan.
 from __future__ import annotations
 
 import re
+import shlex
 from functools import cache
 
 import yaml
@@ -71,6 +72,46 @@ def unit_problems(name: str, text: str, template: str) -> list[str]:
                  if n > 1]
     problems += [f"{name}: [{s}] {k}= is missing" for (s, k) in sorted(required - set(seen))]
     return problems
+
+
+_SPECIFIER = re.compile(r"%%|%")
+_VARIABLE = re.compile(r"\$\$|\$")
+
+
+def _single(pattern: re.Pattern, word: str) -> str | None:
+    """`word` with each doubled sign read as one; None when a lone sign is left (an expansion)."""
+    lone = []
+    out = pattern.sub(lambda m: m.group()[0] if len(m.group()) == 2 else lone.append(m) or "", word)
+    return None if lone else out
+
+
+def exec_argv(value: str) -> list[str] | None:
+    """The program and arguments systemd runs for an Exec*= value as hostctl writes it
+    (systemd.service(5) "Command lines"): unquoted (double quotes, backslash escapes), `%%` read
+    as `%` in every word (specifiers, at load), `$$` as `$` in the arguments (variables, when it
+    runs; the program's path is not expanded). None when a word holds a lone `%` or, in an
+    argument, a lone `$`: systemd would run something other than the text shows."""
+    try:
+        words = shlex.split(value)
+    except ValueError:
+        return None
+    out = []
+    for i, word in enumerate(words):
+        read = _single(_SPECIFIER, word)
+        if read is not None and i > 0:
+            read = _single(_VARIABLE, read)
+        if read is None:
+            return None
+        out.append(read)
+    return out
+
+
+def exec_problems(name: str, text: str, want: dict[str, list[str]]) -> list[str]:
+    """Each Exec*= key in `want` must read back (exec_argv) as exactly its argv."""
+    got = {k: exec_argv(v) for k, _, v in (ln.partition("=") for ln in text.splitlines()) if k in want}
+    return [f"{name}: {k}= does not read back as {shlex.join(argv)[:200]} (systemd would run "
+            + (shlex.join(got[k])[:200] if got.get(k) else "an expanded or unreadable command") + ")"
+            for k, argv in want.items() if got.get(k) != argv]
 
 
 def decode_env_value(raw: str) -> str:

@@ -7,7 +7,8 @@ answer must come back as `tool_calls` with the expected function and arguments, 
 the runtime's tool parser), `needle` (a fact planted in a long prompt of `tokens` tokens must
 be retrieved). Each result carries its latency and, when it fails, expected vs got.
 
-HTTP goes to loopback addresses only (httpx).
+HTTP goes to loopback addresses only, through hostctl.service.apiclient: the listener proved to
+be the runtime before the key or a prompt is sent, every answer read up to a cap.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import httpx
 
 from hostctl.config import Recipe, SmokeTest
 from hostctl.errors import InputError
+from hostctl.service import apiclient
 from hostctl.urldisplay import display
 
 SMOKE_SCHEMA = "hostctl.smoke/v1"
@@ -98,9 +100,10 @@ def _headers(api_key_env: str | None) -> dict[str, str]:
 def check_models(client: httpx.Client, base: str, served_name: str, context: int) -> tuple[bool, str, str]:
     """(ok, expected, got) for /v1/models: the served name with max_model_len == context."""
     expected = f"{served_name} with max_model_len {context}"
-    r = client.get(f"{base}/v1/models")
+    r = apiclient.request(client, "GET", f"{base}/v1/models", cap=apiclient.SMALL_CAP, what="/v1/models")
     r.raise_for_status()
-    models = r.json().get("data") or []
+    doc = r.json()
+    models = [m for m in (doc.get("data") if isinstance(doc, dict) else None) or [] if isinstance(m, dict)]
     listed = ", ".join(f"{m.get('id')} (max_model_len {m.get('max_model_len')})" for m in models) or "no models"
     match = next((m for m in models if m.get("id") == served_name), None)
     ok = match is not None and match.get("max_model_len") == context
@@ -116,9 +119,9 @@ def _chat(client: httpx.Client, base: str, served_name: str, test: SmokeTest, co
         "max_completion_tokens": test.max_completion_tokens,
         **extra,
     }
-    r = client.post(f"{base}/v1/chat/completions", json=body)
-    if r.status_code >= 400:
-        raise httpx.HTTPStatusError(f"HTTP {r.status_code}: {r.text[:300]}", request=r.request, response=r)
+    r = apiclient.request(client, "POST", f"{base}/v1/chat/completions", json=body, what="/v1/chat/completions",
+                          cap=apiclient.completion_cap(test.max_completion_tokens))
+    r.raise_for_status()
     doc = r.json()
     message = dict(doc["choices"][0]["message"])
     message["_prompt_tokens"] = (doc.get("usage") or {}).get("prompt_tokens")
@@ -137,9 +140,11 @@ def needle_prompt(client: httpx.Client, base: str, served_name: str, test: Smoke
     planted in the middle."""
     needle = f"The secret code is {test.expect}. "
     question = test.prompt or "What is the secret code? Answer with the code only."
-    r = client.post(f"{base}/tokenize", json={"model": served_name, "prompt": NEEDLE_FILLER})
+    r = apiclient.request(client, "POST", f"{base}/tokenize", json={"model": served_name, "prompt": NEEDLE_FILLER},
+                          cap=apiclient.tokenize_cap(NEEDLE_FILLER), what="/tokenize")
     r.raise_for_status()
-    per_filler = max(1, int(r.json().get("count") or len(r.json().get("tokens") or [])))
+    doc = r.json()
+    per_filler = max(1, int(doc.get("count") or len(doc.get("tokens") or [])))
     repeats = max(2, (test.tokens or 1024) // per_filler)
     half = repeats // 2
     return NEEDLE_FILLER * half + needle + NEEDLE_FILLER * (repeats - half) + "\n" + question
@@ -179,7 +184,7 @@ def run_test(client: httpx.Client, base: str, recipe: Recipe, test: SmokeTest) -
             res.expected, res.got = f"{test.expect!r} in the answer", _short(got)
             res.ok = str(test.expect) in got
             res.detail = f"prompt of {msg.get('_prompt_tokens') or '?'} tokens (asked for {test.tokens})"
-    except (httpx.HTTPError, ValueError, KeyError, IndexError) as exc:
+    except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
         res.ok = False
         res.got = res.got or f"request failed: {exc.__class__.__name__}: {str(exc)[:200]}"
         res.expected = res.expected or "a valid response"
@@ -193,7 +198,7 @@ def run_suite(base_url: str, recipe: Recipe, *, api_key_env: str | None = None,
     report = SmokeReport(url=base, served_name=recipe.served_name,
                          started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
     tests = list(recipe.smoke) or [SmokeTest(name="models", kind="models")]
-    with httpx.Client(timeout=timeout_s, headers=_headers(api_key_env), trust_env=False) as client:
+    with apiclient.client(timeout=timeout_s, headers=_headers(api_key_env)) as client:
         for test in tests:
             report.results.append(run_test(client, base, recipe, test))
     return report

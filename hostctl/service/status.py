@@ -17,20 +17,27 @@ SCHEMA = "hostctl.status/v1"
 HEALTH_TIMEOUT_S = 3.0
 
 
-def _healthy(endpoint: str) -> bool:
-    """GET {endpoint}/health answers 200. hostctl.http10, not httpx or http.client: status imports
-    only what it uses, and the endpoint is always a plain-HTTP address on this machine
-    (identity.endpoint_url)."""
+HEALTH_LIMIT = 64 * 1024  # /health answers an empty body
+
+
+def _healthy(endpoint: str) -> tuple[bool, str | None]:
+    """(whether GET {endpoint}/health answers 200, why not when the port is not the runtime's).
+    hostctl.http10, not httpx or http.client: status imports only what it uses, and the endpoint
+    is always a plain-HTTP address on this machine (identity.endpoint_url). apipeer: another
+    user's listener on the port is not the runtime's health, whatever it answers."""
     from urllib.parse import urlsplit
 
     from hostctl import http10
+    from hostctl.service import apipeer
 
     url = urlsplit(endpoint)
     try:
-        return http10.get("/health", host=url.hostname or "127.0.0.1", port=url.port or 80,
-                          timeout=HEALTH_TIMEOUT_S).status == 200
+        return http10.get("/health", host=url.hostname or "127.0.0.1", port=url.port or 80, timeout=HEALTH_TIMEOUT_S,
+                          limit=HEALTH_LIMIT, on_connect=apipeer.check).status == 200, None
+    except apipeer.ListenerRefused as exc:
+        return False, exc.message
     except (OSError, ValueError):
-        return False
+        return False, None
 
 
 def status(rt: identity.RuntimeIdentity) -> dict:
@@ -51,7 +58,11 @@ def status(rt: identity.RuntimeIdentity) -> dict:
             doc["uptime_s"] = int((datetime.now(timezone.utc) - started).total_seconds())
         if not running:
             doc["exit_code"], doc["oom_killed"] = found["exit_code"], found["oom_killed"]
-    doc["healthy"] = _healthy(rt.endpoint) if running else None
+    doc["healthy"] = None
+    if running:
+        doc["healthy"], refused = _healthy(rt.endpoint)
+        if refused:
+            doc["health_refused"] = refused
     service = saved.load_service()
     if service and service.get("container") == rt.container:
         doc["last_up"] = {k: service.get(k) for k in ("state", "ready_at", "failed_at", "interrupted_at", "signal",
@@ -82,6 +93,8 @@ def status_text(doc: dict) -> str:
                 if doc["state"] not in ("running", "down", "unknown") else "")]
     lines.append(f"  endpoint: {doc['endpoint']}  health: "
                  + {True: "ok", False: "not answering", None: "-"}[doc["healthy"]])
+    if doc.get("health_refused"):
+        lines.append(f"  health: {doc['health_refused']}")
     lines.append(f"  image: {doc['image']}")
     last = doc.get("last_up")
     if last:

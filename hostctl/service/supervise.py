@@ -40,7 +40,7 @@ from hostctl.safefs import write_file
 from hostctl.config import Config
 from hostctl.failures import StartEvidence, Finding, classify
 from hostctl.plan.model import Plan
-from hostctl.service import restarts, sdnotify, saved
+from hostctl.service import apiclient, apipeer, restarts, sdnotify, saved
 
 Say = Callable[[str], None]
 HEALTH_EVERY_S = 2.0
@@ -252,12 +252,14 @@ def _alive(pid: int) -> bool:
 
 def _health_thread(url: str, out: Callable[[Observation], None], stop: threading.Event) -> threading.Thread:
     def run() -> None:
-        with httpx.Client(timeout=HEALTH_TIMEOUT_S, trust_env=False) as c:
+        # apiclient: a port another user holds is not the runtime's health (ListenerRefused, exit 3
+        # elsewhere), so here it counts as unhealthy; the answer is read up to a cap.
+        with apiclient.client(timeout=HEALTH_TIMEOUT_S) as c:
             while not stop.is_set():
                 t = time.monotonic()
                 try:
-                    ok = c.get(url).status_code == 200
-                except httpx.HTTPError:
+                    ok = apiclient.request(c, "GET", url, cap=apiclient.SMALL_CAP, what="/health").status_code == 200
+                except (httpx.HTTPError, apiclient.BadAnswer, apipeer.ListenerRefused):
                     ok = False
                 out(Observation("health", time.monotonic(), ok=ok))
                 stop.wait(max(0.0, HEALTH_EVERY_S - (time.monotonic() - t)))
