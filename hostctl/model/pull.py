@@ -108,7 +108,7 @@ class PullReport:
     downloaded_bytes: int = 0
     marker: str | None = None
     warnings: list[str] = field(default_factory=list)
-    token: str | None = None  # where the token came from, in words
+    token_source: str | None = None  # where the token came from, in words
     extras: list["PullReport"] = field(default_factory=list)  # requires.extra_models, in order
     skipped: str | None = None  # why the recipe's own model is not pulled (extra models still are)
 
@@ -129,7 +129,7 @@ class PullReport:
             "free_bytes": p.free_bytes if p else None, "downloaded_bytes": self.downloaded_bytes,
             "files": [{"name": f.name, "size": f.size, "status": self.statuses.get(f.name, "kept")}
                       for f in (p.files if p else [])],
-            "marker": self.marker, "token": self.token, "warnings": self.warnings,
+            "marker": self.marker, "token_source": self.token_source, "warnings": self.warnings,
         }
 
     def text(self) -> str:
@@ -202,7 +202,7 @@ def run_pull(config: Config, *, revision: str | None, dry_run: bool, err: TextIO
         jobs.append(rep)
     from hostctl.model import hub
 
-    report.token = hub.token_source()
+    report.token_source = hub.token_source()
     planned = [(rep, *_plan(rep)) for rep in jobs]
     _check_space([rep.plan for rep in jobs])
     if dry_run:
