@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from hostctl import posixacl
 from hostctl.errors import UntrustedPathError
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -60,38 +61,66 @@ def owner_name(uid: int) -> str:
         return f"uid {uid}"
 
 
-def _private_group(st: os.stat_result) -> bool:
-    """The file's group is its owner's own: the owner's primary group with no other members."""
+def _private_gid(gid: int, owner: int) -> bool:
+    """`gid` is `owner`'s own group: their primary group, with no supplementary members and no
+    other account whose primary group it is (members by primary gid are not in gr_mem: on a host
+    without user-private groups everyone may share `users`, and here several system accounts
+    share nogroup)."""
     try:
-        return pwd.getpwuid(st.st_uid).pw_gid == st.st_gid and not grp.getgrgid(st.st_gid).gr_mem
+        if pwd.getpwuid(owner).pw_gid != gid or grp.getgrgid(gid).gr_mem:
+            return False
     except KeyError:
         return False
+    return not any(p.pw_gid == gid and p.pw_uid != owner for p in pwd.getpwall())
 
 
-def others_can_write(st: os.stat_result) -> bool:
-    """Anyone but the owner can write it (root can always; that is trusted)."""
+def _private_group(st: os.stat_result) -> bool:
+    return _private_gid(st.st_gid, st.st_uid)
+
+
+def others_can_write(st: os.stat_result, target: int | str) -> bool:
+    """Anyone but the owner can write it (root can always; that is trusted). `target` is the open
+    fd (or the path, its last link not followed) whose access ACL is read: a named user or group
+    entry, or the owning group's, that the ACL's mask lets write counts like group-write. A folder's
+    *default* ACL grants nothing on the folder itself; files made in it inherit it as their access
+    ACL, which this check reads when they are trusted, and write_file's fchmod sets their mask from
+    the mode it gives (no group-write, no write for any named entry)."""
     if st.st_mode & stat.S_IWOTH:
         return True
-    return bool(st.st_mode & stat.S_IWGRP) and not _private_group(st)
+    acl = posixacl.writers(target)
+    if acl is None:
+        return bool(st.st_mode & stat.S_IWGRP) and not _private_group(st)
+    trusted = trusted_uids()
+    for kind, ident in acl:
+        if kind == "user" and ident in trusted:
+            continue
+        if kind == "group" and _private_gid(ident, st.st_uid):
+            continue
+        if kind == "group-owner" and _private_group(st):
+            continue
+        return True
+    return False
 
 
 def describe(st: os.stat_result) -> str:
     return f"owned by {owner_name(st.st_uid)}, mode {stat.filemode(st.st_mode)}"
 
 
-def _swappable(st: os.stat_result) -> bool:
-    """Others could rename or replace entries of this directory (sticky protects others' entries)."""
-    return others_can_write(st) and not st.st_mode & stat.S_ISVTX
+def _swappable(st: os.stat_result, fd: int) -> bool:
+    """Others could rename or replace entries of the directory open as `fd` (sticky protects
+    others' entries)."""
+    return others_can_write(st, fd) and not st.st_mode & stat.S_ISVTX
 
 
-def check_file_stat(path: str | Path, st: os.stat_result) -> None:
+def check_file_stat(path: str | Path, st: os.stat_result, target: int | str) -> None:
     """A file hostctl will trust (a profile, a recipe, an ssh config, a key, an env file): a
-    trusted user's and writable by no one else, as sshd's StrictModes asks of authorized_keys."""
+    trusted user's and writable by no one else, as sshd's StrictModes asks of authorized_keys.
+    `target`: its open fd (or path), whose ACL is read."""
     if st.st_uid not in trusted_uids():
         raise UntrustedPathError(path, f"the file is {describe(st)}; hostctl reads only files that root or you own")
-    if others_can_write(st):
+    if others_can_write(st, target):
         raise UntrustedPathError(path, f"the file is {describe(st)}: others can change it; "
-                                       f"fix: chmod go-w {path}")
+                                       f"fix: chmod go-w {path} (and `setfacl -b {path}` if its ACL names others)")
 
 
 def _component(parent_fd: int, name: str, shown: str, parent: str, parent_st: os.stat_result,
@@ -99,7 +128,7 @@ def _component(parent_fd: int, name: str, shown: str, parent: str, parent_st: os
     """The lstat of one component, or None when it is missing; refused when someone else could
     swap it: its folder writable by others (and not sticky), or the entry itself not a trusted
     user's (a folder or link of another user leads wherever they like)."""
-    if _swappable(parent_st):
+    if _swappable(parent_st, parent_fd):
         raise UntrustedPathError(parent, f"the folder is {describe(parent_st)}: others can replace what is in it")
     try:
         st = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
@@ -181,7 +210,7 @@ def open_dir(path: str | Path, *, create: bool = False, mode: int = 0o755,
                 raise UntrustedPathError(here, "it changed while hostctl was opening it")
             os.close(fd)
             fd, shown, st = new, here, nst
-        if _swappable(st):
+        if _swappable(st, fd):
             raise UntrustedPathError(shown, f"the folder is {describe(st)}: others can replace what is in it")
         return fd
     except BaseException:
@@ -247,7 +276,7 @@ def open_below(base_fd: int, relative: str, *, shown: str | Path, create: bool =
                 nst = os.fstat(new)
             os.close(fd)
             fd, here, st = new, here / part, nst
-        if owners and _swappable(st):
+        if owners and _swappable(st, fd):
             raise UntrustedPathError(here, f"the folder is {describe(st)}: others can replace what is in it")
         return fd
     except BaseException:
@@ -339,7 +368,7 @@ def check_dir(path: str | Path, *, private: bool = False) -> None:
     one that others can write into at all (a project folder Compose reads, an output folder)."""
     with opened_dir(path) as fd:
         st = os.fstat(fd)
-        if private and others_can_write(st):
+        if private and others_can_write(st, fd):
             raise UntrustedPathError(path, f"the folder is {describe(st)}: others can put files in it")
 
 
@@ -383,7 +412,7 @@ def read_trusted(path: str | Path, *, max_bytes: int) -> bytes:
             raise IsADirectoryError(errno.EISDIR, "Is a directory", str(path))
         if not stat.S_ISREG(st.st_mode):
             raise NotRegularFileError(path, "it is not a regular file")
-        check_file_stat(path if found == Path(os.path.abspath(path)) else found, st)
+        check_file_stat(path if found == Path(os.path.abspath(path)) else found, st, fd)
         chunks, size = [], 0
         while chunk := os.read(fd, 1 << 20):
             chunks.append(chunk)
