@@ -401,10 +401,12 @@ def _open_trusted(path: Path) -> tuple[int, Path]:
     raise UntrustedPathError(path, "too many symlinks on the way")
 
 
-def read_trusted(path: str | Path, *, max_bytes: int) -> bytes:
-    """The bytes of a file hostctl will act on as root: the way to it safe, the file itself a
-    trusted user's, writable by no one else, regular (a FIFO would block), at most `max_bytes`
-    (TooLargeError). A directory is IsADirectoryError, another non-regular file NotRegularFileError."""
+def open_regular(path: str | Path) -> tuple[int, os.stat_result, Path]:
+    """A read-only fd of the regular file at `path`, its stat and the path it was found at: the
+    way to it safe (open_dir; a link as the last name followed only when a trusted user owns it),
+    whoever owns the file itself. For what root only reads and shows (a log to diagnose, which may
+    be syslog's); what root acts on goes through read_trusted. A directory is IsADirectoryError,
+    another non-regular file (a FIFO would block) NotRegularFileError."""
     fd, found = _open_trusted(Path(os.path.abspath(path)))
     try:
         st = os.fstat(fd)
@@ -412,6 +414,18 @@ def read_trusted(path: str | Path, *, max_bytes: int) -> bytes:
             raise IsADirectoryError(errno.EISDIR, "Is a directory", str(path))
         if not stat.S_ISREG(st.st_mode):
             raise NotRegularFileError(path, "it is not a regular file")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st, found
+
+
+def read_trusted(path: str | Path, *, max_bytes: int) -> bytes:
+    """The bytes of a file hostctl will act on as root: the way to it safe, the file itself a
+    trusted user's, writable by no one else, regular (a FIFO would block), at most `max_bytes`
+    (TooLargeError). A directory is IsADirectoryError, another non-regular file NotRegularFileError."""
+    fd, st, found = open_regular(path)
+    try:
         check_file_stat(path if found == Path(os.path.abspath(path)) else found, st, fd)
         chunks, size = [], 0
         while chunk := os.read(fd, 1 << 20):
