@@ -141,7 +141,7 @@ def _component(parent_fd: int, name: str, shown: str, parent: str, parent_st: os
 
 def open_dir(path: str | Path, *, create: bool = False, mode: int = 0o755,
              owner: tuple[int, int] | None = None, follow: bool = True,
-             uids: frozenset[int] | None = None) -> int:
+             uids: frozenset[int] | None = None, dotdot: bool = False) -> int:
     """An fd of the directory `path` (absolute or relative to the cwd), walked from / one
     component at a time; `create` makes what is missing (mode `mode`, chowned to `owner` on the
     open directory). `follow=False` refuses any symlink on the way (names from outside, below a
@@ -151,9 +151,11 @@ def open_dir(path: str | Path, *, create: bool = False, mode: int = 0o755,
     leads, NotADirectoryError / FileNotFoundError as open would, and refuses a path with a `..`
     component: collapsing it by hand (abspath) would name a folder other than the one the kernel
     reaches through a link on the way, and a `..` in a name built from outside input (a suite id)
-    would climb out of the folder hostctl meant."""
+    would climb out of the folder hostctl meant. `dotdot` (a path the user typed, read by
+    read_trusted) walks a `..` as the kernel does instead: to the parent of the folder really
+    reached, after any link before it."""
     path = Path(path)
-    if ".." in path.parts:
+    if ".." in path.parts and not dotdot:
         raise UntrustedPathError(path, "the path contains '..', which hostctl does not resolve",
                                  fix="give the path without '..' (e.g. as `realpath` prints it)")
     path = path if path.is_absolute() else Path(os.getcwd()) / path
@@ -170,7 +172,7 @@ def open_dir(path: str | Path, *, create: bool = False, mode: int = 0o755,
             if part == "..":
                 new = os.open("..", _DIR_FLAGS, dir_fd=fd)
                 os.close(fd)
-                fd, shown = new, shown.parent
+                fd, shown = new, real_dir(new)  # not shown.parent: a link on the way moved us
                 st = os.fstat(fd)
                 continue
             here = shown / part
@@ -381,23 +383,36 @@ class TooLargeError(ValueError):
     """More bytes than the caller reads."""
 
 
+def real_dir(fd: int) -> Path:
+    """The path the kernel reached for the directory open as `fd` (no link, no `..` in it)."""
+    return Path(os.readlink(f"/proc/self/fd/{fd}"))
+
+
+def _absolute(path: str | Path) -> Path:
+    """`path` from the cwd, `..` kept: collapsing it on the text (abspath) would name another file
+    than the kernel reaches when a link comes before it (`~/link/../p.toml`)."""
+    path = Path(path)
+    return path if path.is_absolute() else Path(os.getcwd()) / path
+
+
 def _open_trusted(path: Path) -> tuple[int, Path]:
-    """An O_RDONLY fd of `path` and the path it was found at: its folder walked by open_dir; a
-    link as the last name followed only when a trusted user owns it (open_dir checked that no one
-    else can replace it in its folder), one step at a time, at most MAX_LINKS."""
+    """An O_RDONLY fd of `path` and the real path it was found at (no link, no `..`): its folder
+    walked by open_dir, `..` the kernel's way; a link as the last name followed only when a
+    trusted user owns it (open_dir checked that no one else can replace it in its folder), from
+    the folder really reached, one step at a time, at most MAX_LINKS."""
     for _ in range(MAX_LINKS):
-        with opened_dir(path.parent) as dfd:
+        with opened_dir(path.parent, dotdot=True) as dfd:
+            here = real_dir(dfd)
             try:
                 return os.open(path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                               dir_fd=dfd), path
+                               dir_fd=dfd), here / path.name
             except OSError as e:
                 if e.errno != errno.ELOOP:
                     raise
             st = os.stat(path.name, dir_fd=dfd, follow_symlinks=False)
             if st.st_uid not in trusted_uids():
                 raise UntrustedPathError(path, f"it is a link {describe(st)}; root would follow what that user put there")
-            # a trusted user's link: its target is taken as read_trusted took any path (abspath)
-            path = Path(os.path.abspath(path.parent / os.readlink(path.name, dir_fd=dfd)))
+            path = here / os.readlink(path.name, dir_fd=dfd)  # an absolute target replaces `here`
     raise UntrustedPathError(path, "too many symlinks on the way")
 
 
@@ -407,7 +422,7 @@ def open_regular(path: str | Path) -> tuple[int, os.stat_result, Path]:
     whoever owns the file itself. For what root only reads and shows (a log to diagnose, which may
     be syslog's); what root acts on goes through read_trusted. A directory is IsADirectoryError,
     another non-regular file (a FIFO would block) NotRegularFileError."""
-    fd, found = _open_trusted(Path(os.path.abspath(path)))
+    fd, found = _open_trusted(_absolute(path))
     try:
         st = os.fstat(fd)
         if stat.S_ISDIR(st.st_mode):
@@ -420,13 +435,21 @@ def open_regular(path: str | Path) -> tuple[int, os.stat_result, Path]:
     return fd, st, found
 
 
+def real_path(path: str | Path) -> Path:
+    """Where the regular file `path` really is (no link, no `..`), walked as read_trusted walks it:
+    what hostctl keeps and passes on, so that a later read by path reaches the file it checked."""
+    fd, _, found = open_regular(path)
+    os.close(fd)
+    return found
+
+
 def read_trusted(path: str | Path, *, max_bytes: int) -> bytes:
     """The bytes of a file hostctl will act on as root: the way to it safe, the file itself a
     trusted user's, writable by no one else, regular (a FIFO would block), at most `max_bytes`
     (TooLargeError). A directory is IsADirectoryError, another non-regular file NotRegularFileError."""
     fd, st, found = open_regular(path)
     try:
-        check_file_stat(path if found == Path(os.path.abspath(path)) else found, st, fd)
+        check_file_stat(path if found == _absolute(path) else found, st, fd)
         chunks, size = [], 0
         while chunk := os.read(fd, 1 << 20):
             chunks.append(chunk)
