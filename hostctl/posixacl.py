@@ -33,6 +33,15 @@ def _raw(target: int | str) -> bytes:
         raise
 
 
+def drop(fd: int) -> None:
+    """Remove the access ACL of the open file (its mode bits are then the whole story)."""
+    try:
+        os.removexattr(fd, "system.posix_acl_access")
+    except OSError as exc:
+        if exc.errno not in (errno.ENODATA, errno.ENOTSUP, errno.EOPNOTSUPP):
+            raise
+
+
 def parse(blob: bytes) -> list[tuple[int, int, int]] | None:
     """The (tag, perm, id) entries, or None when the value is not the format above."""
     if len(blob) < _HEADER.size or (len(blob) - _HEADER.size) % _ENTRY.size:

@@ -83,8 +83,8 @@ def others_can_write(st: os.stat_result, target: int | str) -> bool:
     fd (or the path, its last link not followed) whose access ACL is read: a named user or group
     entry, or the owning group's, that the ACL's mask lets write counts like group-write. A folder's
     *default* ACL grants nothing on the folder itself; files made in it inherit it as their access
-    ACL, which this check reads when they are trusted, and write_file's fchmod sets their mask from
-    the mode it gives (no group-write, no write for any named entry)."""
+    ACL, which this check reads when they are trusted; create_temp drops it from what hostctl
+    writes."""
     if st.st_mode & stat.S_IWOTH:
         return True
     acl = posixacl.writers(target)
@@ -472,14 +472,23 @@ def remove_stale_temps(dir_fd: int, name: str) -> None:
 
 
 def create_temp(dir_fd: int, name: str, mode: int = 0o600) -> tuple[int, str]:
-    """A new, empty temporary file for `name` in the directory: O_EXCL, never a link."""
+    """A new, empty temporary file for `name` in the directory: O_EXCL, never a link, and no ACL:
+    one inherited from the folder's default ACL would let the users it names write what root
+    wrote once the mode given later has group-write (the mask follows the mode's group bits)."""
     for _ in range(100):
         tmp = f".{name}{TEMP_MARK}{os.urandom(6).hex()}"
         try:
-            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode,
-                           dir_fd=dir_fd), tmp
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode,
+                         dir_fd=dir_fd)
         except FileExistsError:
             continue
+        try:
+            posixacl.drop(fd)
+        except BaseException:
+            os.close(fd)
+            os.unlink(tmp, dir_fd=dir_fd)
+            raise
+        return fd, tmp
     raise FileExistsError(f"no free temporary name for {name}")
 
 

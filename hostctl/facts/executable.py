@@ -84,7 +84,8 @@ class _Walker:
         if path in self.seen:
             return
         self.seen.add(path)
-        acl = not stat.S_ISLNK(st.st_mode) and bool(posixacl.writers(path))
+        # With an ACL that lets anyone but the owner write, the mode's group bits (the mask) show w.
+        acl = bool(st.st_mode & stat.S_IWGRP) and not stat.S_ISLNK(st.st_mode) and bool(posixacl.writers(path))
         self.chain.entries.append(Entry(path, role, st.st_uid, st.st_gid, st.st_mode, acl))
 
     def resolve(self, path: str, role: str) -> str:

@@ -362,3 +362,17 @@ def test_a_group_other_users_have_as_primary_is_not_private(reachable, monkeypat
     os.chmod(folder, 0o775)
     with pytest.raises(safefs.UntrustedPathError):
         safefs.check_dir(folder, private=True)
+
+
+def test_a_file_root_writes_under_a_default_acl_is_not_left_writable_to_others(reachable):
+    proj = reachable / "proj"
+    proj.mkdir(mode=0o755)
+    import struct
+
+    none = 0xFFFFFFFF  # `setfacl -d -m u:nobody:rwx proj`: what files made in it inherit
+    entries = [(0x01, 7, none), (0x02, 7, NOBODY), (0x04, 5, none), (0x10, 7, none), (0x20, 5, none)]
+    os.setxattr(proj, "system.posix_acl_default",
+                struct.pack("<I", 2) + b"".join(struct.pack("<HHI", *e) for e in entries))
+    out = safefs.write_file(proj / "compose.yaml", "services: {}\n", mode=0o664)
+    assert _as(NOBODY, NOBODY, _append(out, "  evil: {privileged: true}\n")) == 1
+    assert out.read_text() == "services: {}\n"
