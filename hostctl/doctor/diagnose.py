@@ -70,6 +70,12 @@ def read_log(path: Path) -> str:
     except NotADirectoryError:
         raise InputError(f"--log {path}: a part of the path is not a folder") from None
     try:
+        if st.st_nlink > 1:
+            # A second name of another file: where fs.protected_hardlinks is off, anyone can give
+            # /etc/shadow a name in /tmp, and the file's owner (root) says nothing about who did.
+            raise safefs.UntrustedPathError(path, f"it is one of {st.st_nlink} hard links to the same file "
+                                                  f"({safefs.describe(st)}); hostctl reads a log only by its one name",
+                                            fix=f"copy the log: cp {path} ./runtime.log")
         if st.st_size > MAX_LOG_BYTES:
             os.lseek(fd, st.st_size - MAX_LOG_BYTES, os.SEEK_SET)
         chunks, size = [], 0

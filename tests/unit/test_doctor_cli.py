@@ -274,3 +274,17 @@ def test_a_pipe_as_log_is_bad_input(tmp_path, capsys):
     os.mkfifo(fifo)
     code, _, err = run(["doctor", "--log", str(fifo)] + DESKTOP, capsys)
     assert code == 2 and str(fifo) in err
+
+
+@needs(os.geteuid() == 0, "needs root: the hard link is made as a host without protected_hardlinks lets anyone")
+def test_a_log_that_is_a_hard_link_to_a_root_file_is_refused(tmp_path, capsys):
+    victim = tmp_path / "root-only"
+    victim.write_text(TCPSTORE_LOG + "root:$6$planted-hash-of-root:19000:0:99999:7:::\n")
+    os.chmod(victim, 0o600)
+    shared = tmp_path / "tmp"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)  # as /tmp
+    link = shared / "runtime.log"
+    os.link(victim, link)  # what anyone can do where fs.protected_hardlinks=0
+    code, out, err = run(["doctor", "--log", str(link)] + DESKTOP, capsys)
+    assert code == 3 and "planted-hash-of-root" not in out + err
