@@ -748,9 +748,15 @@ def find_profile(explicit: Path | None) -> Path:
 
 
 def load_profile(path: Path) -> HostProfile:
-    from hostctl.safeload import load_toml
+    return load_profile_text(path)[0]
 
-    return parse_profile(load_toml(path, "host profile"), str(path))
+
+def load_profile_text(path: Path) -> tuple[HostProfile, str]:
+    """The profile at `path` and its text as read and validated (what Config.source_text keeps)."""
+    from hostctl.safeload import parse_toml, read_text
+
+    text = read_text(path, "host profile")
+    return parse_profile(parse_toml(text, path, "host profile"), str(path)), text
 
 
 def recipe_path(ref: str, relative_to: Path | None = None) -> Path:
@@ -788,10 +794,14 @@ class Config(Record):
     recipe: Recipe
     source: str
     warnings: list[str] = field(default_factory=list)
+    # The profile text exactly as validated (a UTF-8 BOM dropped): what provision installs, verify
+    # compares and the bundle carries, never re-read by path (a path re-read by the kernel may
+    # reach another file than the one checked).
+    source_text: str = ""
 
 
 def _validated(path: Path) -> tuple[Config, Path]:
-    profile = load_profile(path)
+    profile, text = load_profile_text(path)
     recipe = recipe_path(profile.recipe, path.parent)
     warnings = [
         f"drives[{i}].identity {d.identity}: kernel device names can change between boots; "
@@ -799,13 +809,20 @@ def _validated(path: Path) -> tuple[Config, Path]:
         for i, d in enumerate(profile.drives)
         if d.identity.kind == "path"
     ]
-    return Config(profile=profile, recipe=load_recipe(recipe), source=str(path), warnings=warnings), recipe
+    return Config(profile=profile, recipe=load_recipe(recipe), source=str(path), warnings=warnings,
+                  source_text=text), recipe
 
 
 def load_config(explicit: Path | None) -> Config:
-    from hostctl import config_cache, secrets
+    from hostctl import config_cache, safefs, secrets
 
     path = find_profile(explicit)
+    try:
+        # One resolution: the real path, as the kernel reaches it (`~/link/../p.toml` is the
+        # p.toml beside the link's target), is what is validated, cached, and named later.
+        path = safefs.real_path(path)
+    except (OSError, safefs.UntrustedPathError):
+        pass  # validation reads the same path and says what is wrong with it
     config = config_cache.load(path, lambda: _validated(path))
     # From here on every output of this process hides these values (hostctl.secrets).
     secrets.remember(secrets.from_config(config))

@@ -46,7 +46,7 @@ from hostctl.paths import user_cache_dir
 if TYPE_CHECKING:
     from hostctl.config import Config
 
-CACHE_SCHEMA = "hostctl.config-cache/v1"
+CACHE_SCHEMA = "hostctl.config-cache/v2"  # v2: Config.source_text
 # hostctl.service.identity.names(): what each of the runtime's names must be.
 NAME_TYPES = {"project": str, "api_host": str, "api_port": int, "api_key_env": (str, type(None)), "image": str,
               "project_dir": str}

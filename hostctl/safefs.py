@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from hostctl import posixacl
 from hostctl.errors import UntrustedPathError
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -60,38 +61,66 @@ def owner_name(uid: int) -> str:
         return f"uid {uid}"
 
 
-def _private_group(st: os.stat_result) -> bool:
-    """The file's group is its owner's own: the owner's primary group with no other members."""
+def _private_gid(gid: int, owner: int) -> bool:
+    """`gid` is `owner`'s own group: their primary group, with no supplementary members and no
+    other account whose primary group it is (members by primary gid are not in gr_mem: on a host
+    without user-private groups everyone may share `users`, and here several system accounts
+    share nogroup)."""
     try:
-        return pwd.getpwuid(st.st_uid).pw_gid == st.st_gid and not grp.getgrgid(st.st_gid).gr_mem
+        if pwd.getpwuid(owner).pw_gid != gid or grp.getgrgid(gid).gr_mem:
+            return False
     except KeyError:
         return False
+    return not any(p.pw_gid == gid and p.pw_uid != owner for p in pwd.getpwall())
 
 
-def others_can_write(st: os.stat_result) -> bool:
-    """Anyone but the owner can write it (root can always; that is trusted)."""
+def _private_group(st: os.stat_result) -> bool:
+    return _private_gid(st.st_gid, st.st_uid)
+
+
+def others_can_write(st: os.stat_result, target: int | str) -> bool:
+    """Anyone but the owner can write it (root can always; that is trusted). `target` is the open
+    fd (or the path, its last link not followed) whose access ACL is read: a named user or group
+    entry, or the owning group's, that the ACL's mask lets write counts like group-write. A folder's
+    *default* ACL grants nothing on the folder itself; files made in it inherit it as their access
+    ACL, which this check reads when they are trusted; create_temp drops it from what hostctl
+    writes."""
     if st.st_mode & stat.S_IWOTH:
         return True
-    return bool(st.st_mode & stat.S_IWGRP) and not _private_group(st)
+    acl = posixacl.writers(target)
+    if acl is None:
+        return bool(st.st_mode & stat.S_IWGRP) and not _private_group(st)
+    trusted = trusted_uids()
+    for kind, ident in acl:
+        if kind == "user" and ident in trusted:
+            continue
+        if kind == "group" and _private_gid(ident, st.st_uid):
+            continue
+        if kind == "group-owner" and _private_group(st):
+            continue
+        return True
+    return False
 
 
 def describe(st: os.stat_result) -> str:
     return f"owned by {owner_name(st.st_uid)}, mode {stat.filemode(st.st_mode)}"
 
 
-def _swappable(st: os.stat_result) -> bool:
-    """Others could rename or replace entries of this directory (sticky protects others' entries)."""
-    return others_can_write(st) and not st.st_mode & stat.S_ISVTX
+def _swappable(st: os.stat_result, fd: int) -> bool:
+    """Others could rename or replace entries of the directory open as `fd` (sticky protects
+    others' entries)."""
+    return others_can_write(st, fd) and not st.st_mode & stat.S_ISVTX
 
 
-def check_file_stat(path: str | Path, st: os.stat_result) -> None:
+def check_file_stat(path: str | Path, st: os.stat_result, target: int | str) -> None:
     """A file hostctl will trust (a profile, a recipe, an ssh config, a key, an env file): a
-    trusted user's and writable by no one else, as sshd's StrictModes asks of authorized_keys."""
+    trusted user's and writable by no one else, as sshd's StrictModes asks of authorized_keys.
+    `target`: its open fd (or path), whose ACL is read."""
     if st.st_uid not in trusted_uids():
         raise UntrustedPathError(path, f"the file is {describe(st)}; hostctl reads only files that root or you own")
-    if others_can_write(st):
+    if others_can_write(st, target):
         raise UntrustedPathError(path, f"the file is {describe(st)}: others can change it; "
-                                       f"fix: chmod go-w {path}")
+                                       f"fix: chmod go-w {path} (and `setfacl -b {path}` if its ACL names others)")
 
 
 def _component(parent_fd: int, name: str, shown: str, parent: str, parent_st: os.stat_result,
@@ -99,7 +128,7 @@ def _component(parent_fd: int, name: str, shown: str, parent: str, parent_st: os
     """The lstat of one component, or None when it is missing; refused when someone else could
     swap it: its folder writable by others (and not sticky), or the entry itself not a trusted
     user's (a folder or link of another user leads wherever they like)."""
-    if _swappable(parent_st):
+    if _swappable(parent_st, parent_fd):
         raise UntrustedPathError(parent, f"the folder is {describe(parent_st)}: others can replace what is in it")
     try:
         st = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
@@ -112,7 +141,7 @@ def _component(parent_fd: int, name: str, shown: str, parent: str, parent_st: os
 
 def open_dir(path: str | Path, *, create: bool = False, mode: int = 0o755,
              owner: tuple[int, int] | None = None, follow: bool = True,
-             uids: frozenset[int] | None = None) -> int:
+             uids: frozenset[int] | None = None, dotdot: bool = False) -> int:
     """An fd of the directory `path` (absolute or relative to the cwd), walked from / one
     component at a time; `create` makes what is missing (mode `mode`, chowned to `owner` on the
     open directory). `follow=False` refuses any symlink on the way (names from outside, below a
@@ -122,9 +151,11 @@ def open_dir(path: str | Path, *, create: bool = False, mode: int = 0o755,
     leads, NotADirectoryError / FileNotFoundError as open would, and refuses a path with a `..`
     component: collapsing it by hand (abspath) would name a folder other than the one the kernel
     reaches through a link on the way, and a `..` in a name built from outside input (a suite id)
-    would climb out of the folder hostctl meant."""
+    would climb out of the folder hostctl meant. `dotdot` (a path the user typed, read by
+    read_trusted) walks a `..` as the kernel does instead: to the parent of the folder really
+    reached, after any link before it."""
     path = Path(path)
-    if ".." in path.parts:
+    if ".." in path.parts and not dotdot:
         raise UntrustedPathError(path, "the path contains '..', which hostctl does not resolve",
                                  fix="give the path without '..' (e.g. as `realpath` prints it)")
     path = path if path.is_absolute() else Path(os.getcwd()) / path
@@ -141,7 +172,7 @@ def open_dir(path: str | Path, *, create: bool = False, mode: int = 0o755,
             if part == "..":
                 new = os.open("..", _DIR_FLAGS, dir_fd=fd)
                 os.close(fd)
-                fd, shown = new, shown.parent
+                fd, shown = new, real_dir(new)  # not shown.parent: a link on the way moved us
                 st = os.fstat(fd)
                 continue
             here = shown / part
@@ -181,7 +212,7 @@ def open_dir(path: str | Path, *, create: bool = False, mode: int = 0o755,
                 raise UntrustedPathError(here, "it changed while hostctl was opening it")
             os.close(fd)
             fd, shown, st = new, here, nst
-        if _swappable(st):
+        if _swappable(st, fd):
             raise UntrustedPathError(shown, f"the folder is {describe(st)}: others can replace what is in it")
         return fd
     except BaseException:
@@ -247,7 +278,7 @@ def open_below(base_fd: int, relative: str, *, shown: str | Path, create: bool =
                 nst = os.fstat(new)
             os.close(fd)
             fd, here, st = new, here / part, nst
-        if owners and _swappable(st):
+        if owners and _swappable(st, fd):
             raise UntrustedPathError(here, f"the folder is {describe(st)}: others can replace what is in it")
         return fd
     except BaseException:
@@ -339,7 +370,7 @@ def check_dir(path: str | Path, *, private: bool = False) -> None:
     one that others can write into at all (a project folder Compose reads, an output folder)."""
     with opened_dir(path) as fd:
         st = os.fstat(fd)
-        if private and others_can_write(st):
+        if private and others_can_write(st, fd):
             raise UntrustedPathError(path, f"the folder is {describe(st)}: others can put files in it")
 
 
@@ -352,38 +383,73 @@ class TooLargeError(ValueError):
     """More bytes than the caller reads."""
 
 
+def real_dir(fd: int) -> Path:
+    """The path the kernel reached for the directory open as `fd` (no link, no `..` in it)."""
+    return Path(os.readlink(f"/proc/self/fd/{fd}"))
+
+
+def _absolute(path: str | Path) -> Path:
+    """`path` from the cwd, `..` kept: collapsing it on the text (abspath) would name another file
+    than the kernel reaches when a link comes before it (`~/link/../p.toml`)."""
+    path = Path(path)
+    return path if path.is_absolute() else Path(os.getcwd()) / path
+
+
 def _open_trusted(path: Path) -> tuple[int, Path]:
-    """An O_RDONLY fd of `path` and the path it was found at: its folder walked by open_dir; a
-    link as the last name followed only when a trusted user owns it (open_dir checked that no one
-    else can replace it in its folder), one step at a time, at most MAX_LINKS."""
+    """An O_RDONLY fd of `path` and the real path it was found at (no link, no `..`): its folder
+    walked by open_dir, `..` the kernel's way; a link as the last name followed only when a
+    trusted user owns it (open_dir checked that no one else can replace it in its folder), from
+    the folder really reached, one step at a time, at most MAX_LINKS."""
     for _ in range(MAX_LINKS):
-        with opened_dir(path.parent) as dfd:
+        with opened_dir(path.parent, dotdot=True) as dfd:
+            here = real_dir(dfd)
             try:
                 return os.open(path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                               dir_fd=dfd), path
+                               dir_fd=dfd), here / path.name
             except OSError as e:
                 if e.errno != errno.ELOOP:
                     raise
             st = os.stat(path.name, dir_fd=dfd, follow_symlinks=False)
             if st.st_uid not in trusted_uids():
                 raise UntrustedPathError(path, f"it is a link {describe(st)}; root would follow what that user put there")
-            # a trusted user's link: its target is taken as read_trusted took any path (abspath)
-            path = Path(os.path.abspath(path.parent / os.readlink(path.name, dir_fd=dfd)))
+            path = here / os.readlink(path.name, dir_fd=dfd)  # an absolute target replaces `here`
     raise UntrustedPathError(path, "too many symlinks on the way")
 
 
-def read_trusted(path: str | Path, *, max_bytes: int) -> bytes:
-    """The bytes of a file hostctl will act on as root: the way to it safe, the file itself a
-    trusted user's, writable by no one else, regular (a FIFO would block), at most `max_bytes`
-    (TooLargeError). A directory is IsADirectoryError, another non-regular file NotRegularFileError."""
-    fd, found = _open_trusted(Path(os.path.abspath(path)))
+def open_regular(path: str | Path) -> tuple[int, os.stat_result, Path]:
+    """A read-only fd of the regular file at `path`, its stat and the path it was found at: the
+    way to it safe (open_dir; a link as the last name followed only when a trusted user owns it),
+    whoever owns the file itself. For what root only reads and shows (a log to diagnose, which may
+    be syslog's); what root acts on goes through read_trusted. A directory is IsADirectoryError,
+    another non-regular file (a FIFO would block) NotRegularFileError."""
+    fd, found = _open_trusted(_absolute(path))
     try:
         st = os.fstat(fd)
         if stat.S_ISDIR(st.st_mode):
             raise IsADirectoryError(errno.EISDIR, "Is a directory", str(path))
         if not stat.S_ISREG(st.st_mode):
             raise NotRegularFileError(path, "it is not a regular file")
-        check_file_stat(path if found == Path(os.path.abspath(path)) else found, st)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st, found
+
+
+def real_path(path: str | Path) -> Path:
+    """Where the regular file `path` really is (no link, no `..`), walked as read_trusted walks it:
+    what hostctl keeps and passes on, so that a later read by path reaches the file it checked."""
+    fd, _, found = open_regular(path)
+    os.close(fd)
+    return found
+
+
+def read_trusted(path: str | Path, *, max_bytes: int) -> bytes:
+    """The bytes of a file hostctl will act on as root: the way to it safe, the file itself a
+    trusted user's, writable by no one else, regular (a FIFO would block), at most `max_bytes`
+    (TooLargeError). A directory is IsADirectoryError, another non-regular file NotRegularFileError."""
+    fd, st, found = open_regular(path)
+    try:
+        check_file_stat(path if found == _absolute(path) else found, st, fd)
         chunks, size = [], 0
         while chunk := os.read(fd, 1 << 20):
             chunks.append(chunk)
@@ -406,14 +472,23 @@ def remove_stale_temps(dir_fd: int, name: str) -> None:
 
 
 def create_temp(dir_fd: int, name: str, mode: int = 0o600) -> tuple[int, str]:
-    """A new, empty temporary file for `name` in the directory: O_EXCL, never a link."""
+    """A new, empty temporary file for `name` in the directory: O_EXCL, never a link, and no ACL:
+    one inherited from the folder's default ACL would let the users it names write what root
+    wrote once the mode given later has group-write (the mask follows the mode's group bits)."""
     for _ in range(100):
         tmp = f".{name}{TEMP_MARK}{os.urandom(6).hex()}"
         try:
-            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode,
-                           dir_fd=dir_fd), tmp
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode,
+                         dir_fd=dir_fd)
         except FileExistsError:
             continue
+        try:
+            posixacl.drop(fd)
+        except BaseException:
+            os.close(fd)
+            os.unlink(tmp, dir_fd=dir_fd)
+            raise
+        return fd, tmp
     raise FileExistsError(f"no free temporary name for {name}")
 
 

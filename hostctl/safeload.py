@@ -217,7 +217,11 @@ def _no_constant(name: str) -> Any:
 
 
 def load_toml(path: Path, what: str) -> dict:
-    text = read_text(path, what)
+    return parse_toml(read_text(path, what), path, what)
+
+
+def parse_toml(text: str, path: Path, what: str) -> dict:
+    """The TOML text read from `path` as data, or an InputError naming the file."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -173,7 +173,7 @@ def trusted_config(path: str, field: str) -> str:
             if not stat.S_ISREG(st.st_mode):
                 raise InputError(f"{field}: {real} is not a regular file",
                                  fix="name an ssh config file (see ssh_config(5))")
-            safefs.check_file_stat(real, st)
+            safefs.check_file_stat(real, st, real)
     except safefs.UntrustedPathError as exc:
         exc.message = (f"{field}: {exc.message}; ssh runs the commands an ssh config names (ProxyCommand, "
                        "Match exec) as root, so hostctl uses one only when no one but root and you can change it")

@@ -75,10 +75,10 @@ def gather(*, doctor_json: str, facts: HostFacts, plan: Plan | None, config: Con
         b.missing.append("plan.json and rendered files: no host profile")
     if config is not None:
         src = Path(config.source)
-        try:
-            b.add(f"profile/{src.name}", src.read_text())
-        except OSError as exc:
-            b.missing.append(f"profile {src}: {exc.strerror or exc}")
+        if config.source_text:  # the text validated, not the path re-read (it may lead elsewhere now)
+            b.add(f"profile/{src.name}", config.source_text)
+        else:
+            b.missing.append(f"profile {src}: not read from a file")
         b.add("profile/recipe.json", config.recipe.to_json())
     kernel, why = _kernel_excerpt(facts, live)
     if kernel is not None:

@@ -7,9 +7,11 @@ container's log and state, then prints diagnosis_text(). Evidence lines are reda
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hostctl import safefs
 from hostctl.failures import StartEvidence, Finding, classify
 from hostctl.doctor.redact import redact
 from hostctl.errors import InputError
@@ -52,20 +54,39 @@ def diagnose(log: str, *, source: str = "log", kernel_log: str = "", oom_killed:
 
 
 def read_log(path: Path) -> str:
+    """The last MAX_LOG_BYTES of the log at `path`, opened as safefs.open_regular opens it: root
+    reads it for whoever asked, so a link another user owns (their `runtime.log -> /etc/shadow`)
+    is refused (exit 3), not followed into the diagnosis and the bundle."""
     try:
-        size = path.stat().st_size
-        with path.open("rb") as f:
-            if size > MAX_LOG_BYTES:
-                f.seek(size - MAX_LOG_BYTES)
-            # Bounded: a device or a pipe (/dev/zero) reports size 0 and never ends.
-            return f.read(MAX_LOG_BYTES).decode("utf-8", "replace")
+        fd, st, _ = safefs.open_regular(path)
     except FileNotFoundError:
         raise InputError(f"--log {path}: no such file", fix="save the runtime's log first, e.g. "
                          "`docker logs hostctl-runtime > runtime.log 2>&1`") from None
     except IsADirectoryError:
         raise InputError(f"--log {path} is a directory; expected a log file") from None
+    except safefs.NotRegularFileError:
+        raise InputError(f"--log {path} is not a regular file (a pipe or a device); expected a log file",
+                         fix="save the log to a file first") from None
+    except NotADirectoryError:
+        raise InputError(f"--log {path}: a part of the path is not a folder") from None
+    try:
+        if st.st_nlink > 1:
+            # A second name of another file: where fs.protected_hardlinks is off, anyone can give
+            # /etc/shadow a name in /tmp, and the file's owner (root) says nothing about who did.
+            raise safefs.UntrustedPathError(path, f"it is one of {st.st_nlink} hard links to the same file "
+                                                  f"({safefs.describe(st)}); hostctl reads a log only by its one name",
+                                            fix=f"copy the log: cp {path} ./runtime.log")
+        if st.st_size > MAX_LOG_BYTES:
+            os.lseek(fd, st.st_size - MAX_LOG_BYTES, os.SEEK_SET)
+        chunks, size = [], 0
+        while size < MAX_LOG_BYTES and (chunk := os.read(fd, min(1 << 20, MAX_LOG_BYTES - size))):
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks).decode("utf-8", "replace")
     except OSError as exc:
         raise InputError(f"--log {path}: cannot read it: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
 
 
 def diagnose_file(path: Path, facts: HostFacts | None = None) -> Diagnosis:

@@ -24,7 +24,7 @@ import pwd
 import stat
 from dataclasses import dataclass, field
 
-from hostctl import paths
+from hostctl import paths, posixacl
 
 # The PATH systemd gives a unit: where `#!/usr/bin/env python3` finds python3 at boot.
 BOOT_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
@@ -84,7 +84,8 @@ class _Walker:
         if path in self.seen:
             return
         self.seen.add(path)
-        acl = bool(st.st_mode & stat.S_IWGRP) and not stat.S_ISLNK(st.st_mode) and _has_acl(path)
+        # With an ACL that lets anyone but the owner write, the mode's group bits (the mask) show w.
+        acl = bool(st.st_mode & stat.S_IWGRP) and not stat.S_ISLNK(st.st_mode) and bool(posixacl.writers(path))
         self.chain.entries.append(Entry(path, role, st.st_uid, st.st_gid, st.st_mode, acl))
 
     def resolve(self, path: str, role: str) -> str:
@@ -139,13 +140,6 @@ class _Walker:
                         self.resolve(full, role)
                     except _Missing:
                         continue  # a dangling link runs nothing
-
-
-def _has_acl(path: str) -> bool:
-    try:
-        return bool(os.getxattr(path, "system.posix_acl_access", follow_symlinks=False))
-    except OSError:  # none (ENODATA), or a filesystem without ACLs
-        return False
 
 
 def _interpreter(script: str) -> str | None:

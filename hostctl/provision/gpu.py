@@ -141,7 +141,7 @@ def read_gpu(config: Config, facts: HostFacts, reader: Reader, *, gpus: Callable
     files = read_managed(reader, files=[UNIT_PATH, INSTALLED_PROFILE], links=[WANTS_LINK], present=[hostctl_bin])
     if files.systemd_running:
         files.enabled = read_managed(reader, units=[UNIT_NAME]).enabled
-    source = Path(config.source).read_bytes() if Path(config.source).is_file() else None
+    source = config.source_text.encode() if config.source_text else None  # as validated, not re-read
     chain = read_exec_chain(hostctl_bin) if isinstance(reader, LocalReader) else None
     snap = GpuSnapshot(facts=facts, files=files, source_profile=source, exec_chain=chain)
     if not facts.gpus.available:

@@ -20,10 +20,8 @@ SCHEMA = "hostctl.provisioned/v1"
 
 
 def profile_digest(config: Config) -> str | None:
-    try:
-        return hashlib.sha256(Path(config.source).read_bytes()).hexdigest()
-    except OSError:
-        return None
+    """The digest of the profile text as validated (not re-read by path: see Config.source_text)."""
+    return hashlib.sha256(config.source_text.encode()).hexdigest() if config.source_text else None
 
 
 def record_converged(part: str, config: Config, state_dir: Path | None = None) -> Path:

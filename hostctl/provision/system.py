@@ -22,6 +22,7 @@ from pathlib import Path, PurePosixPath
 
 from hostctl import paths
 from hostctl.safefs import write_file
+from hostctl.safeload import read_text
 from hostctl.config import Config, recipe_path
 from hostctl.errors import FailedError, InputError
 from hostctl.facts.model import HostFacts
@@ -41,11 +42,11 @@ SYSTEMCTL_TIMEOUT = 60
 
 
 def desired_files(config: Config, plan: Plan, *, hostctl_bin: str = INSTALLED_HOSTCTL) -> dict[PurePosixPath, bytes]:
-    """Host path -> the exact bytes it must hold (the profile and recipe read from where provision
-    was given them, the units rendered from the plan)."""
+    """Host path -> the exact bytes it must hold (the profile as validated, the recipe read through
+    safefs from beside the profile's real path, the units rendered from the plan)."""
     files: dict[PurePosixPath, bytes] = {}
     source = Path(config.source)
-    files[PurePosixPath(INSTALLED_PROFILE)] = source.read_bytes()
+    files[PurePosixPath(INSTALLED_PROFILE)] = config.source_text.encode()
     ref = config.profile.recipe
     recipe = recipe_path(ref, source.parent)
     if recipe.parent != paths.recipes_dir() and not Path(ref).is_absolute():
@@ -58,7 +59,7 @@ def desired_files(config: Config, plan: Plan, *, hostctl_bin: str = INSTALLED_HO
                 f"in {PROFILE_DIR} could not find it",
                 fix="name a bundled recipe, use an absolute path, or keep the recipe beside the profile",
             )
-        files[PROFILE_DIR / rel] = recipe.read_bytes()
+        files[PROFILE_DIR / rel] = read_text(recipe, "recipe").encode()
     rendered = render_files(plan, hostctl_bin=hostctl_bin, config_path=INSTALLED_PROFILE)
     for unit in UNITS:
         files[UNIT_DIR / unit] = rendered[unit].encode()

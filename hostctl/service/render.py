@@ -194,7 +194,7 @@ def _private_project(out_dir: Path) -> int | None:
     except FileNotFoundError:
         return None
     st = os.fstat(fd)
-    if safefs.others_can_write(st):
+    if safefs.others_can_write(st, fd):
         os.close(fd)
         raise safefs.UntrustedPathError(out_dir, f"the project folder is {safefs.describe(st)}: others can put "
                                                  "files in it that Compose would read as root",

@@ -34,7 +34,8 @@ def load(config_path: Path | None, recipe_ref: str | None) -> tuple[Config, dict
     # The one safe loader, as `plan` reads a recipe: an alias bomb here took 30 s and a MemoryError.
     data = load_yaml(path, "recipe").data
     recipe = parse_recipe(data, str(path))
-    return Config(profile=cfg.profile, recipe=recipe, source=cfg.source, warnings=cfg.warnings), data, str(path)
+    return Config(profile=cfg.profile, recipe=recipe, source=cfg.source, warnings=cfg.warnings,
+                  source_text=cfg.source_text), data, str(path)
 
 
 def tune(config_path: Path | None, recipe_ref: str | None, *, dry_run: bool, json_: bool, out_dir: Path | None,

@@ -157,7 +157,8 @@ class Sweep:
         except HostctlError as exc:
             self._boot_failed(bdoc, trials, "recipe-invalid", exc.message, "; ".join(exc.details), exc.fix)
             return
-        cfg = Config(profile=self.cfg.profile, recipe=recipe, source=self.cfg.source)
+        cfg = Config(profile=self.cfg.profile, recipe=recipe, source=self.cfg.source,
+                     source_text=self.cfg.source_text)
         plan = _with_knob_files(self.build_plan(cfg, self.facts), boot, knob_dir)
         if trials and trials[0].runtime_knobs:
             _write_knobs(knob_dir, trials[0].runtime_knobs)

@@ -143,7 +143,7 @@ def verify(config: Config, *, host: str | None = None, only: str | None = None, 
         if target.remote:
             source = Path(config.source).resolve()
             try:
-                facts, same = remote_facts(target, str(source), source.read_bytes())
+                facts, same = remote_facts(target, str(source), config.source_text.encode())
             except RuntimeError as exc:  # testinfra: ssh itself failed (exit 255) after connecting
                 raise FailedError(f"lost the SSH connection to {target.name} while reading its facts",
                                   details=[str(exc)[-300:]], fix="check the connection, then re-run") from None

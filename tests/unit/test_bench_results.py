@@ -51,7 +51,7 @@ def test_another_user_cannot_put_a_result_in_the_folder_bound_into_the_bench_con
     work = vllm_bench.make_result_dir()
     try:
         st = os.stat(work)
-        assert st.st_uid == os.geteuid() and not safefs.others_can_write(st)
+        assert st.st_uid == os.geteuid() and not safefs.others_can_write(st, str(work))
         # By effect: nobody tries to plant c1.json (a file and a link) and fails.
         assert as_nobody(lambda: os.symlink("/etc/shadow", work / "c1.json")) == 1
         assert as_nobody(lambda: open(work / "c2.json", "w").close()) == 1

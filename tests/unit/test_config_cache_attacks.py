@@ -148,16 +148,16 @@ def test_the_yaml_parser_is_part_of_the_code_stamp():
 def test_a_profile_changed_and_changed_back_during_validation_is_not_remembered(home, monkeypatch):
     path = profile(home)
     original = path.read_text()
-    real = config.load_profile
+    real = config.load_profile_text
 
     def aba(p):
         p.write_text(original.replace('name = "cc"', 'name = "bb"'))
         parsed = real(p)
         p.write_text(original)
-        monkeypatch.setattr(config, "load_profile", real)
+        monkeypatch.setattr(config, "load_profile_text", real)
         return parsed
 
-    monkeypatch.setattr(config, "load_profile", aba)
+    monkeypatch.setattr(config, "load_profile_text", aba)
     assert config.load_config(path).profile.name == "bb"  # what was read
     assert config.load_config(path).profile.name == "cc"  # what the profile says now
 

@@ -18,6 +18,7 @@ from hostctl import paths
 from hostctl.cli import main
 from hostctl.doctor import report
 from hostctl.doctor.redact import MASK, redact
+from need import needs
 
 HOSTS = paths.hosts_dir()
 DESKTOP = ["--config", str(HOSTS / "pro6000x2-desktop.toml"), "--facts", str(HOSTS / "pro6000x2-desktop.facts.json")]
@@ -229,3 +230,61 @@ def test_diagnose_for_up_uses_engine_state_and_redacts_lines():
     text = diagnosis_text(d)
     assert "container hostctl-runtime" in text and "moe_w2 delta tier" in text and SECRETS["api"] not in text
     assert diagnose("INFO ready\n", exit_code=0).findings == []
+
+
+NOBODY = 65534
+
+
+def _bundle_text(bundle: Path) -> str:
+    if not bundle.exists():
+        return ""
+    with tarfile.open(bundle) as tar:
+        return "\n".join(tar.extractfile(m).read().decode("utf-8", "replace") for m in tar.getmembers() if m.isfile())
+
+
+@needs(os.geteuid() == 0, "needs root: the link is chowned to nobody")
+def test_log_through_another_users_link_is_refused_and_not_bundled(tmp_path, capsys):
+    victim = tmp_path / "root-only"
+    victim.write_text(TCPSTORE_LOG + "root:$6$planted-hash-of-root:19000:0:99999:7:::\n")
+    os.chmod(victim, 0o600)
+    theirs = tmp_path / "nob"
+    theirs.mkdir()
+    os.chown(theirs, NOBODY, NOBODY)
+    link = theirs / "runtime.log"
+    os.symlink(victim, link)  # nobody's `runtime.log -> /etc/shadow`
+    os.lchown(link, NOBODY, NOBODY)
+    bundle = tmp_path / "b.tar.gz"
+    code, out, err = run(["doctor", "--log", str(link), "--bundle", str(bundle)] + DESKTOP, capsys)
+    assert code == 3, err
+    assert "planted-hash-of-root" not in out + err + _bundle_text(bundle)
+    assert str(link.parent) in err or str(link) in err
+
+
+@needs(os.geteuid() == 0, "needs root: the log is chowned to nobody")
+def test_a_log_another_user_owns_is_still_read(tmp_path, capsys):
+    log = tmp_path / "runtime.log"
+    log.write_text(TCPSTORE_LOG)
+    os.chown(log, NOBODY, NOBODY)  # a log may be syslog's: only the way to it must be safe
+    code, out, _ = run(["doctor", "--log", str(log)] + DESKTOP, capsys)
+    assert code == 1 and "log diagnosis of" in out
+
+
+def test_a_pipe_as_log_is_bad_input(tmp_path, capsys):
+    fifo = tmp_path / "runtime.log"
+    os.mkfifo(fifo)
+    code, _, err = run(["doctor", "--log", str(fifo)] + DESKTOP, capsys)
+    assert code == 2 and str(fifo) in err
+
+
+@needs(os.geteuid() == 0, "needs root: the hard link is made as a host without protected_hardlinks lets anyone")
+def test_a_log_that_is_a_hard_link_to_a_root_file_is_refused(tmp_path, capsys):
+    victim = tmp_path / "root-only"
+    victim.write_text(TCPSTORE_LOG + "root:$6$planted-hash-of-root:19000:0:99999:7:::\n")
+    os.chmod(victim, 0o600)
+    shared = tmp_path / "tmp"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)  # as /tmp
+    link = shared / "runtime.log"
+    os.link(victim, link)  # what anyone can do where fs.protected_hardlinks=0
+    code, out, err = run(["doctor", "--log", str(link)] + DESKTOP, capsys)
+    assert code == 3 and "planted-hash-of-root" not in out + err

@@ -235,3 +235,144 @@ def test_a_read_below_needs_no_trusted_owner_but_follows_no_link(tmp_path, victi
             safefs.read_below(base, "model/sub/link.json", shown=tmp_path, max_bytes=100, owners=False)
         with pytest.raises(safefs.UntrustedPathError):  # writing there still needs a trusted owner
             safefs.open_below(base, "model/sub", shown=tmp_path, create=True)
+
+
+# --- what the mode bits do not show: ACLs and groups shared by primary gid -------------------
+
+@pytest.fixture
+def reachable(tmp_path_factory):
+    """A root-owned 0755 folder every user can reach (pytest's own tmp is root's 0700), so that
+    nobody's writes below show what the kernel really lets them do."""
+    import shutil
+    import tempfile
+
+    d = tempfile.mkdtemp(prefix="hostctl-acl-", dir="/tmp")
+    os.chmod(d, 0o755)
+    from pathlib import Path
+    yield Path(d)
+    shutil.rmtree(d)
+
+
+def _as(uid: int, gid: int, fn) -> int:
+    """fn() in a child as uid/gid with no supplementary groups: 0 done, 1 OSError (denied)."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setgroups([])
+            os.setgid(gid)
+            os.setuid(uid)
+            fn()
+            os._exit(0)
+        except OSError:
+            os._exit(1)
+        except BaseException:
+            os._exit(2)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+def _set_acl(path, user_perm: int, mask: int, uid: int = NOBODY) -> None:
+    """`setfacl -m u:UID:PERM,m::MASK PATH`, written as the kernel's xattr (no acl tools needed):
+    version 2, then (tag, perm, id) entries: owner, the named user, group, mask, other."""
+    import struct
+
+    none = 0xFFFFFFFF
+    other = stat.S_IMODE(os.stat(path).st_mode) & 0o7
+    entries = [(0x01, 7, none), (0x02, user_perm, uid), (0x04, 5, none), (0x10, mask, none), (0x20, other, none)]
+    os.setxattr(path, "system.posix_acl_access",
+                struct.pack("<I", 2) + b"".join(struct.pack("<HHI", *e) for e in entries))
+
+
+def _append(path, text):
+    def fn():
+        with open(path, "a") as f:
+            f.write(text)
+    return fn
+
+
+def test_a_profile_an_acl_lets_nobody_write_is_refused(reachable):
+    prof = reachable / "hostctl.toml"
+    prof.write_text('name = "mine"\n')
+    os.chmod(prof, 0o644)
+    _set_acl(prof, user_perm=6, mask=6)  # setfacl -m u:nobody:rw
+    assert _as(NOBODY, NOBODY, _append(prof, "# nobody was here\n")) == 0  # the ACL is real
+    with pytest.raises(safefs.UntrustedPathError) as exc:
+        safefs.read_trusted(prof, max_bytes=1 << 20)
+    assert exc.value.exit_code == 3 and str(prof) in exc.value.message
+
+
+def test_a_folder_an_acl_lets_nobody_write_is_refused(reachable):
+    proj = reachable / "proj"
+    proj.mkdir(mode=0o755)
+    prof = proj / "hostctl.toml"
+    prof.write_text('name = "mine"\n')
+    _set_acl(proj, user_perm=7, mask=7)  # setfacl -m u:nobody:rwx proj
+    assert _as(NOBODY, NOBODY, lambda: os.mkdir(proj / "planted")) == 0
+    for check in (lambda: safefs.check_dir(proj, private=True), lambda: safefs.read_trusted(prof, max_bytes=1 << 20),
+                  lambda: safefs.write_file(proj / "compose.yaml", "services: {}\n")):
+        with pytest.raises(safefs.UntrustedPathError) as exc:
+            check()
+        assert exc.value.exit_code == 3
+    assert not (proj / "compose.yaml").exists()
+
+
+def test_an_acl_whose_mask_denies_write_is_no_write(reachable):
+    prof = reachable / "hostctl.toml"
+    prof.write_text('name = "mine"\n')
+    os.chmod(prof, 0o644)
+    _set_acl(prof, user_perm=6, mask=4)  # u:nobody:rw, but the mask leaves r--
+    assert _as(NOBODY, NOBODY, _append(prof, "x\n")) == 1
+    assert safefs.read_trusted(prof, max_bytes=1 << 20) == b'name = "mine"\n'
+
+
+def _shared_primary_group():
+    """(owner, other): two accounts whose primary group is the same gid, with no gr_mem (nogroup
+    here: sync, _apt, nobody...)."""
+    import grp
+    import pwd
+
+    by_gid: dict[int, list] = {}
+    for p in pwd.getpwall():
+        by_gid.setdefault(p.pw_gid, []).append(p)
+    for gid, users in sorted(by_gid.items()):
+        try:
+            members = grp.getgrgid(gid).gr_mem
+        except KeyError:
+            continue
+        if len(users) >= 2 and not members and gid != 0:
+            return users[0], users[1]
+    return None
+
+
+def test_a_group_other_users_have_as_primary_is_not_private(reachable, monkeypatch):
+    pair = _shared_primary_group()
+    assert pair, "no two accounts share a primary group here"
+    owner, other = pair
+    monkeypatch.setenv("SUDO_UID", str(owner.pw_uid))  # the invoking user is `owner`
+    prof = reachable / "hostctl.toml"
+    prof.write_text('name = "mine"\n')
+    os.chown(prof, owner.pw_uid, owner.pw_gid)
+    os.chmod(prof, 0o664)
+    assert _as(other.pw_uid, other.pw_gid, _append(prof, "# other was here\n")) == 0
+    with pytest.raises(safefs.UntrustedPathError) as exc:
+        safefs.read_trusted(prof, max_bytes=1 << 20)
+    assert exc.value.exit_code == 3
+    folder = reachable / "proj"
+    folder.mkdir()
+    os.chown(folder, owner.pw_uid, owner.pw_gid)
+    os.chmod(folder, 0o775)
+    with pytest.raises(safefs.UntrustedPathError):
+        safefs.check_dir(folder, private=True)
+
+
+def test_a_file_root_writes_under_a_default_acl_is_not_left_writable_to_others(reachable):
+    proj = reachable / "proj"
+    proj.mkdir(mode=0o755)
+    import struct
+
+    none = 0xFFFFFFFF  # `setfacl -d -m u:nobody:rwx proj`: what files made in it inherit
+    entries = [(0x01, 7, none), (0x02, 7, NOBODY), (0x04, 5, none), (0x10, 7, none), (0x20, 5, none)]
+    os.setxattr(proj, "system.posix_acl_default",
+                struct.pack("<I", 2) + b"".join(struct.pack("<HHI", *e) for e in entries))
+    out = safefs.write_file(proj / "compose.yaml", "services: {}\n", mode=0o664)
+    assert _as(NOBODY, NOBODY, _append(out, "  evil: {privileged: true}\n")) == 1
+    assert out.read_text() == "services: {}\n"
