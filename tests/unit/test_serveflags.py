@@ -3,7 +3,7 @@ set from a recipe or a tuning axis in any spelling argparse accepts, and a rende
 would make vLLM listen elsewhere than the plan says is never written.
 
 The spellings are judged by a real argparse parser built like vLLM's (abbreviations allowed,
-underscores read as dashes; vLLM's dotted keys through serveflags.vllm_argv), holding the owned flags and their nearest neighbours among vLLM's
+underscores read as dashes), holding the owned flags and their nearest neighbours among vLLM's
 options; tests/system/test_serveflags_vllm.py runs vLLM 0.32's own parser on the rendered argv."""
 
 import argparse
