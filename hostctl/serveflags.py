@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import re
 from typing import NamedTuple
 
 # Each owned flag and why hostctl, not a recipe, sets it.
@@ -100,12 +101,34 @@ def _merge(into: dict, new: dict) -> None:
             into[k] = v
 
 
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)([kKmMgGtT])")
+
+
+def _leaf(value: str) -> object:
+    """A dotted key's value as vLLM reads it: JSON, else a size (`80g` is 80*10**9, `2K` is
+    2*2**10; a decimal with a binary unit is not one) or an integer, else the string."""
+    try:
+        return json.loads(value)
+    except (ValueError, RecursionError):
+        pass
+    text = value.strip()
+    size = _SIZE.fullmatch(text)
+    if size:
+        number, unit = size.groups()
+        if unit in "kmgt":
+            return int(float(number) * 10 ** (3 * ("kmgt".index(unit) + 1)))
+        return int(number) * 2 ** (10 * ("KMGT".index(unit) + 1)) if "." not in number else value
+    try:
+        return int(text)
+    except ValueError:
+        return value
+
+
 def vllm_argv(argv: list[str]) -> list[str]:
     """argv as vLLM 0.32's FlexibleArgumentParser hands it to argparse (module docstring): the
     first pass, then each dotted key (and the token it takes as its value) removed and appended
-    at the end as `KEY <json>`. A JSON leaf that is not JSON stays a string (vLLM would also read
-    `80g`-style numbers; the value of an owned flag is a dict either way). A dotted key with
-    nothing after it makes vLLM fail; here its value is the empty string."""
+    at the end as `KEY <json>`. A dotted key with nothing after it makes vLLM fail; here its
+    value is the empty string."""
     first: list[str] = []
     for i, token in enumerate(argv):
         if token == "-O" and i + 1 < len(argv) and argv[i + 1] in ("0", "1", "2", "3"):
@@ -130,10 +153,7 @@ def vllm_argv(argv: list[str]) -> list[str]:
         if name.endswith("+"):
             name, leaf = name[:-1], value.split(",")
         else:
-            try:
-                leaf = json.loads(value)
-            except ValueError:
-                leaf = value
+            leaf = _leaf(value)
         key, *path = name.split(".")
         for part in reversed(path):
             leaf = {part: leaf}
