@@ -3,25 +3,34 @@ the runtime environment variables a recipe may not set (OWNED_ENV, env_refusal).
 
 hostctl decides where the server listens and what credentials it holds (DESIGN.md "Trust model
 (root)"): a recipe, a tuning axis or anything else that contributes serve arguments may not set
-these in any spelling vLLM's parser accepts. That parser is argparse (vLLM's
-FlexibleArgumentParser), which takes
-  - any unambiguous prefix of a long option (`--hos` is `--host`),
-  - `--flag=value`,
-  - `--flag_name` for `--flag-name` (vLLM turns underscores after `--` into dashes),
-  - the short aliases vLLM defines (none for an owned flag in vLLM 0.32: SHORT_ALIASES).
+these in any spelling vLLM's parser accepts. That parser is vLLM's FlexibleArgumentParser, which
+rewrites argv before argparse sees it (vllm/utils/argparse_utils.py, parse_args), and argparse:
+  - `--flag_name` is `--flag-name` (underscores up to the first `.` become dashes),
+  - `-O<level>` / `-O=<level>` is `--optimization-level <level>`,
+  - a token that starts with `-` and has a `.` before any `=` is a dotted key: `KEY.a.b VALUE`
+    (or `KEY.a.b=VALUE`; `KEY.a+ V1,V2` for a list) is removed, with the token after it when no
+    `=` is given, whatever that token is, and `KEY <json>` is appended at the END of argv, so it
+    beats an earlier KEY: `--api-ke.x K` sets the API key, `--host.x H` replaces the host;
+  - `--config FILE` reads flags from a YAML file (owned: hostctl cannot see what it sets);
+  - argparse takes any unambiguous prefix of a long option (`--hos` is `--host`), `--flag=value`,
+    and the short aliases vLLM defines (none for an owned flag in vLLM 0.32: SHORT_ALIASES).
 A single-dash token reaches only single-dash option strings (argparse matches `-x...` against
 the option strings that begin with `-x`, never against `--...`), so only SHORT_ALIASES matter.
+`vllm_argv` is that rewrite; `normalise` is the option name one token ends up as; `owned` and
+`effective` read tokens only through them.
 
 Why refusing every prefix is safe without vLLM installed: a prefix of an owned flag either
 resolves to it (unique in vLLM's parser: it must be refused) or is ambiguous there (vLLM itself
 exits with an error: refusing it costs nothing). It would cost something only if a prefix of an
 owned flag were itself one of vLLM's own option names; none is (checked against vLLM 0.32's
-parser in the demo image: tests/system/test_serveflags_vllm.py).
+parser in the demo image: tests/system/test_serveflags_vllm.py, which also runs the rewrite).
 """
 
 from __future__ import annotations
 
 import ipaddress
+import json
+import re
 from typing import NamedTuple
 
 # Each owned flag and why hostctl, not a recipe, sets it.
@@ -52,29 +61,133 @@ class Owned(NamedTuple):
     value: str | None  # the value given with `=`, if any
 
 
+def _first_pass(token: str) -> list[str]:
+    """What vLLM's first pass makes of one token, before dotted keys: the name of a `--` token
+    with its underscores (up to the first `.`) as dashes; `-O<level>` as two tokens."""
+    if token.startswith("--"):
+        name, eq, value = token.partition("=")
+        head, dot, tail = name[2:].partition(".")
+        return ["--" + head.replace("_", "-") + dot + tail + eq + value]
+    if token.startswith("-O") and token != "-O":
+        return ["--optimization-level", token[3:] if token[2] == "=" else token[2:]]
+    return [token]
+
+
+def _dotted(token: str) -> bool:
+    # vLLM's test: starts with '-' and has a '.' (one only in the value after '=' does not count)
+    return token.startswith("-") and "." in token.partition("=")[0]
+
+
 def normalise(token: str) -> tuple[str, str | None]:
-    """(option, value after '=') as vLLM's parser sees a `--` token: underscores become dashes
-    in the name, the value is kept as written."""
+    """(option, value after '=') as argparse receives a token from vLLM's rewrite: a dotted key
+    is its KEY (`--api-ke.x` is `--api-ke`), underscores in a `--` name are dashes; the value is
+    kept as written (a dotted key's real value is JSON: vllm_argv)."""
     name, eq, value = token.partition("=")
+    if _dotted(token):
+        name = name.split(".", 1)[0]
     if name.startswith("--"):
         name = "--" + name[2:].replace("_", "-")
     return name, (value if eq else None)
 
 
+def _merge(into: dict, new: dict) -> None:
+    # vLLM merges the dotted values of one KEY: dicts recursively, lists concatenated, else the later wins
+    for k, v in new.items():
+        if isinstance(v, dict) and isinstance(into.get(k), dict):
+            _merge(into[k], v)
+        elif isinstance(v, list) and isinstance(into.get(k), list):
+            into[k] = into[k] + v
+        else:
+            into[k] = v
+
+
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)([kKmMgGtT])")
+
+
+def _leaf(value: str) -> object:
+    """A dotted key's value as vLLM reads it: JSON, else a size (`80g` is 80*10**9, `2K` is
+    2*2**10; a decimal with a binary unit is not one) or an integer, else the string."""
+    try:
+        return json.loads(value)
+    except (ValueError, RecursionError):
+        pass
+    text = value.strip()
+    size = _SIZE.fullmatch(text)
+    if size:
+        number, unit = size.groups()
+        if unit in "kmgt":
+            return int(float(number) * 10 ** (3 * ("kmgt".index(unit) + 1)))
+        return int(number) * 2 ** (10 * ("KMGT".index(unit) + 1)) if "." not in number else value
+    try:
+        return int(text)
+    except ValueError:
+        return value
+
+
+def vllm_argv(argv: list[str]) -> list[str]:
+    """argv as vLLM 0.32's FlexibleArgumentParser hands it to argparse (module docstring): the
+    first pass, then each dotted key (and the token it takes as its value) removed and appended
+    at the end as `KEY <json>`. A dotted key with nothing after it makes vLLM fail; here its
+    value is the empty string."""
+    first: list[str] = []
+    for i, token in enumerate(argv):
+        if token == "-O" and i + 1 < len(argv) and argv[i + 1] in ("0", "1", "2", "3"):
+            first.append("--optimization-level")
+        else:
+            first += _first_pass(token)
+    out: list[str] = []
+    dicts: dict[str, dict] = {}
+    i = 0
+    while i < len(first):
+        token = first[i]
+        if not _dotted(token):
+            out.append(token)
+            i += 1
+            continue
+        name, eq, value = token.partition("=")
+        if not eq:
+            value = first[i + 1] if i + 1 < len(first) else ""
+            i += 1
+        i += 1
+        leaf: object
+        if name.endswith("+"):
+            name, leaf = name[:-1], value.split(",")
+        else:
+            leaf = _leaf(value)
+        key, *path = name.split(".")
+        for part in reversed(path):
+            leaf = {part: leaf}
+        _merge(dicts.setdefault(key, {}), leaf if isinstance(leaf, dict) else {})
+    for key, value in dicts.items():
+        out += [key, json.dumps(value)]
+    return out
+
+
 def owned(token: str, flags=OWNED, aliases: dict[str, str] | None = None) -> Owned | None:
-    """The flag of `flags` (default: OWNED) argparse could read `token` as, or None. An ambiguous
-    prefix (`--h`, `--p`) names the first owned flag it could be: vLLM would refuse it anyway."""
+    """The flag of `flags` (default: OWNED) vLLM's parser could read `token` as, or None. An
+    ambiguous prefix (`--h`, `--p`) names the first owned flag it could be: vLLM would refuse it
+    anyway. A token vLLM's first pass splits (`-O--host=x`) is owned if any part is."""
     aliases = SHORT_ALIASES if aliases is None else aliases
-    if not token.startswith("-") or token in ("-", "--"):
+    for part in _first_pass(token):
+        hit = _owned_one(part, flags, aliases)
+        if hit is not None:
+            return hit
+    return None
+
+
+def _owned_one(token: str, flags, aliases: dict[str, str]) -> Owned | None:
+    if not token.startswith("-"):
         return None
     name, value = normalise(token)
+    if name in ("-", "--"):
+        return None
     if not name.startswith("--"):
         if name in aliases:
             return Owned(aliases[name], value)
         # -xVALUE: argparse splits a short option from its glued value
         for alias, flag in aliases.items():
             if name.startswith(alias):
-                return Owned(flag, token[len(alias):])
+                return Owned(flag, name[len(alias):])
         return None
     if len(name) <= 2:
         return None
@@ -96,12 +209,15 @@ def refusal(token: str) -> str | None:
 
 def effective(argv: list[str]) -> dict[str, str | None]:
     """What vLLM's parser ends up with for each owned flag in a rendered argv: the last value
-    given in any spelling (argparse keeps the last), or None when the flag is absent. A flag
-    with no value following counts as the empty string."""
+    given in any spelling (argparse keeps the last) after vLLM's rewrite (vllm_argv: a dotted
+    key's JSON comes last and wins, and the token it swallows is no flag), or None when the flag
+    is absent. A flag with no value following counts as the empty string."""
     out: dict[str, str | None] = {flag: None for flag in OWNED}
+    argv = vllm_argv(argv)
     i = 0
     while i < len(argv):
-        hit = owned(argv[i])
+        # already rewritten: read each token once more would split `-O...` a second time
+        hit = _owned_one(argv[i], OWNED, SHORT_ALIASES)
         if hit is not None:
             if hit.value is not None:
                 out[hit.flag] = hit.value

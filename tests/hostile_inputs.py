@@ -325,6 +325,10 @@ def recipe_cases() -> Iterator[Case]:
               "--hf_token=hf_abcdefghijklmnop", "--served-model-name other", "--served 1", "--model /etc",
               "--mod /etc", "--uds /tmp/x.sock", "--config /tmp/x.yaml", "--conf=/tmp/x.yaml", "--max_model_len 2048",
               "--max-model 2048", "--enforce-eager --hos=0.0.0.0", "--enforce-eager --port=1"]
+    # vLLM's dotted keys: KEY.sub VALUE is rewritten to KEY <json> at the end of argv (hostctl.serveflags)
+    owned += ["--api-ke.x hostile-key", "--api_key.x=hostile-key", "--uds.x /tmp/x.sock", "--host.x 0.0.0.0",
+              "--ho.x=0.0.0.0", "--port.x 80", "--hf-token.x hf_abcdefghijklmnop", "--served-model-name.x other",
+              "--model.x /etc", "--config.x /tmp/x.yaml", "--max-model-len.x 2048", "--enforce-eager --uds.x=/tmp/s"]
     for entry in owned:
         r = copy.deepcopy(base)
         r["serve_args"] = [*r["serve_args"], entry]
@@ -333,7 +337,8 @@ def recipe_cases() -> Iterator[Case]:
                         names=None if expect == OK else "serve_args[")
         yield plan_case("recipe/owned-flag-render", f"render, serve_args += {entry!r}", recipe=r, expect=expect,
                         names=None if expect == OK else "serve_args[", command=("render", "--out", "{w}/out"))
-    for entry in ["--max-model-len 2048", "--hf-config-path /models/x", "--headless", "--hf-overrides {}"]:
+    for entry in ["--max-model-len 2048", "--hf-config-path /models/x", "--headless", "--hf-overrides {}",
+                  "--compilation-config.mode 3", "--hf-overrides.a.b 1"]:
         r = copy.deepcopy(base)
         r["serve_args"] = [*r["serve_args"], entry]
         yield plan_case("benign/serve-flag", f"serve_args += {entry!r}", recipe=r, expect=OK)

@@ -4,6 +4,9 @@
 - the attack is real: after hostctl's `--host 127.0.0.1`, each refused spelling makes vLLM's
   parser listen elsewhere or take a credential;
 - the rendered demo project's argv parses to the plan's host and port;
+- serveflags.vllm_argv is vLLM's own rewrite: for dotted keys (`--api-ke.x K` becomes
+  `--api-ke {"x": "K"}` at the end), `+` lists, `-O`, underscores and the token a dotted key
+  swallows, it gives the argv vLLM hands to argparse; and vLLM reads no `@file`;
 - the list holds: every owned flag is one of vLLM's options, no other vLLM option is a prefix of
   an owned one (so refusing every prefix refuses nothing vLLM would read as another flag), and
   no short alias vLLM defines belongs to an owned flag (serveflags.SHORT_ALIASES); the same for
@@ -29,10 +32,18 @@ pytestmark = [pytest.mark.system]
 
 # Run inside the image: read argv lists from stdin, answer what vLLM's serve parser makes of each.
 PROBE = r"""
-import json, sys, warnings
+import argparse, json, sys, warnings
 warnings.filterwarnings("ignore")
 from vllm.utils.argparse_utils import FlexibleArgumentParser
 from vllm.entrypoints.launchers.cli_args import make_arg_parser
+
+# What FlexibleArgumentParser hands to argparse after its own rewrite, recorded as it is passed on.
+handed = []
+_parse_args = argparse.ArgumentParser.parse_args
+def recording(self, args=None, namespace=None):
+    handed.append(list(args))
+    return _parse_args(self, args, namespace)
+argparse.ArgumentParser.parse_args = recording
 
 def parser():
     p = make_arg_parser(FlexibleArgumentParser())
@@ -46,18 +57,31 @@ aliases = {s: [o for o in a.option_strings if o.startswith("--")][0] for a in p.
            for s in a.option_strings if not s.startswith("--") and s != "-h"}
 parsed = []
 for argv in req["argvs"]:
+    handed.clear()
     try:
         ns = parser().parse_args(argv)
         parsed.append({k: getattr(ns, k, None) for k in ("host", "port", "api_key", "hf_token", "uds")})
     except BaseException as exc:
         parsed.append({"error": type(exc).__name__})
-print("HOSTCTL-PROBE " + json.dumps({"options": options, "aliases": aliases, "parsed": parsed}, default=str))
+    parsed[-1]["handed"] = handed[0] if handed else None
+print("HOSTCTL-PROBE " + json.dumps({"options": options, "aliases": aliases, "parsed": parsed,
+                                     "fromfile": p.fromfile_prefix_chars}, default=str))
 """
 
 BASE = ["--model", "/model", "--host", "127.0.0.1", "--port", "8000"]
 ATTACKS = [["--hos", "0.0.0.0"], ["--ho=0.0.0.0"], ["--host=0.0.0.0"], ["--por", "80"],
            ["--api-ke", "k-123456"], ["--api_key", "k-123456"], ["--hf-tok", "hf_abcdefghijklmnopqrstu"],
-           ["--uds", "/tmp/x.sock"]]
+           ["--uds", "/tmp/x.sock"],
+           # vLLM's dotted keys: removed, and appended at the end as KEY <json>, so they win
+           ["--api-ke.x", "k-123456"], ["--api_key.x=k-123456"], ["--uds.x", "/tmp/x.sock"], ["--host.x", "0.0.0.0"],
+           ["--ho.x=0.0.0.0"], ["--hf-token.x", "hf_abcdefghijklmnopqrstu"]]
+# argvs whose rewrite vllm_argv must give exactly as vLLM does (each parses or fails: only the rewrite is compared)
+REWRITES = [["--api-key.a+", "k1,k2", "--api-key.b", "2"], ["--compilation-config.mode", "3",
+             "--compilation-config.pass_config.x=true", "--compilation_config.pass_config.y", "1k",
+             "--compilation-config.z", "2K", "--compilation-config.w", "2.5K", "--compilation-config.v", "007"],
+            ["--enforce-eager.x", "--host", "0.0.0.0"], ["-O3"], ["-O=2"], ["-O", "1"], ["-O.x"],
+            ["--max_num_seqs=2", "--hf_overrides.a_b.c_d", "{\"e\": 1}"], ["--host=1.2.3.4", "--host.x=1.2"],
+            ["-tp.x", "2"], ["--served_model_name", "a", "--enable_prefix-caching"]]
 
 
 def probe(image: str, argvs: list[list[str]]) -> dict:
@@ -74,14 +98,17 @@ def test_vllms_parser_agrees_with_serveflags(demo_image):
     plan = build_plan(config, facts)
     svc = yaml.safe_load(render_files(plan)["compose.yaml"])["services"]["runtime"]
     rendered = svc["command"][3:]  # after python3 -m vllm.entrypoints.openai.api_server
-    got = probe(demo_image, [rendered] + [BASE + a for a in ATTACKS])
+    got = probe(demo_image, [rendered] + [BASE + a for a in ATTACKS] + [BASE + a for a in REWRITES])
+    assert got["fromfile"] is None  # no `@file` reaches argv
+    for argv, seen in zip([rendered] + [BASE + a for a in ATTACKS] + [BASE + a for a in REWRITES], got["parsed"]):
+        assert seen["handed"] == serveflags.vllm_argv(argv), argv
 
     # The rendered project listens where the plan says.
     assert got["parsed"][0]["host"] == plan.runtime.api_host
     assert str(got["parsed"][0]["port"]) == str(plan.runtime.api_port)
 
     # Each attack does change what vLLM takes, and hostctl refuses it in a recipe.
-    for attack, seen in zip(ATTACKS, got["parsed"][1:]):
+    for attack, seen in zip(ATTACKS, got["parsed"][1:1 + len(ATTACKS)]):
         assert "error" not in seen, (attack, seen)
         assert (seen["host"], str(seen["port"]), seen["api_key"], seen["hf_token"], seen["uds"]) != \
             ("127.0.0.1", "8000", None, None, None), attack

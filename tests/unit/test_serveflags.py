@@ -28,6 +28,12 @@ SECRETS = [["--api-key", "k-hostile-123456"], ["--api-ke", "k-hostile-123456"], 
            ["--api_key", "k-hostile-123456"], ["--hf-tok", "hf_hostileTOKENabcdefghijkl"],
            ["--hf_token=hf_hostileTOKENabcdefghijkl"], ["--uds", "/tmp/hostile.sock"],
            ["--config", "/models/hostile.yaml"], ["--conf=/models/hostile.yaml"]]
+# vLLM's dotted keys (KEY.sub VALUE becomes KEY <json>, appended last) and its -O split (G1)
+DOTTED = [["--api-ke.x", "k-hostile-123456"], ["--api_ke.x=k-hostile-123456"],
+          ["--uds.x", "/tmp/hostile.sock"], ["--host.x", "0.0.0.0"], ["--ho.x=0.0.0.0"], ["--port.x", "80"],
+          ["--hf-token.x", "hf_hostileTOKENabcdefghijkl"], ["--served-model-name.x", "other"], ["--model.x", "/etc"],
+          ["--config.x", "/models/hostile.yaml"], ["--max-model-len.x", "4096"],
+          ["-O=--hf-token=hf_hostileTOKENabcdefghijkl"]]
 
 
 def vllm_like_parser() -> argparse.ArgumentParser:
@@ -68,7 +74,7 @@ def demo_recipe_with(args: list[str]) -> dict:
     return data
 
 
-@pytest.mark.parametrize("args", SPELLINGS + SECRETS, ids=[" ".join(a) for a in SPELLINGS + SECRETS])
+@pytest.mark.parametrize("args", SPELLINGS + SECRETS + DOTTED, ids=[" ".join(a) for a in SPELLINGS + SECRETS + DOTTED])
 def test_an_owned_flag_in_any_spelling_is_refused_naming_the_entry(args):
     data = demo_recipe_with(args)
     with pytest.raises(InputError) as exc:
@@ -97,7 +103,8 @@ def test_the_rendered_address_is_the_plans_for_every_spelling(args, tmp_path):
 
 
 @pytest.mark.parametrize("extra", [["--hos", "0.0.0.0"], ["--host=0.0.0.0"], ["--po", "1"], ["--api-ke", "k-123456"],
-                                   ["--hf_token", "hf_x"], ["--uds", "/tmp/s"]])
+                                   ["--hf_token", "hf_x"], ["--uds", "/tmp/s"], ["--api-ke.x", "k-123456"],
+                                   ["--uds.x", "/tmp/s"], ["--host.x", "0.0.0.0"], ["--hf-token.x=hf_x"]])
 def test_a_rendered_argv_that_disagrees_with_the_plan_is_never_written(extra, tmp_path):
     """The second line: a plan whose argv slipped past validation is refused before a file exists."""
     config, facts = snapshots.desktop()
@@ -119,7 +126,10 @@ def test_the_reference_plans_still_render():
 @pytest.mark.parametrize("axis", [{"kind": "serve_arg", "arg": "--hos", "values": ["0.0.0.0"]},
                                   {"kind": "serve_arg", "arg": "--api_key", "values": ["k"]},
                                   {"kind": "serve_json", "arg": "--conf", "key": "host", "values": ["0.0.0.0"]},
-                                  {"kind": "serve_arg", "arg": "--enforce-eager", "values": [True, "--port=1"]}])
+                                  {"kind": "serve_arg", "arg": "--enforce-eager", "values": [True, "--port=1"]},
+                                  {"kind": "serve_arg", "arg": "--api-ke.x", "values": ["k"]},
+                                  {"kind": "serve_json", "arg": "--host.x", "key": "y", "values": ["0.0.0.0"]},
+                                  {"kind": "serve_arg", "arg": "--enforce-eager", "values": ["--uds.x=/tmp/s"]}])
 def test_a_tuning_axis_cannot_tune_an_owned_flag(axis):
     with pytest.raises(InputError) as exc:
         tplan.parse_tuning({"objective": "decode.median_tok_s", "axes": [axis]}, probe_keys=["decode"])
@@ -128,7 +138,22 @@ def test_a_tuning_axis_cannot_tune_an_owned_flag(axis):
 
 @pytest.mark.parametrize("token, flag", [("--hos", "--host"), ("--host=x", "--host"), ("--api_ke", "--api-key"),
                                          ("--h", "--host"), ("--headless", None), ("--hf-config-path", None),
-                                         ("-tp", None), ("--", None), ("0.0.0.0", None), ("--max-model-len", "--max-model-len")])
+                                         ("-tp", None), ("--", None), ("0.0.0.0", None), ("--max-model-len", "--max-model-len"),
+                                         ("--api-ke.x", "--api-key"), ("--uds.x=/s", "--uds"), ("--hf_tok.a.b+", "--hf-token"),
+                                         ("-O--host=x", "--host"), ("--host=1.2.3.4", "--host"), ("--hf-config-path.x", None),
+                                         ("-0.5", None), ("-O3", None)])
 def test_owned_reads_tokens_as_argparse_would(token, flag):
     hit = serveflags.owned(token)
     assert (hit.flag if hit else None) == flag
+
+
+@pytest.mark.parametrize("argv, flag, value", [
+    (["--host", "127.0.0.1", "--host.x", "0.0.0.0"], "--host", '{"x": "0.0.0.0"}'),   # appended last: it wins
+    (["--host.x", "0.0.0.0", "--host", "127.0.0.1"], "--host", '{"x": "0.0.0.0"}'),
+    (["--api-key.a+", "k1,k2"], "--api-key", '{"a": ["k1", "k2"]}'),
+    (["--uds.x=/tmp/s", "--uds.y", "2"], "--uds", '{"x": "/tmp/s", "y": 2}'),
+    # a dotted key takes the next token as its value, whatever it is: this --host is no flag
+    (["--enforce-eager.x", "--host", "0.0.0.0"], "--host", None),
+])
+def test_effective_reads_the_argv_vllm_rewrites(argv, flag, value):
+    assert serveflags.effective(argv)[flag] == value
