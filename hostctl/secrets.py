@@ -26,8 +26,11 @@ MASK = "***REDACTED***"
 MIN_SECRET_LEN = 6
 # The same definition the pattern redactor uses: a name that says it holds a secret. Names that
 # only point at one (api_key_env, *_ENV) are not secret.
+# PASS and AUTH count as the last part of a compound name only (DB_PASS, REDIS_AUTH): a bare
+# "pass" or "qualify.pass" is a test verdict hostctl prints, not a password.
 _SECRET_NAME = re.compile(
-    r"(?i)^[A-Za-z0-9_.-]*(?:API[_-]?KEY|ACCESS[_-]?KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?|PRIVATE[_-]?KEY)$")
+    r"(?i)^[A-Za-z0-9_.-]*(?:API[_-]?KEY|ACCESS[_-]?KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|[_-]PASS|[_-]AUTH"
+    r"|CREDENTIALS?|PRIVATE[_-]?KEY)$")
 # Secret variables some tools read whatever their name says.
 ENV_SECRETS = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "VLLM_API_KEY")
 
@@ -38,9 +41,12 @@ _known: set[str] = set()
 # value is taken for a secret when it also looks like one (high_entropy), so CACHE_KEY=layers or
 # TOKENIZER=/models/x/tokenizer.json stay readable while WANDB_KEY=3f9c...e1 does not.
 _HINT_NAME = re.compile(r"(?i)KEY|TOKEN|SECRET|PASS|AUTH|CRED|PRIVATE|SIGNATURE|COOKIE|SESSION")
-# Values that are secrets whatever their name says: Hugging Face, OpenAI-style and GitHub tokens,
-# and a bearer credential.
-SHAPES = re.compile(r"(?:hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}|gh[pousr]_[A-Za-z0-9]{30,}|(?i:bearer)\s+[A-Za-z0-9._~+/=-]{8,})")
+# Values that are secrets whatever their name says: Hugging Face, OpenAI-style, GitHub (classic and
+# fine-grained), GitLab, Slack and AWS access-key tokens, a bearer credential and a PEM private key.
+# hostctl.doctor.redact finds the same shapes inside text.
+SHAPES = re.compile(r"(?:hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{22,}"
+                    r"|glpat-[A-Za-z0-9_-]{16,}|xox[abprs]-[A-Za-z0-9-]{10,}|(?:AKIA|ASIA)[0-9A-Z]{16}"
+                    r"|(?i:bearer)\s+[A-Za-z0-9._~+/=-]{8,}|-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY-----[\s\S]*)")
 _TOKEN_CHARS = re.compile(r"[A-Za-z0-9_.~+/=:-]{16,}")
 
 
