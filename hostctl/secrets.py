@@ -249,7 +249,13 @@ def follow_writer(stream, idle_s: float = IDLE_FLUSH_S):
     buffer): whole lines go at once, a partial line after `idle_s` with nothing new, so a secret
     split across chunks is redacted whole and a line the container never ends still shows."""
     timer: threading.Timer | None = None
-    drain = getattr(stream, "drain", stream.flush)
+    pass_on = getattr(stream, "drain", stream.flush)
+
+    def drain() -> None:
+        try:
+            pass_on()
+        except (OSError, ValueError):
+            pass  # the stream closed meanwhile (the command ended; main drained it) or the reader left
 
     def write(chunk: bytes) -> None:
         nonlocal timer
