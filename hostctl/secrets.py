@@ -196,11 +196,12 @@ class _Held:
     def write(self, data) -> None:
         with self._lock:
             self._buf += data
-            nl = "\n" if isinstance(self._buf, str) else b"\n"
-            head, sep, tail = self._buf.rpartition(nl)
-            if sep:
-                self._emit(self._redact(head + sep))
-                self._buf = tail
+            # a line ends at "\n", or at "\r" (a progress bar redraws its line: it shows as it goes)
+            nl, cr = ("\n", "\r") if isinstance(self._buf, str) else (b"\n", b"\r")
+            end = max(self._buf.rfind(nl), self._buf.rfind(cr)) + 1
+            if end:
+                self._emit(self._redact(self._buf[:end]))
+                self._buf = self._buf[end:]
             # bytes are cut as latin-1 text: one character a byte, so the offsets are the same
             n = _cut(self._buf if isinstance(self._buf, str) else self._buf.decode("latin-1"))
             if n:
