@@ -410,6 +410,8 @@ def read_trusted(path: str | Path, *, max_bytes: int) -> bytes:
         if not stat.S_ISREG(st.st_mode):
             raise NotRegularFileError(path, "it is not a regular file")
         check_file_stat(path if found == Path(os.path.abspath(path)) else found, st)
+        if st.st_size > max_bytes:  # refused unread: a sparse file would cost the cap in memory first
+            raise TooLargeError(f"{path} is larger than {max_bytes} bytes; not read")
         chunks, size = [], 0
         while chunk := os.read(fd, 1 << 20):
             chunks.append(chunk)
