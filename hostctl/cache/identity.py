@@ -25,9 +25,9 @@ import os
 import shlex
 
 from hostctl.errors import InputError, UntrustedPathError
-from hostctl.model.manifest import SMALL_FILE_MAX
+from hostctl.model.manifest import SMALL_FILE_MAX, TOO_LARGE_FIX
 from hostctl.plan.runtime import MODEL_IN_CONTAINER
-from hostctl.safefs import read_bounded
+from hostctl.safefs import TooLargeError, read_bounded
 from hostctl.safeload import parse_json
 from hostctl.safepaths import relative_name_problem
 
@@ -78,6 +78,8 @@ def runtime_ckpt_id(host_dir: str, served_path: str = MODEL_IN_CONTAINER, revisi
         pass
     except UntrustedPathError as exc:
         return None, f"config.json: not read ({exc.message})"
+    except TooLargeError as exc:
+        return None, f"{exc}; {TOO_LARGE_FIX}"
     except (OSError, ValueError) as exc:
         return None, f"config.json: {getattr(exc, 'strerror', None) or exc}"
     shards: set[str] = set()
@@ -88,6 +90,8 @@ def runtime_ckpt_id(host_dir: str, served_path: str = MODEL_IN_CONTAINER, revisi
             continue
         except UntrustedPathError as exc:
             return None, f"{name}: not read ({exc.message})"
+        except TooLargeError as exc:
+            return None, f"{exc}; {TOO_LARGE_FIX}"
         except (OSError, ValueError) as exc:
             return None, f"{name}: {getattr(exc, 'strerror', None) or exc}"
         try:

@@ -60,3 +60,13 @@ def test_cluster_doctor_reader_does_not_read_a_sparse_manifest(model_dir):
     _sparse(manifest, 4 * SMALL_FILE_MAX)
     assert LocalReader().read_bytes(str(manifest)) is None
     assert LocalReader().read_bytes(str(model_dir / "config.json")) == b'{"model_type": "x"}'
+
+
+def test_probe_names_a_sparse_index_and_what_to_do_unread(model_dir):
+    from hostctl.model.facts import probe_checkpoint
+
+    index = model_dir / "model.safetensors.index.json"
+    _sparse(index, 4 * SMALL_FILE_MAX)
+    facts = probe_checkpoint(str(model_dir))
+    assert facts.index_present and str(index) in facts.index_error and "not read" in facts.index_error
+    assert "replace the file" in facts.index_error and facts.shards is None
