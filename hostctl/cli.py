@@ -577,14 +577,12 @@ def logs(
     c.refuse_snapshot("logs")
     name = c.identity().container
 
-    def write(chunk: bytes) -> None:
-        sys.stdout.buffer.write(chunk)
-        sys.stdout.buffer.flush()
-
     from hostctl.interrupt import Interrupted
+    from hostctl.secrets import follow_writer
 
     try:
-        lifecycle.stream_logs(name, follow, write)
+        # whole lines only while following: a secret docker split across two chunks is redacted whole
+        lifecycle.stream_logs(name, follow, follow_writer(sys.stdout.buffer))
     except (KeyboardInterrupt, Interrupted):
         pass  # Ctrl-C is how `logs -f` is meant to end
 
@@ -858,7 +856,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for stream in (sys.stdout, sys.stderr):
             try:
-                stream.flush()
+                getattr(stream, "drain", stream.flush)()  # the partial line each one still holds, too
             except (OSError, ValueError):
                 pass
         sys.stdout, sys.stderr = real_out, real_err

@@ -325,13 +325,39 @@ def read_below(base_fd: int, relative: str, *, shown: str | Path, max_bytes: int
     most `max_bytes` (ValueError past that: a small JSON file that is not small is not read whole)."""
     fd = open_file_below(base_fd, relative, shown=shown, owners=owners)
     try:
+        # Refused by its size before a byte is read: a sparse file costs no disk but would cost
+        # its whole size in memory (and minutes) if read to the cap first.
+        if os.fstat(fd).st_size > max_bytes:
+            raise TooLargeError(f"{Path(shown) / relative} is larger than {max_bytes} bytes; not read")
         chunks, size = [], 0
         while chunk := os.read(fd, 1 << 20):
             chunks.append(chunk)
             size += len(chunk)
-            if size > max_bytes:
-                raise ValueError(f"{Path(shown) / relative} is larger than {max_bytes} bytes")
+            if size > max_bytes:  # grew while read
+                raise TooLargeError(f"{Path(shown) / relative} is larger than {max_bytes} bytes; not read")
         return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def read_bounded(path: str | Path, *, max_bytes: int) -> bytes:
+    """The bytes of the regular file at `path`, links followed, trusting nothing about who owns it
+    (data hostctl only hashes or parses: a checkpoint's config.json or index, which live behind the
+    Hugging Face cache's links). Refused (TooLargeError) by its size before a byte is read; a FIFO
+    or device is refused (UntrustedPathError) without blocking."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UntrustedPathError(path, "it is not a regular file")
+        if st.st_size > max_bytes:
+            raise TooLargeError(f"{path} is larger than {max_bytes} bytes; not read")
+        data = os.read(fd, max_bytes + 1)
+        while len(data) <= max_bytes and (chunk := os.read(fd, max_bytes + 1 - len(data))):
+            data += chunk
+        if len(data) > max_bytes:
+            raise TooLargeError(f"{path} is larger than {max_bytes} bytes; not read")
+        return data
     finally:
         os.close(fd)
 
@@ -450,6 +476,8 @@ def read_trusted(path: str | Path, *, max_bytes: int) -> bytes:
     fd, st, found = open_regular(path)
     try:
         check_file_stat(path if found == _absolute(path) else found, st, fd)
+        if st.st_size > max_bytes:  # refused unread: a sparse file would cost the cap in memory first
+            raise TooLargeError(f"{path} is larger than {max_bytes} bytes; not read")
         chunks, size = [], 0
         while chunk := os.read(fd, 1 << 20):
             chunks.append(chunk)

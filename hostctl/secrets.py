@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
 from collections.abc import Iterable, Mapping
 from urllib.parse import quote
 
@@ -26,8 +27,11 @@ MASK = "***REDACTED***"
 MIN_SECRET_LEN = 6
 # The same definition the pattern redactor uses: a name that says it holds a secret. Names that
 # only point at one (api_key_env, *_ENV) are not secret.
+# PASS and AUTH count as the last part of a compound name only (DB_PASS, REDIS_AUTH): a bare
+# "pass" or "qualify.pass" is a test verdict hostctl prints, not a password.
 _SECRET_NAME = re.compile(
-    r"(?i)^[A-Za-z0-9_.-]*(?:API[_-]?KEY|ACCESS[_-]?KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?|PRIVATE[_-]?KEY)$")
+    r"(?i)^[A-Za-z0-9_.-]*(?:API[_-]?KEY|ACCESS[_-]?KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|[_-]PASS|[_-]AUTH"
+    r"|CREDENTIALS?|PRIVATE[_-]?KEY)$")
 # Secret variables some tools read whatever their name says.
 ENV_SECRETS = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "VLLM_API_KEY")
 
@@ -38,9 +42,12 @@ _known: set[str] = set()
 # value is taken for a secret when it also looks like one (high_entropy), so CACHE_KEY=layers or
 # TOKENIZER=/models/x/tokenizer.json stay readable while WANDB_KEY=3f9c...e1 does not.
 _HINT_NAME = re.compile(r"(?i)KEY|TOKEN|SECRET|PASS|AUTH|CRED|PRIVATE|SIGNATURE|COOKIE|SESSION")
-# Values that are secrets whatever their name says: Hugging Face, OpenAI-style and GitHub tokens,
-# and a bearer credential.
-SHAPES = re.compile(r"(?:hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}|gh[pousr]_[A-Za-z0-9]{30,}|(?i:bearer)\s+[A-Za-z0-9._~+/=-]{8,})")
+# Values that are secrets whatever their name says: Hugging Face, OpenAI-style, GitHub (classic and
+# fine-grained), GitLab, Slack and AWS access-key tokens, a bearer credential and a PEM private key.
+# hostctl.doctor.redact finds the same shapes inside text.
+SHAPES = re.compile(r"(?:hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{22,}"
+                    r"|glpat-[A-Za-z0-9_-]{16,}|xox[abprs]-[A-Za-z0-9-]{10,}|(?:AKIA|ASIA)[0-9A-Z]{16}"
+                    r"|(?i:bearer)\s+[A-Za-z0-9._~+/=-]{8,}|-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY-----[\s\S]*)")
 _TOKEN_CHARS = re.compile(r"[A-Za-z0-9_.~+/=:-]{16,}")
 
 
@@ -140,27 +147,129 @@ def _redact_bytes(data: bytes) -> bytes:
     return _redact(data.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
 
 
+# A partial line is held back until its newline, so a secret split across two writes (docker cuts
+# a log line at 16 KiB, and each partial write of the container is its own frame) is redacted
+# whole. Held up to HOLD_MAX (loglines' 8 KiB line cap: the longest lines vLLM writes fit); a
+# longer one is passed on up to a safe point, keeping at least _TAIL_MIN characters (more than any
+# token shape, or the longest known secret's written form) so a secret that reaches the end of
+# what arrived is never cut.
+HOLD_MAX = 8 * 1024
+_TAIL_MIN = 1024
+# A safe point: whitespace that ends no `NAME:`/`NAME=`, starts no `: value`/`= value`, and follows
+# no `Bearer`/`Basic`/`token` (each would part a name from its value). Searched only in the last
+# _SAFE_WINDOW characters before the tail, so each cut costs a constant.
+_SAFE_POINT = re.compile(r"(?i)(?<![:=,\"'\[\s])(?<!bearer)(?<!basic)(?<!token)\s(?![\s:=])")
+_SAFE_WINDOW = 4096
+# How long `logs -f` waits with a partial line held before passing it on (a line the container
+# never ends, a prompt): docker delivers the pieces of one split line back to back.
+IDLE_FLUSH_S = 1.0
+
+
+def _tail_len() -> int:
+    longest = max((len(f) for v in _known for f in _forms(v)), default=0)
+    return max(_TAIL_MIN, longest + 1)
+
+
+def _cut(held: str) -> int:
+    """How much of a partial line longer than HOLD_MAX may go now (0: none)."""
+    if len(held) <= HOLD_MAX:
+        return 0
+    limit = len(held) - _tail_len()
+    if limit <= 0:
+        return 0
+    start = max(0, limit - _SAFE_WINDOW)
+    last = None
+    for last in _SAFE_POINT.finditer(held, start, limit):
+        pass
+    # No safe point in the window (one unbroken run of token characters): cut before the tail,
+    # which still holds any secret of a known length or shape that reaches the end.
+    return last.end() if last is not None else limit
+
+
+class _Held:
+    """The partial line a redacting stream holds, shared by the text and the byte stream."""
+
+    def __init__(self, emit, redact, empty):
+        self._emit, self._redact, self._buf = emit, redact, empty
+        self._lock = threading.Lock()  # `logs -f` drains from a timer thread
+
+    def write(self, data) -> None:
+        with self._lock:
+            self._buf += data
+            # a line ends at "\n", or at "\r" (a progress bar redraws its line: it shows as it goes)
+            nl, cr = ("\n", "\r") if isinstance(self._buf, str) else (b"\n", b"\r")
+            end = max(self._buf.rfind(nl), self._buf.rfind(cr)) + 1
+            if end:
+                self._emit(self._redact(self._buf[:end]))
+                self._buf = self._buf[end:]
+            # bytes are cut as latin-1 text: one character a byte, so the offsets are the same
+            n = _cut(self._buf if isinstance(self._buf, str) else self._buf.decode("latin-1"))
+            if n:
+                self._emit(self._redact(self._buf[:n]))
+                self._buf = self._buf[n:]
+
+    @property
+    def held(self) -> int:
+        return len(self._buf)
+
+    def drain(self) -> None:
+        with self._lock:
+            if self._buf:
+                self._emit(self._redact(self._buf))
+                self._buf = self._buf[:0]
+
+
 class _RedactingBinary:
     def __init__(self, target):
         self._t = target
-        self._buf = b""
+        self._held = _Held(target.write, _redact_bytes, b"")
 
     def write(self, data: bytes) -> int:
-        self._buf += bytes(data)
-        head, sep, tail = self._buf.rpartition(b"\n")
-        if sep:
-            self._t.write(_redact_bytes(head + sep))
-            self._buf = tail
+        self._held.write(bytes(data))
         return len(data)
 
+    @property
+    def held(self) -> int:
+        return self._held.held
+
     def flush(self) -> None:
-        if self._buf:
-            self._t.write(_redact_bytes(self._buf))
-            self._buf = b""
+        """Pass on every whole line; a partial line stays held (drain() passes it on)."""
+        self._t.flush()
+
+    def drain(self) -> None:
+        """Pass on everything, the partial line too (the end of the stream, or `logs -f` idle)."""
+        self._held.drain()
         self._t.flush()
 
     def __getattr__(self, name):
         return getattr(self._t, name)
+
+
+def follow_writer(stream, idle_s: float = IDLE_FLUSH_S):
+    """A write(chunk) for a followed byte stream (`logs -f`) into `stream` (a redacting stdout's
+    buffer): whole lines go at once, a partial line after `idle_s` with nothing new, so a secret
+    split across chunks is redacted whole and a line the container never ends still shows."""
+    timer: threading.Timer | None = None
+    pass_on = getattr(stream, "drain", stream.flush)
+
+    def drain() -> None:
+        try:
+            pass_on()
+        except (OSError, ValueError):
+            pass  # the stream closed meanwhile (the command ended; main drained it) or the reader left
+
+    def write(chunk: bytes) -> None:
+        nonlocal timer
+        if timer is not None:
+            timer.cancel()
+        stream.write(chunk)
+        stream.flush()
+        if getattr(stream, "held", 0):
+            timer = threading.Timer(idle_s, drain)
+            timer.daemon = True
+            timer.start()
+
+    return write
 
 
 def _redact(text: str) -> str:
@@ -173,20 +282,17 @@ def _redact(text: str) -> str:
 
 class RedactingStream:
     """A text stream in front of stdout or stderr that hides every known secret in what passes
-    through. Whole lines are passed on (a secret split across two writes is still seen whole);
-    flush() passes on the rest, so a prompt without a newline still shows."""
+    through. Whole lines are passed on (a secret split across two writes is still seen whole); a
+    partial line is held (bounded, see HOLD_MAX) through flush() and passed on by drain(), which
+    the CLI calls when the command ends."""
 
     def __init__(self, target):
         self._t = target
-        self._buf = ""
+        self._held = _Held(target.write, _redact, "")
         self.buffer = _RedactingBinary(target.buffer) if hasattr(target, "buffer") else None
 
     def write(self, text: str) -> int:
-        self._buf += text
-        head, sep, tail = self._buf.rpartition("\n")
-        if sep:
-            self._t.write(_redact(head + sep))
-            self._buf = tail
+        self._held.write(text)
         return len(text)
 
     def writelines(self, lines) -> None:
@@ -194,11 +300,14 @@ class RedactingStream:
             self.write(line)
 
     def flush(self) -> None:
-        if self._buf:
-            self._t.write(_redact(self._buf))
-            self._buf = ""
         if self.buffer is not None:
             self.buffer.flush()
+        self._t.flush()
+
+    def drain(self) -> None:
+        self._held.drain()
+        if self.buffer is not None:
+            self.buffer.drain()
         self._t.flush()
 
     @property

@@ -1,6 +1,7 @@
 """How a URL is shown to a person or written to a file: the one place that strips a password
 from its userinfo (`scheme://user:PASSWORD@host` is shown `scheme://user:***REDACTED***@host`,
-with hostctl.secrets' one mask).
+with hostctl.secrets' one mask) and hides a user name that is no plain login (`https://TOKEN@host`
+is shown `https://***REDACTED***@host`; only ssh-like targets keep a bare user).
 
 Every message, JSON document, log line or bundle entry that names a URL hostctl did not build
 itself (an ssh:// target, HF_ENDPOINT, a router or server URL given on the command line) goes
@@ -10,7 +11,28 @@ support bundle.
 
 from __future__ import annotations
 
-from hostctl.secrets import MASK
+import re
+
+from hostctl.secrets import MASK, SHAPES, high_entropy
+
+
+# A login name as ssh and URL users write one; anything else in a user name is hidden.
+_LOGIN = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}")
+# Schemes whose bare user name is a login, never a credential: an ssh target's `admin@gpu-box`
+# (and a target with no scheme). Every other scheme's bare user is hidden: `https://TOKEN@mirror`
+# is how GitLab/GitHub/Artifactory mirrors take a token, and hostctl builds no such URL itself.
+_LOGIN_SCHEMES = frozenset({"", "ssh", "git+ssh", "sftp"})
+
+
+def shown_userinfo(scheme: str, userinfo: str) -> str:
+    """The userinfo of a URL as shown: `user:MASK` when it has a password and the user is a plain
+    login name that does not look like a token; the user kept alone only for ssh-like schemes;
+    MASK otherwise."""
+    user, colon, _ = userinfo.partition(":")
+    plain = user == "" or (_LOGIN.fullmatch(user) is not None and not SHAPES.fullmatch(user) and not high_entropy(user))
+    if colon:
+        return f"{user}:{MASK}" if plain else MASK
+    return user if plain and user and scheme.lower() in _LOGIN_SCHEMES else MASK
 
 
 def display(url: object, *, limit: int = 200) -> str:
@@ -27,7 +49,7 @@ def display(url: object, *, limit: int = 200) -> str:
     end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
     authority, tail = rest[:end], rest[end:]
     userinfo, at, hostport = authority.rpartition("@")
-    if at and ":" in userinfo:
-        authority = f"{userinfo.split(':', 1)[0]}:{MASK}@{hostport}"
+    if at:
+        authority = f"{shown_userinfo(head, userinfo)}@{hostport}"
     shown = f"{head}{sep}{authority}{tail}"
     return shown if len(shown) <= limit else shown[:limit] + "..."

@@ -24,8 +24,10 @@ import json
 import os
 import shlex
 
-from hostctl.errors import InputError
+from hostctl.errors import InputError, UntrustedPathError
+from hostctl.model.manifest import SMALL_FILE_MAX, TOO_LARGE_FIX
 from hostctl.plan.runtime import MODEL_IN_CONTAINER
+from hostctl.safefs import TooLargeError, read_bounded
 from hostctl.safeload import parse_json
 from hostctl.safepaths import relative_name_problem
 
@@ -65,26 +67,38 @@ def runtime_ckpt_id(host_dir: str, served_path: str = MODEL_IN_CONTAINER, revisi
     h.update(served_path.encode())
     h.update(b"\0")
     h.update((revision or "").encode())
+    # config.json and the index come from a hub or a copy in a folder others may write: each is
+    # refused past the cap before a byte is read (a sparse index of 3 GB, no disk used, cost 2
+    # minutes and 6 GB of memory read whole). Links are followed: the runtime follows them too.
     try:
-        with open(os.path.join(host_dir, "config.json"), "rb") as f:
-            h.update(b"config.json\0")
-            h.update(hashlib.sha256(f.read()).digest())
+        raw = read_bounded(os.path.join(host_dir, "config.json"), max_bytes=SMALL_FILE_MAX)
+        h.update(b"config.json\0")
+        h.update(hashlib.sha256(raw).digest())
     except FileNotFoundError:
         pass
-    except OSError as exc:
-        return None, f"config.json: {exc.strerror or exc}"
+    except UntrustedPathError as exc:
+        return None, f"config.json: not read ({exc.message})"
+    except TooLargeError as exc:
+        return None, f"{exc}; {TOO_LARGE_FIX}"
+    except (OSError, ValueError) as exc:
+        return None, f"config.json: {getattr(exc, 'strerror', None) or exc}"
     shards: set[str] = set()
     for name in INDEX_NAMES:
-        path = os.path.join(host_dir, name)
-        if not os.path.exists(path):
-            continue
         try:
-            with open(path, "rb") as f:
-                raw = f.read()
+            raw = read_bounded(os.path.join(host_dir, name), max_bytes=SMALL_FILE_MAX)
+        except FileNotFoundError:
+            continue
+        except UntrustedPathError as exc:
+            return None, f"{name}: not read ({exc.message})"
+        except TooLargeError as exc:
+            return None, f"{exc}; {TOO_LARGE_FIX}"
+        except (OSError, ValueError) as exc:
+            return None, f"{name}: {getattr(exc, 'strerror', None) or exc}"
+        try:
             h.update(name.encode())
             h.update(hashlib.sha256(raw).digest())
             shards.update(str(v) for v in parse_json(raw.decode("utf-8"), name).get("weight_map", {}).values())
-        except (OSError, InputError, TypeError, ValueError, AttributeError) as exc:
+        except (InputError, TypeError, ValueError, AttributeError) as exc:
             return None, f"{name}: {exc}"
     if not shards:
         shards.update(n for n in os.listdir(host_dir) if n.endswith((".safetensors", ".bin")))

@@ -13,12 +13,13 @@ from __future__ import annotations
 import hashlib
 import subprocess
 import time
-from pathlib import Path
 from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict
 
 from hostctl.cluster.plan import ClusterPlan, MemberPlan
+from hostctl.model.manifest import SMALL_FILE_MAX
+from hostctl.safefs import read_bounded
 
 SCHEMA = "hostctl.cluster-doctor/v1"
 CLOCK_SKEW_S = 1.0
@@ -41,8 +42,10 @@ class LocalReader:
 
     def read_bytes(self, host_path: str) -> bytes | None:
         try:
-            return Path(host_path).read_bytes()
-        except OSError:
+            # bounded: the model folder's manifest is whatever its owner made it (a sparse file
+            # of any size); past the cap it reads as unreadable, never whole
+            return read_bounded(host_path, max_bytes=SMALL_FILE_MAX)
+        except (OSError, ValueError):
             return None
 
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from hostctl.model.manifest import (INDEX_NAME, MANIFEST_NAME, MARKER_NAME, SMALL_FILE_MAX, UNSAFE_NAME, Manifest,
-                                    UnsafeIndexName, weight_files)
+from hostctl.model.manifest import (INDEX_NAME, MANIFEST_NAME, MARKER_NAME, SMALL_FILE_MAX, TOO_LARGE_FIX, UNSAFE_NAME,
+                                    Manifest, UnsafeIndexName, weight_files)
 from hostctl.errors import InputError
-from hostctl.safefs import UntrustedPathError, closing_fd, open_below, read_below
+from hostctl.safefs import TooLargeError, UntrustedPathError, closing_fd, open_below, read_below
 from hostctl.safeload import parse_json
 
 
@@ -104,6 +104,9 @@ def _probe(base: int, root: Path, path: str) -> CheckpointFacts:
         facts.index_present = True
         facts.refused.append(exc.message)
         facts.index_error = f"{INDEX_NAME}: not read ({exc.message})"
+    except TooLargeError as exc:
+        facts.index_present = True
+        facts.index_error = f"{exc}; {TOO_LARGE_FIX}"
     except (OSError, ValueError) as exc:
         facts.index_present = True
         facts.index_error = f"{INDEX_NAME}: {getattr(exc, 'strerror', None) or exc}"

@@ -39,6 +39,10 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin")
 # folder can edit the manifest, and its names are joined onto the folder as root.
 UNSAFE_NAME = "unsafe_name"
 SMALL_FILE_MAX = 64 * 1024 * 1024  # config.json, the index, the manifest: JSON files hostctl reads whole
+# What a file past SMALL_FILE_MAX is told to do. The largest checkpoints' indexes (DeepSeek-V3, Kimi K2:
+# ~100k tensors, ~90 bytes a weight_map entry) are about 10 MiB, so the cap leaves room and a
+# larger file is not a real one.
+TOO_LARGE_FIX = "a checkpoint's index or config is a few MiB at most: replace the file (hostctl model pull)"
 
 
 def now_iso() -> str:

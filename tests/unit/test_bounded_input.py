@@ -51,7 +51,10 @@ def test_a_planted_supervisor_record_with_a_huge_pid_is_no_supervisor(tmp_path, 
     assert record.read_bytes() == before  # not ours: left where it is
 
 
-@pytest.mark.parametrize("unit", ["a.", "A-", "x.y-", "API_KEY.", "KEY", "KEY.", "TOKEN.", "'TOKEN"])
+@pytest.mark.parametrize("unit", ["a.", "A-", "x.y-", "API_KEY.", "KEY", "KEY.", "TOKEN.", "'TOKEN",
+                                  # review 2: PASS/AUTH names with quoted values, URL userinfo, PEM blocks
+                                  "x_pass=\"", "_AUTH: '", "https://a@", "a@b://", "-----BEGIN PRIVATE KEY-----",
+                                  "Proc-Type: ", "xoxb-", "github_pat_"])
 def test_redaction_of_a_long_run_of_name_characters_is_linear(unit):
     """Every log line a bundle or `up`'s evidence shows is redacted: a name pattern that could start
     after every `.` or `-` of a run rescanned the rest of it (8 KB of "a." took 10 s). 64 KiB of

@@ -27,6 +27,14 @@ TOKENS = {  # where -> the token planted there
     "serve arg --hf-token": "Q7planted-argHF-7e21",
     # a name that only hints (no API_KEY/TOKEN/SECRET in it): found by the value's shape
     "recipe env WANDB_KEY": "9c4e7Q2b81fa0d36e5b7c9a4f1d28e6b0a3c5f7d",
+    # a passphrase under a name that says PASS or AUTH: hidden whatever its entropy
+    "recipe env DB_PASS": "correcthorsebatterystaple",
+    "recipe env REDIS_AUTH": "Tr0ub4dor&3xyzzy!",
+    # known token shapes under a name that says nothing
+    "recipe env GH_PAT": "github_pat_11ABCDEFG0123456789abcdefghij",
+    "recipe env SLACK_HOOK_ID": "xoxb-1234567890-abcdefABCDEF",
+    # a token given as a URL's user name (how a mirror takes it)
+    "recipe env PIP_INDEX_URL user": "glpat-abcDEF123456789xyz",
     "environment HF_TOKEN": "Q7planted-callerhf-3a3a",
     "environment api_key_env": "Q7planted-callerkey-6f6f",
 }
@@ -38,7 +46,10 @@ def planted(tmp_path, monkeypatch):
     recipe = yaml.safe_load((paths.recipes_dir() / "dsv4-flash-0731-tp2-400k.yaml").read_text())
     recipe["env"].update({"HF_TOKEN": TOKENS["recipe env HF_TOKEN"], "OPENAI_API_KEY": TOKENS["recipe env OPENAI_API_KEY"],
                           "MY_SECRET": TOKENS["recipe env MY_SECRET"], "DB_PASSWORD": TOKENS["recipe env DB_PASSWORD"],
-                          "WANDB_KEY": TOKENS["recipe env WANDB_KEY"]})
+                          "WANDB_KEY": TOKENS["recipe env WANDB_KEY"], "DB_PASS": TOKENS["recipe env DB_PASS"],
+                          "REDIS_AUTH": TOKENS["recipe env REDIS_AUTH"], "GH_PAT": TOKENS["recipe env GH_PAT"],
+                          "SLACK_HOOK_ID": TOKENS["recipe env SLACK_HOOK_ID"],
+                          "PIP_INDEX_URL": f"https://{TOKENS['recipe env PIP_INDEX_URL user']}@mirror.corp.example/simple"})
     # (an --api-key serve argument and a recipe's VLLM_API_KEY are refused outright:
     # tests/unit/test_serveflags.py, tests/unit/test_recipe_env.py)
     recipe["serve_args"] += [f"--hf-token {TOKENS['serve arg --hf-token']}"]
