@@ -4,7 +4,8 @@ that a pure decision (hostctl/provision/boot_code.py) can tell whether anyone bu
 change that code. Read here, judged there.
 
 What is read, in order: each directory from / down to the executable and each link on the way
-(followed like the kernel does); the script's shebang interpreter the same way; the Python
+(followed like the kernel does); what Python could import from the script's own folder; the
+script's shebang interpreter the same way; the Python
 environment behind it: a venv's whole tree (pyvenv.cfg beside the interpreter's bin/) and the base
 interpreter its pyvenv.cfg names (`home`, `executable`, `base-prefix`: a `--copies` venv runs on
 a Python found only there); the base's standard library, every file of it (os.py, encodings/,
@@ -44,6 +45,7 @@ SHEBANG_BYTES = 256  # Linux reads at most this much of a #! line
 MAX_PTH_BYTES = 64 * 1024
 
 EXECUTABLE = "the executable the units call"
+SCRIPT_DIR = "the script's own folder (first on sys.path)"
 INTERPRETER = "its interpreter (the #! line)"
 STDLIB = "the interpreter's standard library folder"
 ENVIRONMENT = "its Python environment"
@@ -386,6 +388,14 @@ def read_exec_chain(host_path: str) -> ExecChain:
         interpreter = _interpreter(real) if stat.S_ISREG(os.stat(real).st_mode) else None
         if interpreter is not None:
             real_interpreter = w.resolve(interpreter, INTERPRETER)
+            # Python puts the script's real folder first on sys.path: a module there (typer.py
+            # beside /usr/local/bin/hostctl) shadows any hostctl imports.
+            here = os.path.dirname(real)
+            for name in sorted(os.listdir(here)):
+                full = os.path.join(here, name)
+                st = os.lstat(full)
+                if name.endswith((".py", ".pyc", ".so", ".pth")) or stat.S_ISDIR(st.st_mode):
+                    w.add(full, SCRIPT_DIR, st)
             # A ._pth file beside the binary replaces sys.path (and whether site runs) wholesale.
             for pth in sorted(glob.glob(os.path.join(os.path.dirname(real_interpreter), "*._pth"))):
                 w.resolve(pth, INTERPRETER)

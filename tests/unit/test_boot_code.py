@@ -390,3 +390,18 @@ def test_a_pth_import_line_is_refused_naming_the_file_unless_setuptools_or_virtu
         report.raise_for_error()
     assert exc.value.exit_code == EXIT_REFUSED and str(site / "zz-devtools.pth") in exc.value.message
     assert not (sysroot / "etc").exists()
+
+
+@needs_root
+def test_a_module_nobody_owns_beside_the_real_script_is_refused(sysroot, tmp_path):
+    _venv(tmp_path / "hc")
+    scripts = tmp_path / "scripts"  # root's folder, where the console script really lies
+    scripts.mkdir()
+    (tmp_path / "hc/bin/hostctl").rename(scripts / "hostctl")
+    os.symlink(scripts / "hostctl", tmp_path / "hc/bin/hostctl")
+    _point_units_at(sysroot, tmp_path / "hc")
+    assert boot_code.problem(read_exec_chain(paths.INSTALLED_HOSTCTL)) is None
+    (scripts / "typer.py").write_text("")  # first on sys.path: it shadows the real typer
+    os.chown(scripts / "typer.py", NOBODY, NOBODY)
+    found = boot_code.writable_by_others(read_exec_chain(paths.INSTALLED_HOSTCTL))
+    assert [w.path for w in found] == [str(scripts / "typer.py")]
