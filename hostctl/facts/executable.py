@@ -5,13 +5,14 @@ change that code. Read here, judged there.
 
 What is read, in order: each directory from / down to the executable and each link on the way
 (followed like the kernel does); what Python could import from the script's own folder; the
-script's shebang interpreter the same way; the Python
-environment behind it: a venv's whole tree (pyvenv.cfg beside the interpreter's bin/) and the base
-interpreter its pyvenv.cfg names (`home`, `executable`, `base-prefix`: a `--copies` venv runs on
-a Python found only there); the base's standard library, every file of it (os.py, encodings/,
-lib-dynload/, a sitecustomize.py: all of it runs before hostctl does), and its zip; the site
-directories on the default sys.path; in each site directory the hostctl package, the directories
-its .pth files add to sys.path and the source folders an editable install maps hostctl to.
+script's shebang interpreter the same way; the Python environment behind it: a venv's whole tree
+(pyvenv.cfg beside the interpreter's bin/) and the base interpreter its pyvenv.cfg names (`home`,
+`executable`, `base-prefix`: a `--copies` venv runs on a Python found only there); the base's
+standard library, every file of it (os.py, encodings/, lib-dynload/, a sitecustomize.py: all of it
+runs before hostctl does), its zip and the libpython a shared build loads from the prefix; the
+site directories on the default sys.path; in each site directory the hostctl package, the
+directories its .pth files add to sys.path and the source folders an editable install maps hostctl
+to.
 
 Nothing found is executed: the interpreter is never run to ask where it imports from, since
 running it as root is what the check must first prove safe; sys.path is derived the way Python's
@@ -47,7 +48,7 @@ MAX_PTH_BYTES = 64 * 1024
 EXECUTABLE = "the executable the units call"
 SCRIPT_DIR = "the script's own folder (first on sys.path)"
 INTERPRETER = "its interpreter (the #! line)"
-STDLIB = "the interpreter's standard library folder"
+STDLIB = "the interpreter's standard library"
 ENVIRONMENT = "its Python environment"
 SITE = "a site-packages directory of that interpreter"
 PACKAGE = "the hostctl package"
@@ -240,8 +241,9 @@ def _stdlib(w: _Walker, prefix: str) -> None:
     """Every file of the standard library under `prefix` (a module another user owns in a
     root-owned folder runs as well as any) and the zip Python puts first on sys.path. Its own
     site-packages is walked only where it is on sys.path (as a site directory)."""
-    for zipped in sorted(glob.glob(os.path.join(prefix, "lib/python3*.zip"))):
-        w.resolve(zipped, STDLIB)
+    for name in ("lib/python3*.zip", "lib/libpython3*.so*"):  # a shared build's RUNPATH is prefix/lib
+        for found in sorted(glob.glob(os.path.join(prefix, name))):
+            w.resolve(found, STDLIB)
     for lib in sorted(glob.glob(os.path.join(prefix, "lib/python3.*"))):
         if os.path.isdir(lib):
             w.tree(lib, STDLIB, skip=("site-packages", "dist-packages"))
@@ -266,14 +268,14 @@ _DISTUTILS_PRECEDENCE = ("import os; var = 'SETUPTOOLS_USE_DISTUTILS'; enabled =
                          "== 'local'; enabled and __import__('_distutils_hack').add_shim(); ")
 
 
-class UnknownCode(ValueError):
+class _UnknownCode(ValueError):
     """A .pth line that runs code this check cannot read."""
 
 
 def _known_import(pth: str, line: str) -> str | None:
     """For a .pth `import` line that is one of the known, harmless ones: the module file it runs
     from the site directory (to be read as such; None for virtualenv's and setuptools' own
-    shims, read with the site directory). UnknownCode for any other line: Python exec()s it at
+    shims, read with the site directory). _UnknownCode for any other line: Python exec()s it at
     every start-up (`import sys; sys.path.insert(0, ...)` puts any folder first)."""
     site = os.path.dirname(pth)
     if line.strip() == _DISTUTILS_PRECEDENCE.strip() or line.strip() == "import _virtualenv":
@@ -294,7 +296,7 @@ def _known_import(pth: str, line: str) -> str | None:
         finder = os.path.join(site, body[0].names[0].name + ".py")
         if os.path.isfile(finder):
             return finder
-    raise UnknownCode(f"{pth}: a .pth `import` line runs code at every start-up that this check cannot read "
+    raise _UnknownCode(f"{pth}: a .pth `import` line runs code at every start-up that this check cannot read "
                       f"({line.strip()[:120]!r}); remove the line or the file")
 
 
@@ -393,7 +395,10 @@ def read_exec_chain(host_path: str) -> ExecChain:
             here = os.path.dirname(real)
             for name in sorted(os.listdir(here)):
                 full = os.path.join(here, name)
-                st = os.lstat(full)
+                try:
+                    st = os.lstat(full)
+                except FileNotFoundError:
+                    continue
                 if name.endswith((".py", ".pyc", ".so", ".pth")) or stat.S_ISDIR(st.st_mode):
                     w.add(full, SCRIPT_DIR, st)
             # A ._pth file beside the binary replaces sys.path (and whether site runs) wholesale.

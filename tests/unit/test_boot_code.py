@@ -358,10 +358,12 @@ def test_a_module_nobody_owns_anywhere_in_a_root_owned_stdlib_is_refused(sysroot
     _copies_venv(tmp_path / "opt/hostctl", base)
     _point_units_at(sysroot, tmp_path / "opt/hostctl")
     assert boot_code.problem(read_exec_chain(paths.INSTALLED_HOSTCTL)) is None  # root's all through
-    for name in ("sitecustomize.py", "encodings/__init__.py"):
+    (base / "lib/libpython3.11.so.1.0").write_text("")  # what a shared build loads (RUNPATH prefix/lib)
+    for name in ("sitecustomize.py", "encodings/__init__.py", "../libpython3.11.so.1.0"):
         os.chown(lib / name, NOBODY, NOBODY)
     found = boot_code.writable_by_others(read_exec_chain(paths.INSTALLED_HOSTCTL))
-    assert sorted((w.path, w.role) for w in found) == [(str(lib / "encodings/__init__.py"), STDLIB),
+    assert sorted((w.path, w.role) for w in found) == [(str(base / "lib/libpython3.11.so.1.0"), STDLIB),
+                                                       (str(lib / "encodings/__init__.py"), STDLIB),
                                                        (str(lib / "sitecustomize.py"), STDLIB)]
 
 
