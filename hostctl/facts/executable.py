@@ -261,6 +261,7 @@ def _user_site(venv: str | None) -> list[str]:
     return sorted(glob.glob(os.path.join(home, ".local/lib/python3*/site-packages")))
 
 
+_PYTHON_NAME = re.compile(r"python(3(\.[0-9]+)?)?")
 _EDITABLE_FINDER = re.compile(r"__editable___[A-Za-z0-9_]+_finder")
 # What setuptools writes as distutils-precedence.pth, byte for byte (its module _distutils_hack
 # lies in the same site directory and is read with it).
@@ -404,7 +405,10 @@ def read_exec_chain(host_path: str) -> ExecChain:
             # A ._pth file beside the binary replaces sys.path (and whether site runs) wholesale.
             for pth in sorted(glob.glob(os.path.join(os.path.dirname(real_interpreter), "*._pth"))):
                 w.resolve(pth, INTERPRETER)
-            _environment(w, interpreter)
+            # Only a Python reads pyvenv.cfg, site directories and .pth files: a #!/bin/sh
+            # script has none of them (/bin/sh lies beside /usr/bin/python3, whose would be read).
+            if any(_PYTHON_NAME.fullmatch(os.path.basename(p)) for p in (interpreter, real_interpreter)):
+                _environment(w, interpreter)
     except _Missing as exc:
         chain.missing = str(exc)
     except (OSError, SyntaxError, ValueError, RecursionError) as exc:
