@@ -19,7 +19,8 @@ from hostctl import examples, paths
 from hostctl.doctor.checks import all_checks
 from hostctl.doctor.registry import CheckContext, run_checks
 from hostctl.errors import EXIT_REFUSED, FailedError, RefusedError
-from hostctl.facts.executable import EDITABLE, ENVIRONMENT, INTERPRETER, SITE, Entry, ExecChain, read_exec_chain
+from hostctl.facts.executable import (EDITABLE, ENVIRONMENT, INTERPRETER, SITE, STDLIB, Entry, ExecChain,
+                                      read_exec_chain)
 from hostctl.plan import build_plan
 from hostctl.provision import boot_code, parts
 from need import missing, needs
@@ -307,3 +308,102 @@ def test_render_warns_before_units_that_would_run_code_nobody_can_change(sysroot
     assert cli.main(argv) == 0  # render installs nothing: it says so, and still writes the project
     err = capsys.readouterr().err
     assert f"{site / 'hostctl/cli.py'}" in err and "owned by nobody (uid 65534)" in err and "install.sh" in err
+
+
+def _base_python(top: Path) -> Path:
+    """A base Python as uv/pyenv leave one in a user's home: bin/python3.11 (this machine's
+    binary, copied) and lib/python3.11 with the landmark os.py and a sitecustomize.py."""
+    (top / "bin").mkdir(parents=True)
+    shutil.copy(Path(sys.executable).resolve(), top / "bin/python3.11")
+    lib = top / "lib/python3.11"
+    (lib / "encodings").mkdir(parents=True)
+    for name in ("os.py", "site.py", "encodings/__init__.py", "sitecustomize.py"):
+        (lib / name).write_text("")
+    return lib
+
+
+def _copies_venv(top: Path, base: Path) -> Path:
+    """`base/bin/python3.11 -m venv --copies top`: the venv's python is a copy, so only
+    pyvenv.cfg's home says which standard library it runs."""
+    site = _venv(top)
+    (top / "bin/python").unlink()
+    shutil.copy(base / "bin/python3.11", top / "bin/python")
+    (top / "pyvenv.cfg").write_text(f"home = {base}/bin\ninclude-system-site-packages = false\n"
+                                    f"executable = {base}/bin/python3.11\n")
+    return site
+
+
+@needs_root
+def test_a_copies_venv_on_a_base_python_nobody_owns_is_refused_and_nothing_written(sysroot, tmp_path):
+    base = tmp_path / "home/user/.pyenv/3.11"
+    lib = _base_python(base)
+    for path in (base, *base.rglob("*")):
+        os.lchown(path, NOBODY, NOBODY)
+    _copies_venv(tmp_path / "opt/hostctl", base)  # root's own venv, root-owned all through
+    _point_units_at(sysroot, tmp_path / "opt/hostctl")
+    report, _ = _provision("system")
+    with pytest.raises(RefusedError) as exc:
+        report.raise_for_error()
+    assert exc.value.exit_code == EXIT_REFUSED
+    assert any(d.startswith(f"{base} (") and d.endswith("owned by nobody (uid 65534)") for d in exc.value.details)
+    found = {w.path for w in boot_code.writable_by_others(read_exec_chain(paths.INSTALLED_HOSTCTL))}
+    assert {str(base / "bin/python3.11"), str(lib / "sitecustomize.py")} <= found
+    assert not (sysroot / "etc").exists()
+
+
+@needs_root
+def test_a_module_nobody_owns_anywhere_in_a_root_owned_stdlib_is_refused(sysroot, tmp_path):
+    base = tmp_path / "usr"
+    lib = _base_python(base)
+    _copies_venv(tmp_path / "opt/hostctl", base)
+    _point_units_at(sysroot, tmp_path / "opt/hostctl")
+    assert boot_code.problem(read_exec_chain(paths.INSTALLED_HOSTCTL)) is None  # root's all through
+    (base / "lib/libpython3.11.so.1.0").write_text("")  # what a shared build loads (RUNPATH prefix/lib)
+    for name in ("sitecustomize.py", "encodings/__init__.py", "../libpython3.11.so.1.0"):
+        os.chown(lib / name, NOBODY, NOBODY)
+    found = boot_code.writable_by_others(read_exec_chain(paths.INSTALLED_HOSTCTL))
+    assert sorted((w.path, w.role) for w in found) == [(str(base / "lib/libpython3.11.so.1.0"), STDLIB),
+                                                       (str(lib / "encodings/__init__.py"), STDLIB),
+                                                       (str(lib / "sitecustomize.py"), STDLIB)]
+
+
+@needs_root
+def test_a_pth_import_line_is_refused_naming_the_file_unless_setuptools_or_virtualenv_wrote_it(sysroot, tmp_path):
+    site = _venv(tmp_path / "hc")
+    _point_units_at(sysroot, tmp_path / "hc")
+    # the lines setuptools and virtualenv write, with their modules in the site directory: known
+    (site / "_distutils_hack").mkdir()
+    (site / "_distutils_hack/__init__.py").write_text("")
+    (site / "distutils-precedence.pth").write_text(
+        "import os; var = 'SETUPTOOLS_USE_DISTUTILS'; enabled = os.environ.get(var, 'local') == 'local'; "
+        "enabled and __import__('_distutils_hack').add_shim(); \n")
+    (site / "_virtualenv.py").write_text("")
+    (site / "_virtualenv.pth").write_text("import _virtualenv\n")
+    assert boot_code.problem(read_exec_chain(paths.INSTALLED_HOSTCTL)) is None
+    # a root-owned .pth whose import line puts nobody's folder first on sys.path
+    theirs = tmp_path / "home/user/shared"
+    (theirs / "hostctl").mkdir(parents=True)
+    (theirs / "hostctl/cli.py").write_text("def main():\n    return 0\n")
+    for path in (theirs, *theirs.rglob("*")):
+        os.chown(path, NOBODY, NOBODY)
+    (site / "zz-devtools.pth").write_text(f"import sys; sys.path.insert(0, {str(theirs)!r})\n")
+    report, _ = _provision("system")
+    with pytest.raises(RefusedError) as exc:
+        report.raise_for_error()
+    assert exc.value.exit_code == EXIT_REFUSED and str(site / "zz-devtools.pth") in exc.value.message
+    assert not (sysroot / "etc").exists()
+
+
+@needs_root
+def test_a_module_nobody_owns_beside_the_real_script_is_refused(sysroot, tmp_path):
+    _venv(tmp_path / "hc")
+    scripts = tmp_path / "scripts"  # root's folder, where the console script really lies
+    scripts.mkdir()
+    (tmp_path / "hc/bin/hostctl").rename(scripts / "hostctl")
+    os.symlink(scripts / "hostctl", tmp_path / "hc/bin/hostctl")
+    _point_units_at(sysroot, tmp_path / "hc")
+    assert boot_code.problem(read_exec_chain(paths.INSTALLED_HOSTCTL)) is None
+    (scripts / "typer.py").write_text("")  # first on sys.path: it shadows the real typer
+    os.chown(scripts / "typer.py", NOBODY, NOBODY)
+    found = boot_code.writable_by_others(read_exec_chain(paths.INSTALLED_HOSTCTL))
+    assert [w.path for w in found] == [str(scripts / "typer.py")]
