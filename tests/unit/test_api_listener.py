@@ -186,6 +186,14 @@ def _endless():
         yield filler
 
 
+def _socket_buffers() -> int:
+    """What the kernel may hold on a loopback connection beyond what the client read: the most
+    the receiving and the sending buffer may autotune to (tcp_rmem, tcp_wmem), plus a MiB of the
+    server's own writes. A fixed 8 MiB was passed once on a loaded machine (9.6 MB sent)."""
+    most = sum(int(Path(f"/proc/sys/net/ipv4/{name}").read_text().split()[2]) for name in ("tcp_rmem", "tcp_wmem"))
+    return most + 1024 * 1024
+
+
 def test_an_endless_models_answer_is_read_only_up_to_the_cap():
     import httpx
 
@@ -204,7 +212,7 @@ def test_an_endless_models_answer_is_read_only_up_to_the_cap():
     finally:
         srv.close()
     # the read stopped at the cap: the server could not push much more than it into the socket buffers
-    assert srv.sent < SMALL_CAP + 8 * 1024 * 1024, srv.sent
+    assert srv.sent < SMALL_CAP + _socket_buffers(), srv.sent
     assert not res.ok and "larger than" in res.got and str(SMALL_CAP) in res.got
     assert took < 30
 
@@ -223,7 +231,7 @@ def test_an_endless_stream_is_read_only_up_to_the_cap():
             api.completion_streamed("hi", 4)
     finally:
         srv.close()
-    assert srv.sent < SMALL_CAP + 8 * 1024 * 1024, srv.sent
+    assert srv.sent < SMALL_CAP + _socket_buffers(), srv.sent
     assert "larger than" in str(exc.value)
 
 
