@@ -246,20 +246,13 @@ def _store(folder: int, profile: Path, recipe: Path, config: Config, profile_byt
 def _write(folder: int, name: str, blob: bytes) -> None:
     """Whole or not at all (a rename under the folder's fd), without the fsyncs of safefs.write_file:
     an entry lost in a crash is validated again, and a miss in a test run must not wait on the disk."""
-    fd, tmp = safefs.create_temp(folder, name)
-    try:
+    with safefs.staged_temp(folder, name) as (fd, tmp):
         try:
             with os.fdopen(fd, "wb", closefd=False) as fh:
                 fh.write(blob)
         finally:
             os.close(fd)
         safefs.commit_temp(folder, tmp, name, durable=False)
-    except BaseException:  # a full disk, Ctrl-C: no half-written file stays behind
-        try:
-            os.unlink(tmp, dir_fd=folder)
-        except FileNotFoundError:
-            pass
-        raise
 
 
 def _prune(folder: int) -> None:

@@ -520,6 +520,22 @@ def create_temp(dir_fd: int, name: str, mode: int = 0o600) -> tuple[int, str]:
     raise FileExistsError(f"no free temporary name for {name}")
 
 
+@contextmanager
+def staged_temp(dir_fd: int, name: str, mode: int = 0o600) -> Iterator[tuple[int, str]]:
+    """create_temp's (fd, temporary name) for a block that fills it and ends with commit_temp;
+    if the block fails (a full disk, Ctrl-C, a refusal), the temporary is removed. The block owns
+    the fd (closes it, usually through os.fdopen)."""
+    fd, tmp = create_temp(dir_fd, name, mode)
+    try:
+        yield fd, tmp
+    except BaseException:
+        try:
+            os.unlink(tmp, dir_fd=dir_fd)
+        except FileNotFoundError:
+            pass
+        raise
+
+
 def fsync_dir(dir_fd: int) -> None:
     os.fsync(dir_fd)  # the rename itself must survive a power cut
 
@@ -561,8 +577,7 @@ def write_file(target: str | Path, data: str | bytes, *, mode: int | None = None
             kept = (st.st_mode & 0o7777, (st.st_uid, st.st_gid)) if trusted else (None, None)
         except FileNotFoundError:
             kept = (None, None)
-        fd, tmp = create_temp(dfd, target.name)
-        try:
+        with staged_temp(dfd, target.name) as (fd, tmp):
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data.encode() if isinstance(data, str) else data)
                 fh.flush()
@@ -574,10 +589,4 @@ def write_file(target: str | Path, data: str | bytes, *, mode: int | None = None
             if before_replace is not None:
                 before_replace()
             commit_temp(dfd, tmp, target.name, exclusive=exclusive)
-        except BaseException:
-            try:
-                os.unlink(tmp, dir_fd=dfd)
-            except FileNotFoundError:
-                pass
-            raise
     return target

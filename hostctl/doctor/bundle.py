@@ -154,8 +154,7 @@ def write(path: Path, contents: BundleContents) -> dict[str, int]:
     # In the folder's fd (safefs): a link another user put on the way, or in place of the folder,
     # must not steer where root writes an archive of the host's logs and configs.
     with safefs.opened_dir(path.parent) as dfd:
-        fd, tmp = safefs.create_temp(dfd, path.name, 0o600)  # logs and configs: the owner's only
-        try:
+        with safefs.staged_temp(dfd, path.name, 0o600) as (fd, tmp):  # logs and configs: the owner's only
             with os.fdopen(fd, "wb") as raw:
                 with tarfile.open(fileobj=raw, mode="w:gz") as tar:
                     now = time.time()
@@ -167,10 +166,4 @@ def write(path: Path, contents: BundleContents) -> dict[str, int]:
                 raw.flush()
                 os.fsync(raw.fileno())
             safefs.commit_temp(dfd, tmp, path.name)
-        except BaseException:
-            try:
-                os.unlink(tmp, dir_fd=dfd)
-            except FileNotFoundError:
-                pass
-            raise
     return redactions

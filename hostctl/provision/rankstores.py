@@ -170,9 +170,8 @@ def copy_verified(src: Path, dst: Path, progress: _Progress, label: str) -> int:
         st = os.fstat(fin.fileno())
         size = st.st_size
         safefs.remove_stale_temps(dfd, dst.name)
-        fd, tmp = safefs.create_temp(dfd, dst.name)
-        shown = dst.parent / tmp
-        try:
+        with safefs.staged_temp(dfd, dst.name) as (fd, tmp):
+            shown = dst.parent / tmp
             with os.fdopen(fd, "wb") as fout:
                 done = 0
                 while chunk := fin.read(CHUNK):
@@ -207,12 +206,6 @@ def copy_verified(src: Path, dst: Path, progress: _Progress, label: str) -> int:
                 except PermissionError:
                     pass
             safefs.commit_temp(dfd, tmp, dst.name)
-        except BaseException:
-            try:
-                os.unlink(tmp, dir_fd=dfd)
-            except FileNotFoundError:
-                pass
-            raise
     return size
 
 
