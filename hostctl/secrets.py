@@ -282,9 +282,10 @@ def _redact(text: str) -> str:
 
 class RedactingStream:
     """A text stream in front of stdout or stderr that hides every known secret in what passes
-    through. Whole lines are passed on (a secret split across two writes is still seen whole); a
-    partial line is held (bounded, see HOLD_MAX) through flush() and passed on by drain(), which
-    the CLI calls when the command ends."""
+    through. Whole lines are passed on as they complete (a secret split across two writes is still
+    seen whole); a partial line waits for its end, for flush() (a prompt) or for drain(), which the
+    CLI calls when the command ends. Its `buffer` (bytes: `logs -f`) holds a partial line through
+    flush() too, bounded (HOLD_MAX), until drain()."""
 
     def __init__(self, target):
         self._t = target
@@ -300,6 +301,11 @@ class RedactingStream:
             self.write(line)
 
     def flush(self) -> None:
+        """hostctl's own text is shown when it flushes, partial line and all: a prompt ("type the
+        drive's identity: ") has no newline and must reach the terminal before input() waits.
+        (A followed log, where a secret may straddle two chunks, goes through `buffer`, which holds
+        its partial line through flush(); see follow_writer.)"""
+        self._held.drain()
         if self.buffer is not None:
             self.buffer.flush()
         self._t.flush()

@@ -92,3 +92,16 @@ def test_a_partial_line_shows_after_the_idle_time(pipe):
         time.sleep(0.05)
     assert b"Loading weights ... " in read_now()
     close()
+
+
+def test_a_prompt_shows_when_hostctl_flushes_it(pipe):
+    """A consent prompt has no newline: the text stream passes a partial line on at flush(), or
+    input() would wait for an answer to a question nobody sees (`cache prune` at a terminal hung)."""
+    stream, read_now, close = pipe
+    stream.write("type 'prune' to remove 3 generations: ")
+    stream.flush()
+    deadline = time.monotonic() + 5
+    while b"type 'prune'" not in read_now() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert read_now().endswith(b"generations: ")
+    close()
