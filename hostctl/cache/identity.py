@@ -53,6 +53,21 @@ def runtime_inputs(env: dict, serve_args: list[str]) -> tuple[str | None, str | 
     return override, revision
 
 
+def _read_small(host_dir: str, name: str) -> tuple[bytes | None, str | None]:
+    """(the bytes of config.json or an index in the checkpoint folder, or None when it is absent;
+    why it was not read, or None)."""
+    try:
+        return read_bounded(os.path.join(host_dir, name), max_bytes=SMALL_FILE_MAX), None
+    except FileNotFoundError:
+        return None, None
+    except UntrustedPathError as exc:
+        return None, f"{name}: not read ({exc.message})"
+    except TooLargeError as exc:
+        return None, f"{exc}; {TOO_LARGE_FIX}"
+    except (OSError, ValueError) as exc:
+        return None, f"{name}: {getattr(exc, 'strerror', None) or exc}"
+
+
 def runtime_ckpt_id(host_dir: str, served_path: str = MODEL_IN_CONTAINER, revision: str | None = None,
                     override: str | None = None) -> tuple[str | None, str]:
     """(the identity, or None, and why not). `served_path` is the model path the server is
@@ -70,30 +85,19 @@ def runtime_ckpt_id(host_dir: str, served_path: str = MODEL_IN_CONTAINER, revisi
     # config.json and the index come from a hub or a copy in a folder others may write: each is
     # refused past the cap before a byte is read (a sparse index of 3 GB, no disk used, cost 2
     # minutes and 6 GB of memory read whole). Links are followed: the runtime follows them too.
-    try:
-        raw = read_bounded(os.path.join(host_dir, "config.json"), max_bytes=SMALL_FILE_MAX)
+    raw, why = _read_small(host_dir, "config.json")
+    if why:
+        return None, why
+    if raw is not None:
         h.update(b"config.json\0")
         h.update(hashlib.sha256(raw).digest())
-    except FileNotFoundError:
-        pass
-    except UntrustedPathError as exc:
-        return None, f"config.json: not read ({exc.message})"
-    except TooLargeError as exc:
-        return None, f"{exc}; {TOO_LARGE_FIX}"
-    except (OSError, ValueError) as exc:
-        return None, f"config.json: {getattr(exc, 'strerror', None) or exc}"
     shards: set[str] = set()
     for name in INDEX_NAMES:
-        try:
-            raw = read_bounded(os.path.join(host_dir, name), max_bytes=SMALL_FILE_MAX)
-        except FileNotFoundError:
+        raw, why = _read_small(host_dir, name)
+        if why:
+            return None, why
+        if raw is None:
             continue
-        except UntrustedPathError as exc:
-            return None, f"{name}: not read ({exc.message})"
-        except TooLargeError as exc:
-            return None, f"{exc}; {TOO_LARGE_FIX}"
-        except (OSError, ValueError) as exc:
-            return None, f"{name}: {getattr(exc, 'strerror', None) or exc}"
         try:
             h.update(name.encode())
             h.update(hashlib.sha256(raw).digest())
