@@ -15,28 +15,11 @@ import pytest
 
 from hostctl import safefs
 from hostctl.bench import vllm_bench
+from tests.attacker import NOBODY, run_as
 from tests.need import needs
 
-NOBODY = 65534
 SECRET = "c2VjcmV0OnB3-planted-auth"
 pytestmark = needs(os.geteuid() == 0, "needs root: the attacker is a child that drops to nobody")
-
-
-def as_nobody(fn) -> int:
-    """Run fn() in a child as uid/gid 65534; its exit status (0: fn returned, 1: it raised OSError)."""
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.setgroups([])
-            os.setgid(NOBODY)
-            os.setuid(NOBODY)
-            fn()
-            os._exit(0)
-        except OSError:
-            os._exit(1)
-        except BaseException:
-            os._exit(2)
-    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
 
 
 @pytest.fixture
@@ -53,8 +36,8 @@ def test_another_user_cannot_put_a_result_in_the_folder_bound_into_the_bench_con
         st = os.stat(work)
         assert st.st_uid == os.geteuid() and not safefs.others_can_write(st, str(work))
         # By effect: nobody tries to plant c1.json (a file and a link) and fails.
-        assert as_nobody(lambda: os.symlink("/etc/shadow", work / "c1.json")) == 1
-        assert as_nobody(lambda: open(work / "c2.json", "w").close()) == 1
+        assert run_as(NOBODY, NOBODY, lambda: os.symlink("/etc/shadow", work / "c1.json")) == 1
+        assert run_as(NOBODY, NOBODY, lambda: open(work / "c2.json", "w").close()) == 1
         assert sorted(os.listdir(work)) == []
     finally:
         for p in work.iterdir():

@@ -16,9 +16,9 @@ import stat
 import pytest
 
 from hostctl import safefs
+from tests.attacker import NOBODY, make_victim
 from tests.need import need_module, needs
 
-NOBODY = 65534
 pytestmark = needs(os.geteuid() == 0, "needs root: the attacks chown planted files to nobody")
 
 
@@ -29,12 +29,7 @@ def _no_sudo(monkeypatch):
 
 @pytest.fixture
 def victim(tmp_path):
-    v = tmp_path / "victim"
-    v.mkdir(mode=0o700)
-    f = v / "shadow"
-    f.write_text("root's secret\n")
-    os.chmod(f, 0o600)
-    return f
+    return make_victim(tmp_path)
 
 
 def unchanged(victim) -> bool:

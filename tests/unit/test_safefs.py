@@ -12,9 +12,9 @@ import stat
 import pytest
 
 from hostctl import safefs
+from attacker import NOBODY, make_victim, run_as
 from need import needs
 
-NOBODY = 65534
 pytestmark = needs(os.geteuid() == 0, "needs root: the attacks chown planted files to nobody")
 
 
@@ -25,12 +25,7 @@ def _no_sudo(monkeypatch):
 
 @pytest.fixture
 def victim(tmp_path):
-    v = tmp_path / "victim"
-    v.mkdir(mode=0o700)
-    f = v / "shadow"
-    f.write_text("root's secret\n")
-    os.chmod(f, 0o600)
-    return f
+    return make_victim(tmp_path)
 
 
 def _shared(tmp_path, mode=0o1777):
@@ -253,23 +248,6 @@ def reachable(tmp_path_factory):
     shutil.rmtree(d)
 
 
-def _as(uid: int, gid: int, fn) -> int:
-    """fn() in a child as uid/gid with no supplementary groups: 0 done, 1 OSError (denied)."""
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.setgroups([])
-            os.setgid(gid)
-            os.setuid(uid)
-            fn()
-            os._exit(0)
-        except OSError:
-            os._exit(1)
-        except BaseException:
-            os._exit(2)
-    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-
-
 def _set_acl(path, user_perm: int, mask: int, uid: int = NOBODY) -> None:
     """`setfacl -m u:UID:PERM,m::MASK PATH`, written as the kernel's xattr (no acl tools needed):
     version 2, then (tag, perm, id) entries: owner, the named user, group, mask, other."""
@@ -294,7 +272,7 @@ def test_a_profile_an_acl_lets_nobody_write_is_refused(reachable):
     prof.write_text('name = "mine"\n')
     os.chmod(prof, 0o644)
     _set_acl(prof, user_perm=6, mask=6)  # setfacl -m u:nobody:rw
-    assert _as(NOBODY, NOBODY, _append(prof, "# nobody was here\n")) == 0  # the ACL is real
+    assert run_as(NOBODY, NOBODY, _append(prof, "# nobody was here\n")) == 0  # the ACL is real
     with pytest.raises(safefs.UntrustedPathError) as exc:
         safefs.read_trusted(prof, max_bytes=1 << 20)
     assert exc.value.exit_code == 3 and str(prof) in exc.value.message
@@ -306,7 +284,7 @@ def test_a_folder_an_acl_lets_nobody_write_is_refused(reachable):
     prof = proj / "hostctl.toml"
     prof.write_text('name = "mine"\n')
     _set_acl(proj, user_perm=7, mask=7)  # setfacl -m u:nobody:rwx proj
-    assert _as(NOBODY, NOBODY, lambda: os.mkdir(proj / "planted")) == 0
+    assert run_as(NOBODY, NOBODY, lambda: os.mkdir(proj / "planted")) == 0
     for check in (lambda: safefs.check_dir(proj, private=True), lambda: safefs.read_trusted(prof, max_bytes=1 << 20),
                   lambda: safefs.write_file(proj / "compose.yaml", "services: {}\n")):
         with pytest.raises(safefs.UntrustedPathError) as exc:
@@ -320,7 +298,7 @@ def test_an_acl_whose_mask_denies_write_is_no_write(reachable):
     prof.write_text('name = "mine"\n')
     os.chmod(prof, 0o644)
     _set_acl(prof, user_perm=6, mask=4)  # u:nobody:rw, but the mask leaves r--
-    assert _as(NOBODY, NOBODY, _append(prof, "x\n")) == 1
+    assert run_as(NOBODY, NOBODY, _append(prof, "x\n")) == 1
     assert safefs.read_trusted(prof, max_bytes=1 << 20) == b'name = "mine"\n'
 
 
@@ -352,7 +330,7 @@ def test_a_group_other_users_have_as_primary_is_not_private(reachable, monkeypat
     prof.write_text('name = "mine"\n')
     os.chown(prof, owner.pw_uid, owner.pw_gid)
     os.chmod(prof, 0o664)
-    assert _as(other.pw_uid, other.pw_gid, _append(prof, "# other was here\n")) == 0
+    assert run_as(other.pw_uid, other.pw_gid, _append(prof, "# other was here\n")) == 0
     with pytest.raises(safefs.UntrustedPathError) as exc:
         safefs.read_trusted(prof, max_bytes=1 << 20)
     assert exc.value.exit_code == 3
@@ -374,5 +352,5 @@ def test_a_file_root_writes_under_a_default_acl_is_not_left_writable_to_others(r
     os.setxattr(proj, "system.posix_acl_default",
                 struct.pack("<I", 2) + b"".join(struct.pack("<HHI", *e) for e in entries))
     out = safefs.write_file(proj / "compose.yaml", "services: {}\n", mode=0o664)
-    assert _as(NOBODY, NOBODY, _append(out, "  evil: {privileged: true}\n")) == 1
+    assert run_as(NOBODY, NOBODY, _append(out, "  evil: {privileged: true}\n")) == 1
     assert out.read_text() == "services: {}\n"
