@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+import moet_runner
 from hostctl import safefs, safepaths
 from hostctl.bench import runner, suites
 from hostctl.config import load_config
@@ -42,7 +43,7 @@ def test_a_plain_suite_id_is_kept(suite_id):
 
 
 def test_vllm_moet_and_bundled_suite_ids_are_plain_names():
-    for f in [*(Path("/work/shared/vllm-moet-bench/suites").glob("*.yaml")), *(ROOT / "runtime" / "suites").glob("*.yaml")]:
+    for f in [*(moet_runner.bench_copy("suites").glob("*.yaml")), *(ROOT / "runtime" / "suites").glob("*.yaml")]:
         doc = yaml.safe_load(f.read_text())
         assert safepaths.file_name_problem(doc.get("id") or f.stem) is None, f
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+import moet_runner
 from hostctl import serveflags
 from hostctl.cli import main
 from hostctl.config import parse_recipe
@@ -73,7 +74,7 @@ def test_vllm_host_ip_off_loopback_is_refused(value):
 
 
 def test_every_vllm_moet_and_bundled_recipe_still_loads():
-    files = [*Path("/work/shared/vllm-moet-bench/recipes").rglob("*.yaml"), *(ROOT / "runtime" / "recipes").glob("*.yaml")]
+    files = [*moet_runner.bench_copy("recipes").rglob("*.yaml"), *(ROOT / "runtime" / "recipes").glob("*.yaml")]
     assert len(files) > 20
     for f in files:
         parse_recipe(yaml.safe_load(f.read_text()), str(f))  # the demo's VLLM_HOST_IP: 127.0.0.1 among them

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+import moet_runner
 from hostctl.config import parse_recipe
 from hostctl.errors import InputError
 from hostctl.tune import plan as tplan
@@ -21,7 +22,7 @@ from hostctl.tune import runner as trunner
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "runtime" / "recipes" / "demo-cpu-tiny-moe.yaml"
-RECIPE_DIRS = [Path("/work/shared/vllm-moet-bench/recipes"), ROOT / "tests" / "unit" / "data" / "vllm-moet" / "recipes",
+RECIPE_DIRS = [moet_runner.bench_copy("recipes"), ROOT / "tests" / "unit" / "data" / "vllm-moet" / "recipes",
                ROOT / "runtime" / "recipes"]
 
 
