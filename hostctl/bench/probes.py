@@ -18,7 +18,8 @@ does not have, is skipped, never failed and never dropped.
   boundary      `concurrency` (default: max_num_seqs) requests at once at the exact boundary:
                 input = context - output_tokens (token ids from the server's /tokenize);
                 pass = every request got exactly that input and that many output tokens
-  quality       vLLM-MoET's dataset evals: skipped (they need llm-inference-bench and its datasets)
+  quality       vLLM-MoET's dataset evals: skipped, naming the dataset, the tool and the baseline that
+                are missing (they need llm-inference-bench, its datasets and vLLM-MoET's baselines)
 """
 
 from __future__ import annotations
@@ -344,8 +345,13 @@ def boundary(ctx: ProbeContext, spec: ProbeSpec) -> dict:
 
 
 def quality(ctx: ProbeContext, spec: ProbeSpec) -> dict:
-    raise Skip("vLLM-MoET's quality probes run llm-inference-bench on its datasets (GSM8K, GPQA); hostctl ships "
-               "neither: run them with vLLM-MoET's bench/runner")
+    # Said per probe, naming what is missing, so a skipped quality probe is never read as a pass.
+    dataset = spec.params.get("profile") or "its"
+    why = [f"needs llm-inference-bench (vLLM-MoET's quality tool) and the {dataset} dataset; hostctl has neither"]
+    if spec.params.get("baseline"):
+        why.append(f"its baseline {spec.params['baseline']} is an entry of vLLM-MoET's bench/baselines registry, "
+                   "which hostctl does not have")
+    raise Skip("quality: " + "; ".join(why) + ": run it with vLLM-MoET's bench/runner/bench.py")
 
 
 PROBES: dict[str, Callable[[ProbeContext, ProbeSpec], dict]] = {

@@ -29,11 +29,11 @@ def rungs(result: dict) -> list[dict]:
                     out.append({"name": name, "pass": bool(case.get("pass")),
                                 "detail": f"{case.get('prompt_tokens', 0):,} tokens, code {case.get('code')}, "
                                           f"reply {case.get('reply')!r}"})
-            if probe["status"] == "skipped" or (probe["status"] == "failed" and not probe.get("cases")):
+            if probe["status"] in ("skipped", "disabled") or (probe["status"] == "failed" and not probe.get("cases")):
                 out.append({"name": "needles", "pass": False, "detail": probe.get("reason") or "did not run"})
         elif probe["kind"] == "boundary":
             name = "boundary"
-            if probe["status"] in ("skipped",) or ("requests" not in probe):
+            if probe["status"] in ("skipped", "disabled") or ("requests" not in probe):
                 out.append({"name": name, "pass": False, "detail": probe.get("reason") or "did not run"})
                 continue
             n, inp, outp = probe.get("concurrency"), probe.get("input_tokens"), probe.get("output_tokens")

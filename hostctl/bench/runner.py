@@ -1,8 +1,16 @@
 """`hostctl bench`: run a suite against the service `up` started and write one `hostctl.bench/v1`
 result: the environment fingerprint (hostctl version, GPUs with driver and power limits, the KV
 capacity the runtime reported, the service fingerprint), every probe's raw samples and
-aggregates, and a status: ok (every probe that ran passed), partial (some failed), failed (none
-passed, or the service went away), interrupted (Ctrl-C / SIGTERM; what ran is kept).
+aggregates, and a status (`verdict`): ok only when every enabled probe ran and passed; partial when
+some passed and others failed or could not run here (those are listed, skipped ones with the
+reason, under `incomplete`); failed when none passed (nothing ran, or everything that ran failed,
+or the service went away); interrupted (Ctrl-C / SIGTERM; what ran is kept). A probe the suite
+disables (`enabled: false`) is recorded as `disabled`, as vLLM-MoET records it, and counts for
+nothing: the suite chose not to run it. A skipped probe never counts as a pass: a run whose
+quality probes could not run here is not the run the suite asked for.
+
+A `role: baseline` recipe's result says it is a baseline (`baseline`): a native reference to
+compare others against, which vLLM-MoET leaves out of its tables (bench/runner/render.py: collect).
 
 The `qualify` suite's verdict is stored as well (hostctl.bench.qualify).
 """
@@ -112,14 +120,29 @@ def _max_num_seqs(config: Config) -> int | None:
     return int(v) if v and v.isdigit() else None
 
 
-def _status(results: list[dict]) -> str:
-    ran = [r for r in results if r["status"] != "skipped"]
-    if not ran:
-        return "failed"
-    failed = [r for r in ran if r["status"] == "failed"]
-    if not failed:
-        return "ok"
-    return "failed" if len(failed) == len(ran) else "partial"
+STATUS_RULE = ("ok only when every enabled probe ran and passed; partial when some passed and others failed or "
+               "were skipped (listed under incomplete); failed when none passed; disabled probes count for nothing")
+
+
+def verdict(results: list[dict]) -> tuple[str, dict]:
+    """(status, incomplete) of a run from its probes (STATUS_RULE); incomplete lists the probes
+    that failed and those that could not run, with the reason, so a `partial` says what it lacks."""
+    enabled = [r for r in results if r["status"] != "disabled"]
+    passed = [r for r in enabled if r["status"] == "ok"]
+    failed = [r["key"] for r in enabled if r["status"] == "failed"]
+    skipped = [{"key": r["key"], "kind": r["kind"], "reason": r.get("reason", "")}
+               for r in enabled if r["status"] == "skipped"]
+    incomplete = {"failed": failed, "skipped": skipped}
+    if not passed:
+        return "failed", incomplete
+    return ("partial" if failed or skipped else "ok"), incomplete
+
+
+def _baseline(recipe) -> dict | None:
+    if recipe.role != "baseline":
+        return None
+    return {"recipe": recipe.id, "note": "a role: baseline recipe: a native reference to compare other recipes "
+            "against, not a candidate; vLLM-MoET leaves baselines out of its result tables"}
 
 
 def _warmup(api: Api, n: int, say: Say) -> float:
@@ -156,8 +179,9 @@ def run(config: Config, plan: Plan, suite_ref: str, *, out_dir: Path | None, say
         "schema": SCHEMA, "status": "running", "started_at": started, "finished_at": None, "seed": seed,
         "suite": {"id": suite.id, "source": suite.source, "allow_recipe_overrides": suite.allow_recipe_overrides},
         "service": {"endpoint": svc.endpoint, "served_name": recipe.served_name, "context": recipe.context,
-                    "recipe": recipe.id, "profile": config.profile.name, "container": svc.container,
-                    "max_num_seqs": _max_num_seqs(config)},
+                    "recipe": recipe.id, "recipe_role": recipe.role, "profile": config.profile.name,
+                    "container": svc.container, "max_num_seqs": _max_num_seqs(config)},
+        "baseline": _baseline(recipe), "status_rule": STATUS_RULE,
         "environment": {"hostctl_version": __version__, "hostname": socket.gethostname(), "gpus": _gpus(),
                         "kv": svc.kv, "image": plan.runtime.image, "image_id": svc.image_id,
                         "service_fingerprint": fp.to_dict() if fp else None},
@@ -181,7 +205,7 @@ def run(config: Config, plan: Plan, suite_ref: str, *, out_dir: Path | None, say
             doc["probes"].append(run_probe(ctx, spec))
             p = doc["probes"][-1]
             say(f"probe {i}/{len(specs)}: {spec.key}: {p['status']}" + (f" ({p['reason']})" if p.get("reason") else ""))
-        doc["status"] = _status(doc["probes"])
+        doc["status"], doc["incomplete"] = verdict(doc["probes"])
     except Interrupted as exc:
         doc["status"] = "interrupted"
         doc["interrupted"] = {"signal": exc.signal_name, "during": specs[len(doc["probes"])].key
@@ -195,7 +219,8 @@ def run(config: Config, plan: Plan, suite_ref: str, *, out_dir: Path | None, say
             doc["status"] = "failed"
         doc["finished_at"] = _now()
         doc["seconds"] = round(time.perf_counter() - t_run, 3)
-        doc["summary"] = {s: sum(1 for p in doc["probes"] if p["status"] == s) for s in ("ok", "failed", "skipped")}
+        doc["summary"] = {s: sum(1 for p in doc["probes"] if p["status"] == s)
+                          for s in ("ok", "failed", "skipped", "disabled")}
         write_file(path, json.dumps(doc, indent=2) + "\n")
         if suite.id == qualify.QUALIFY_SUITE and doc["status"] != "interrupted":
             doc["qualify"] = qualify.store(doc, str(path)) if store_verdict else qualify.verdict(doc, str(path))
@@ -220,7 +245,7 @@ def _proved_first(batch: BenchServe, endpoint: str) -> Callable[..., dict]:
 def run_probe(ctx: probes_mod.ProbeContext, spec: suites.ProbeSpec) -> dict:
     base = {"key": spec.key, "kind": spec.kind, "params": spec.params, "overridden": list(spec.overridden)}
     if not spec.enabled:
-        return {**base, "status": "skipped", "reason": "disabled in the suite (enabled: false)"}
+        return {**base, "status": "disabled", "reason": "disabled in the suite (enabled: false)"}
     fn = probes_mod.PROBES.get(spec.kind)
     if fn is None:
         return {**base, "status": "skipped", "reason": f"hostctl has no probe of kind {spec.kind!r} (known: "
@@ -261,10 +286,14 @@ def _why_failed(kind: str, f: dict) -> str:
 
 def text_report(doc: dict, path: Path) -> str:
     svc = doc["service"]
+    role = " (a baseline recipe)" if doc.get("baseline") else ""
     lines = [f"bench {doc['suite']['id']} on {svc['served_name']} ({svc['context']:,}-token context, recipe "
-             f"{svc['recipe']}): {doc['status']}"]
+             f"{svc['recipe']}{role}): {doc['status']}"]
     for p in doc["probes"]:
         lines.append(f"  {p['status']:<8} {p['key']:<14} {summary(p)}")
+    inc = doc.get("incomplete") or {}
+    if doc["status"] == "partial" and inc.get("skipped"):
+        lines.append(f"  partial, not ok: {', '.join(p['key'] for p in inc['skipped'])} could not run here")
     q = doc.get("qualify")
     if q:
         lines.append(f"  qualify: {'PASSED' if q['passed'] else 'FAILED'} "
@@ -276,7 +305,7 @@ def text_report(doc: dict, path: Path) -> str:
 def summary(p: dict) -> str:
     """One line per probe: its headline numbers, or why it did not pass or run."""
     k = p["kind"]
-    if p["status"] == "skipped" or "reason" in p and k not in ("arithmetic", "needle", "coherence", "boundary"):
+    if p["status"] in ("skipped", "disabled") or "reason" in p and k not in ("arithmetic", "needle", "coherence", "boundary"):
         return p.get("reason", "")
     if k == "decode":
         return (f"median {p['median_tok_s']:.1f} tok/s (min {p['min_tok_s']:.1f}, max {p['max_tok_s']:.1f}, spread "
