@@ -122,3 +122,22 @@ def test_a_candidate_recipe_is_not_called_a_baseline(tmp_path):
     assert doc["baseline"] is None and doc["service"]["recipe_role"] is None
     assert "baseline" not in runner.text_report(doc, path).splitlines()[0]
     assert "baseline" not in doc["probes"][0]["reason"]  # this probe names none
+
+
+def test_a_missing_quality_tool_fails_in_vllm_moet_and_is_skipped_in_hostctl(monkeypatch):
+    # A deliberate difference (docs/vllm-moet-differences.md, "Running a suite"): vLLM-MoET's probe
+    # raises when llm-inference-bench is not where it looks (bench.py then records `failed`);
+    # hostctl records the same probe `skipped` with what is missing. Both sides run on each quality
+    # probe of the copy's suites, as vLLM-MoET merges them.
+    moet = moet_runner.runner()
+    monkeypatch.delenv("LLM_BENCH", raising=False)
+    common = moet["common"]
+    for name in QUALITY_SUITES:
+        for p in common.merge_suite(common.load_suite(name), {"suite_params": {}}):
+            params = {k: v for k, v in p.items() if k not in ("kind", "id", "enabled")}
+            with pytest.raises(RuntimeError, match="quality probe needs llm-inference-bench"):
+                moet["probes"].quality("http://127.0.0.1:9", "m", log=lambda m: None, **params)
+            spec = suites.ProbeSpec(key=p["id"], kind="quality", params=params)
+            mine = runner.run_probe(probes.ProbeContext(api=None, context=2048, max_num_seqs=2, say=lambda m: None),
+                                    spec)
+            assert mine["status"] == "skipped" and f"the {p['profile']} dataset" in mine["reason"]
