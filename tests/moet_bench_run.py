@@ -157,12 +157,17 @@ def side_by_side(hostctl_doc: dict, moet_doc: dict) -> list[dict]:
     moet_probes = moet_doc.get("probes", {})
     for p in hostctl_doc["probes"]:
         m = moet_probes.get(p["key"], {})
-        fields = NUMBERS.get(p["kind"], ())
         rows.append({"key": p["key"], "kind": p["kind"], "hostctl": p["status"], "vllm_moet": moet_status(m),
-                     "hostctl_numbers": {f: p.get(f) for f in fields if p.get(f) is not None},
-                     "vllm_moet_numbers": {f: m.get(f) for f in fields if m.get(f) is not None},
+                     "hostctl_numbers": numbers(p["kind"], p), "vllm_moet_numbers": numbers(p["kind"], m),
                      "hostctl_reason": p.get("reason"), "vllm_moet_error": moet_error(m)})
     return rows
+
+
+def numbers(kind: str, probe: dict) -> dict:
+    """The headline numbers both results carry for this kind (batch_decode: aggregate tok/s per level)."""
+    if kind == "batch_decode":
+        return {f"c={n} tok/s": lv.get("aggregate_tok_s") for n, lv in (probe.get("levels") or {}).items()}
+    return {f: probe[f] for f in NUMBERS.get(kind, ()) if probe.get(f) is not None}
 
 
 def moet_error(m: dict) -> str | None:
