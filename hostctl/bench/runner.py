@@ -1,7 +1,8 @@
 """`hostctl bench`: run a suite against the service `up` started and write one `hostctl.bench/v1`
 result: the environment fingerprint (hostctl version, GPUs with driver and power limits, the KV
 capacity the runtime reported, the service fingerprint), every probe's raw samples and
-aggregates, and a status (`verdict`): ok only when every enabled probe ran and passed; partial when
+aggregates, and a status (`verdict`): ok only when every enabled probe ran and passed, each of its
+cases (a needle size that does not fit is a case that did not run); partial when
 some passed and others failed or could not run here (those are listed, skipped ones with the
 reason, under `incomplete`); failed when none passed (nothing ran, or everything that ran failed,
 or the service went away); interrupted (Ctrl-C / SIGTERM; what ran is kept). A probe the suite
@@ -120,8 +121,9 @@ def _max_num_seqs(config: Config) -> int | None:
     return int(v) if v and v.isdigit() else None
 
 
-STATUS_RULE = ("ok only when every enabled probe ran and passed; partial when some passed and others failed or "
-               "were skipped (listed under incomplete); failed when none passed; disabled probes count for nothing")
+STATUS_RULE = ("ok only when every enabled probe ran and passed (every case of it); partial when some passed and "
+               "others failed or were skipped (listed under incomplete); failed when none passed; disabled probes "
+               "count for nothing")
 
 
 def verdict(results: list[dict]) -> tuple[str, dict]:
@@ -132,6 +134,13 @@ def verdict(results: list[dict]) -> tuple[str, dict]:
     failed = [r["key"] for r in enabled if r["status"] == "failed"]
     skipped = [{"key": r["key"], "kind": r["kind"], "reason": r.get("reason", "")}
                for r in enabled if r["status"] == "skipped"]
+    # A probe that passed with some of its cases skipped (a needle size that does not fit) did not
+    # run all the suite asked for either.
+    for r in passed:
+        cases = [c["skipped"] for c in r.get("cases") or [] if c.get("skipped")]
+        if cases:
+            skipped.append({"key": r["key"], "kind": r["kind"],
+                            "reason": f"{len(cases)} of its {len(r['cases'])} cases did not run: " + "; ".join(cases)})
     incomplete = {"failed": failed, "skipped": skipped}
     if not passed:
         return "failed", incomplete

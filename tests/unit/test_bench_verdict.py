@@ -63,6 +63,21 @@ def test_a_skipped_probe_makes_a_passing_run_partial_never_ok():
     assert runner.verdict([decode, prefill])[0] == "partial"
 
 
+def test_a_passing_probe_with_cases_that_did_not_run_makes_the_run_partial():
+    # The demo's recorded needle under vLLM-MoET's standard suite: its 3% and 95% sizes did not fit.
+    needle = _recorded("needle")
+    skipped_cases = [c for c in needle["cases"] if c.get("skipped")]
+    assert len(skipped_cases) == 2 and len(needle["cases"]) == 4
+    # Had the two sizes that ran been recalled, the probe passes, and the run is still not ok.
+    recalled = {**needle, "status": "ok", "cases": [c if c.get("skipped") else {**c, "pass": True}
+                                                    for c in needle["cases"]]}
+    status, incomplete = runner.verdict([_recorded("decode"), recalled])
+    assert status == "partial"
+    (entry,) = incomplete["skipped"]
+    assert entry["key"] == "needle" and entry["reason"].startswith("2 of its 4 cases did not run: ")
+    assert skipped_cases[1]["skipped"] in entry["reason"]
+
+
 def test_nothing_passed_is_failed_and_a_disabled_probe_counts_for_nothing():
     decode, needle = _recorded("decode"), _recorded("needle")  # needle failed on the demo
     disabled = {"key": "gpqa-think", "kind": "quality", "status": "disabled"}
