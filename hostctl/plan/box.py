@@ -17,7 +17,7 @@ judge the recipe on the facts themselves.
 from __future__ import annotations
 
 from hostctl.bytesizes import fmt_gib
-from hostctl.config import Config
+from hostctl.config import BoxDeclaration, Config, Recipe
 from hostctl.facts.model import HostFacts
 from hostctl.plan import codes
 from hostctl.plan.memory import HOST_RAM_SLACK
@@ -25,25 +25,35 @@ from hostctl.plan.model import BoxPlan
 from hostctl.plan.placement import VRAM_SLACK
 
 
-def _fit(plan: BoxPlan, config: Config) -> None:
-    box, req = config.profile.box, config.recipe.requires
-    where = f"box {box.id} ({box.file})"
-    fix = "choose a recipe this box can run (`hostctl init --box` lists them), or correct the [box] declaration"
+FIT_FIX = "choose a recipe this box can run (`hostctl init --box` lists them), or correct the [box] declaration"
+
+
+def box_fit(box: BoxDeclaration, recipe: Recipe) -> list[tuple[str, str]]:
+    """(code, reason) for each reason the declared box cannot run the recipe, in compat's order;
+    [] when it can. `hostctl init --box` chooses recipes by it, and the plan reports it."""
+    req = recipe.requires
+    out: list[tuple[str, str]] = []
     if box.gpus < req.gpus:
-        plan.problem(codes.BOX_TOO_FEW_GPUS, "error", f"the recipe needs {req.gpus} GPUs; {where} declares "
-                     f"{box.gpus}", fix=fix)
+        out.append((codes.BOX_TOO_FEW_GPUS, f"needs {req.gpus} GPUs; box {box.id} declares {box.gpus}"))
     if box.vram_gb < (req.vram_gb or 0):
-        plan.problem(codes.BOX_VRAM_SHORT, "error", f"the recipe needs {req.vram_gb:g} GB of VRAM per GPU; {where} "
-                     f"declares {box.vram_gb:g}", fix=fix)
+        out.append((codes.BOX_VRAM_SHORT, f"needs {req.vram_gb:g} GB of VRAM per GPU; box {box.id} declares "
+                    f"{box.vram_gb:g}"))
     if box.host_ram_gb < (req.host_ram_gb or 0):
-        plan.problem(codes.BOX_HOST_RAM_SHORT, "error", f"the recipe needs {req.host_ram_gb:g} GB of host RAM; "
-                     f"{where} declares {box.host_ram_gb:g}", fix=fix)
-    for name in [config.recipe.model, *req.extra_models]:
+        out.append((codes.BOX_HOST_RAM_SHORT, f"needs {req.host_ram_gb:g} GB of host RAM; box {box.id} declares "
+                    f"{box.host_ram_gb:g}"))
+    for name in [recipe.model, *req.extra_models]:
         if name not in box.models:
-            plan.problem(codes.BOX_MODEL_MISSING, "error", f"the recipe serves model {name}, which {where} does not "
-                         f"hold (its models: {', '.join(box.models) or 'none'})",
-                         fix="add the model to the box's models: map and run `hostctl init --box` again, or choose "
-                         "a recipe for a model the box holds")
+            out.append((codes.BOX_MODEL_MISSING, f"serves model {name}, which box {box.id} does not hold (its "
+                        f"models: {', '.join(box.models) or 'none'})"))
+    return out
+
+
+def _fit(plan: BoxPlan, config: Config) -> None:
+    box = config.profile.box
+    for code, reason in box_fit(box, config.recipe):
+        fix = ("add the model to the box's models: map and run `hostctl init --box` again, or choose a recipe for "
+               "a model the box holds") if code == codes.BOX_MODEL_MISSING else FIT_FIX
+        plan.problem(code, "error", f"the recipe {reason} ({box.file})", fix=fix)
 
 
 def _facts(plan: BoxPlan, config: Config, facts: HostFacts) -> None:
