@@ -232,7 +232,8 @@ def propose_from_box(facts: HostFacts, box: Box, recipes: list[RecipeSource], op
         return Proposal(host=facts.hostname, facts_collected_at=facts.collected_at, recipe=None,
                         recipe_reason=f"box {box.id} can run none of the recipes: "
                         + "; ".join(f"{o.ref}: {o.reason}" for o in verdicts), recipes=verdicts,
-                        box=BoxSource(file=str(box.file), id=box.id, runtime=box.runtime))
+                        box=BoxSource(file=str(box.file), id=box.id, runtime=box.runtime,
+                                      unknown_keys=sorted(box.unknown)))
     p = propose(facts, recipes, InitOptions(recipe=chosen.ref, drives=options.drives,
                                             power_limit_w=options.power_limit_w, model_dir=options.model_dir))
     plain_source = f"the facts of {facts_source}"
