@@ -105,7 +105,12 @@ class _Checker:
             return None
         return safepaths.normalise(v)
 
-    def number(self, v: Any, where: str, lo: float, hi: float, *, integer: bool = False) -> Any:
+    def number(self, data: dict, key: str, where: str, lo: float, hi: float, *, integer: bool = False) -> Any:
+        """A required number within [lo, hi] (compat compares it with the recipe's requires)."""
+        if key not in data:
+            self.bad(where, "required field is missing")
+            return None
+        v = data[key]
         if not _number(v) or (integer and not isinstance(v, int)):
             self.bad(where, f"expected {'a whole number' if integer else 'a number'}, got {v!r}"[:200])
             return None
@@ -154,15 +159,12 @@ def parse_box(data: Any, path: Path) -> Box:
               f"expected a map {{name, count, vram_gb}}, got {type(gpus).__name__}")
     else:
         gpu_name = c.text(gpus, "name", "gpus.name") or ""
-        count = c.number(gpus.get("count"), "gpus.count", 0, 64, integer=True) if "count" in gpus else \
-            c.bad("gpus.count", "required field is missing")
-        vram = c.number(gpus.get("vram_gb"), "gpus.vram_gb", 0, 10_000) if "vram_gb" in gpus else \
-            c.bad("gpus.vram_gb", "required field is missing")
+        count = c.number(gpus, "count", "gpus.count", 0, 64, integer=True)
+        vram = c.number(gpus, "vram_gb", "gpus.vram_gb", 0, 10_000)
         for k in gpus:
             if k not in GPU_KEYS:
                 c.bad(f"gpus.{str(k)[:80]}", f"unknown key (a box's gpus has {', '.join(GPU_KEYS)})")
-    ram = c.number(data.get("host_ram_gb"), "host_ram_gb", 0, 1_000_000) if "host_ram_gb" in data else \
-        c.bad("host_ram_gb", "required field is missing")
+    ram = c.number(data, "host_ram_gb", "host_ram_gb", 0, 1_000_000)
     runtime = data.get("runtime", "venv")  # vLLM-MoET's default (build_serve_cmd: box.get("runtime", "venv"))
     if runtime not in ("venv", "docker"):
         c.bad("runtime", f"expected venv or docker, got {runtime!r}"[:200])
@@ -176,7 +178,9 @@ def parse_box(data: Any, path: Path) -> Box:
     shm = data.get("shm_size")
     if shm is not None:
         try:
-            parse_size(str(shm) + ("b" if str(shm)[-1:].isdigit() else ""))
+            if isinstance(shm, bool):
+                raise ValueError("a boolean is not a size")
+            parse_size(shm)  # only whether it is a size: hostctl does not pass it on (box_profile.py says why)
         except (ValueError, TypeError) as exc:
             c.bad("shm_size", f"expected a size such as 64g: {exc}")
             shm = None

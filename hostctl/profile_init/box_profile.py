@@ -83,6 +83,8 @@ class _Overlay:
         if problem:
             self.unuse(field, path, f"not used: {problem}; move it (e.g. below /srv or /mnt) and set the profile "
                        "field by hand")
+            self.warnings.append(f"box {self.box.name}: {field} = {path} is not used (a directory hostctl never "
+                                 "binds); the profile says where to move it")
         return problem is None
 
     # ------------------------------------------------------------ the mappings
@@ -245,7 +247,7 @@ def propose_from_box(facts: HostFacts, box: Box, recipes: list[RecipeSource], op
         Choice(key="recipe", value=chosen.ref, reason=reason, source=f"box {box.name}: models, gpus, host_ram_gb")]
     p.recipes = verdicts
     p.recipe_reason = reason
-    p.warnings = [w for w in p.warnings if not w.startswith(f"recipe {chosen.ref} does not fit")] + overlay.warnings
+    p.warnings += overlay.warnings
     if not next(o for o in verdicts if o.ref == chosen.ref).fits:
         p.warnings.append(f"box {box.id} cannot run recipe {chosen.ref}: "
                           + next(o for o in verdicts if o.ref == chosen.ref).reason)

@@ -389,3 +389,20 @@ def test_the_box_declaration_is_kept_in_the_profile_and_checked(tmp_path):
     assert tomllib.loads(text)["box"]["gpus"] == 2
     plan = build_plan(load_config(path), box_facts(layout))
     assert [p.code for p in plan.errors] == [codes.BOX_TOO_FEW_GPUS]
+
+
+def test_extra_models_are_served_from_one_folder_at_slash_models(tmp_path):
+    """The eagle3 recipe's draft model (requires.extra_models) is {model:NAME} in its serve_args:
+    vLLM-MoET mounts each at /models/NAME; the profile mounts their one folder at /models."""
+    layout = laid_out(BOXES[[b.stem for b in BOXES].index("runpod-4xpro6000-docker")], tmp_path)
+    facts_path = write_facts(box_facts(layout), tmp_path)
+    rid = "kimi-k2.7-code-nvfp4/pro6000x4-tp4-eagle3"
+    assert moet_verdict(rid, layout) is None
+    _, config = init_box(layout, facts_path, tmp_path, rid)
+    assert config.profile.runtime.models_dir == str(tmp_path / "models")
+    plan = build_plan(config, box_facts(layout))
+    assert not plan.errors, [p.message for p in plan.errors]
+    assert any('"model":"/models/Kimi-K2.7-Code-eagle3"' in a for a in plan.runtime.command)
+    c = common()
+    cmd = c._docker_serve_cmd(c.load_recipe(rid), c.load_box(str(layout)), 8000, [0], None, ())
+    assert f"{tmp_path / 'models' / 'Kimi-K2.7-Code-eagle3'}:/models/Kimi-K2.7-Code-eagle3:ro" in cmd
