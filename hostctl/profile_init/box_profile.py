@@ -11,7 +11,8 @@ host's facts decide as plain `init` does (propose.py). The mapping, field by fie
 - runtime.model_dir: models[recipe.model]; runtime.models_dir: the one folder that holds every
   requires.extra_models entry as <folder>/<NAME> (served as {model:NAME} at /models/NAME);
 - runtime.models_file: the bench/models.yaml beside the box, which resolves its model names;
-- storage.planes_cache: planes_cache[recipe.model];
+- storage.planes_cache: planes_cache[recipe.model]; when the box has none (or one under a directory
+  hostctl never binds) and the recipe uses {planes_cache}, a place as plain init gives the role;
 - runtime.image: docker_image (runtime docker);
 - runtime.env: the box's env, under the recipe's (the recipe wins, as vLLM-MoET merges them),
   less the venv-only knobs (box.VENV_ONLY_ENV), NCCL_* (the NCCL plan decides them for this
@@ -35,7 +36,8 @@ from hostctl.plan import build_plan
 from hostctl.plan.box import box_fit
 from hostctl.profile_init.box import VENV_ONLY_ENV, Box
 from hostctl.profile_init.model import BoxSource, BoxValue, Choice, InitOptions, Proposal, RecipeOption, RecipeSource
-from hostctl.profile_init.propose import profile_name, propose
+from hostctl.plan.storage import ROLE_DIRS
+from hostctl.profile_init.propose import PLAIN_ROOT, profile_name, propose
 from hostctl.profile_init.recipes import rank
 
 NCCL_PREFIX = "NCCL_"
@@ -57,8 +59,8 @@ class _Overlay:
     """The box's values laid over plain init's profile for one recipe: each with its source, and
     each unused one with why."""
 
-    def __init__(self, box: Box, source: RecipeSource, proposal: Proposal):
-        self.box, self.recipe, self.p = box, source.recipe, proposal
+    def __init__(self, box: Box, source: RecipeSource, proposal: Proposal, facts_source: str):
+        self.box, self.recipe, self.p, self.facts_source = box, source.recipe, proposal, facts_source
         self.data = proposal.profile
         self.unused: list[BoxValue] = []
         self.warnings: list[str] = []
@@ -136,10 +138,30 @@ class _Overlay:
         if path is not None and self.bindable(f"planes_cache.{recipe.model}", path):
             self.set("storage.planes_cache", path, f"planes_cache.{recipe.model}",
                      "the planes cache of the recipe's model, mounted read-write where {planes_cache} points")
+        if "storage" not in self.data or "planes_cache" not in self.data["storage"]:
+            self._planes_default()
         for n, p in box.planes_cache.items():
             if n != recipe.model:
                 self.unuse(f"planes_cache.{n}", p, f"the planes cache of {n}, which the recipe {recipe.id} does "
                            "not serve")
+
+    def _planes_default(self) -> None:
+        """The recipe puts {planes_cache} in its env or serve_args, and the box names no usable planes
+        cache for its model: vLLM-MoET then drops those knobs, and the runtime rebuilds planes at
+        every start. The profile gives the role a place as plain init does for a recipe that lists
+        it under `storage:` (the first data drive, else a directory beside the compile cache)."""
+        recipe = self.recipe
+        texts = [str(v) for v in recipe.env.values()] + list(recipe.serve_args)
+        if not any(m.group(1) == "planes_cache" for t in texts for m in PLACEHOLDER_RE.finditer(t)):
+            return
+        drives = [d["name"] for d in self.data.get("drives", [])]
+        place = drives[0] if drives else f"{PLAIN_ROOT}/{ROLE_DIRS['planes_cache']}"
+        where = f"on drive {place}" if drives else "a directory on the root filesystem (no data drive in the profile)"
+        self.data.setdefault("storage", {})["planes_cache"] = place
+        self.p.choices.append(Choice(key="storage.planes_cache", value=place, source=f"the facts of {self.facts_source}",
+                                     reason=f"the recipe uses {{planes_cache}} and the box names no usable planes cache "
+                                     f"for {recipe.model} (vLLM-MoET would drop those knobs and rebuild planes at "
+                                     f"every start): {where}"))
 
     def runtime(self) -> None:
         box = self.box
@@ -241,7 +263,7 @@ def propose_from_box(facts: HostFacts, box: Box, recipes: list[RecipeSource], op
     plain_source = f"the facts of {facts_source}"
     for c in p.choices:
         c.source = c.source or plain_source
-    overlay = _Overlay(box, chosen, p)
+    overlay = _Overlay(box, chosen, p, facts_source)
     overlay.run()
     p.choices = [c for c in p.choices if c.key != "recipe"] + [
         Choice(key="recipe", value=chosen.ref, reason=reason, source=f"box {box.name}: models, gpus, host_ram_gb")]
