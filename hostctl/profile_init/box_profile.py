@@ -37,7 +37,7 @@ from hostctl.plan.box import box_fit
 from hostctl.profile_init.box import VENV_ONLY_ENV, Box
 from hostctl.profile_init.model import BoxSource, BoxValue, Choice, InitOptions, Proposal, RecipeOption, RecipeSource
 from hostctl.plan.storage import ROLE_DIRS
-from hostctl.profile_init.propose import PLAIN_ROOT, profile_name, propose
+from hostctl.profile_init.propose import MODELS_ROOT, PLAIN_ROOT, profile_name, propose
 from hostctl.profile_init.recipes import rank
 
 NCCL_PREFIX = "NCCL_"
@@ -122,6 +122,15 @@ class _Overlay:
                     self.unuse(f"models.{n}", p, "not used: hostctl mounts extra models from one folder "
                                "(runtime.models_dir, as <folder>/<NAME>), and the box's extra models are not laid out "
                                "so; put them there and set runtime.models_dir")
+        if recipe.requires.extra_models and "models_dir" not in self.data.get("runtime", {}):
+            # {model:NAME} has nowhere to point without it (the plan refuses that): the default place,
+            # beside init's default for the checkpoint, listed for the user to fill.
+            self.data.setdefault("runtime", {})["models_dir"] = MODELS_ROOT
+            self.p.choices.append(Choice(
+                key="runtime.models_dir", value=MODELS_ROOT, source=f"the facts of {self.facts_source}",
+                reason=f"the recipe's extra models ({', '.join(recipe.requires.extra_models)}) need one folder holding "
+                "them as <folder>/<NAME>, and the box's cannot be used (listed after [box], with why): the default "
+                "place; put them there"))
         served = {recipe.model, *recipe.requires.extra_models}
         for n, p in box.models.items():
             if n not in served:

@@ -202,6 +202,13 @@ def test_every_box_becomes_a_profile_that_plans_for_each_recipe_it_can_run(box_f
         assert (config.profile.box.gpus, config.profile.box.vram_gb, config.profile.box.host_ram_gb) == \
             (box.gpu_count, box.vram_gb, box.host_ram_gb)
         assert config.profile.runtime.image == box.docker_image
+        # What the recipe's placeholders need has a place, even where the box's own cannot be used
+        # (under /root): {planes_cache} a planes cache, {model:NAME} a models folder.
+        texts = [str(v) for v in config.recipe.env.values()] + config.recipe.serve_args
+        if any("{planes_cache}" in t for t in texts):
+            assert config.profile.storage.planes_cache is not None, rid
+        if config.recipe.requires.extra_models:
+            assert config.profile.runtime.models_dir is not None, rid
 
 
 @pytest.mark.parametrize("box_file", BOXES, ids=[b.stem for b in BOXES])
