@@ -60,7 +60,7 @@ class Box:
     log_dir: str | None
     quality_tool: str | None
     quality_tool_sha256: str | None
-    unknown: dict[str, Any] = field(default_factory=dict)  # top-level keys vLLM-MoET's runner does not read
+    unknown: dict[str, Any] = field(default_factory=dict)  # keys vLLM-MoET's runner does not read (gpus.X too)
 
     @property
     def name(self) -> str:
@@ -161,9 +161,6 @@ def parse_box(data: Any, path: Path) -> Box:
         gpu_name = c.text(gpus, "name", "gpus.name") or ""
         count = c.number(gpus, "count", "gpus.count", 0, 64, integer=True)
         vram = c.number(gpus, "vram_gb", "gpus.vram_gb", 0, 10_000)
-        for k in gpus:
-            if k not in GPU_KEYS:
-                c.bad(f"gpus.{str(k)[:80]}", f"unknown key (a box's gpus has {', '.join(GPU_KEYS)})")
     ram = c.number(data, "host_ram_gb", "host_ram_gb", 0, 1_000_000)
     runtime = data.get("runtime", "venv")  # vLLM-MoET's default (build_serve_cmd: box.get("runtime", "venv"))
     if runtime not in ("venv", "docker"):
@@ -211,7 +208,8 @@ def parse_box(data: Any, path: Path) -> Box:
     return Box(file=path, id=box_id, gpu_name=gpu_name, gpu_count=count, vram_gb=vram, host_ram_gb=ram,
                runtime=runtime, venv=venv, docker_image=image, shm_size=None if shm is None else str(shm), env=env,
                models=models, planes_cache=planes, log_dir=log_dir, quality_tool=tool, quality_tool_sha256=sha,
-               unknown={k: v for k, v in data.items() if k not in KNOWN_KEYS})
+               unknown={k: v for k, v in data.items() if k not in KNOWN_KEYS}
+               | {f"gpus.{k}": v for k, v in gpus.items() if k not in GPU_KEYS})
 
 
 def load_box(path: Path) -> Box:
