@@ -238,7 +238,7 @@ def facts(ctx: typer.Context, json_: JsonOpt = False, config: ConfigOpt = None, 
 @app.command()
 def init(
     ctx: typer.Context,
-    recipe: Annotated[Optional[str], typer.Option("--recipe", help="Bundled recipe name or YAML path. Default: the "
+    recipe: Annotated[Optional[str], typer.Option("--recipe", help="Bundled recipe name or YAML path (with --box, also a recipe id of the box's bench). Default: the "
                                                   "bundled recipe whose requires fit this host best.")] = None,
     out_path: Annotated[str, typer.Option("--out", help="Profile to write ('-': print it).")] = "hostctl.toml",
     drives: Annotated[Optional[list[str]], typer.Option("--drives", metavar="IDENTITY,...", help="Use these drives "
@@ -248,6 +248,9 @@ def init(
                                                          "watts (checked against each GPU's range). Default: none.")] = None,
     model_dir: Annotated[Optional[str], typer.Option("--model-dir", help="The checkpoint's directory on this host.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace the file at --out if it exists.")] = False,
+    box: Annotated[Optional[str], typer.Option("--box", metavar="BOX.yaml", help="Write the profile from a vLLM-MoET "
+                                               "box (bench/boxes/*.yaml): its GPUs, RAM, image, env, models and "
+                                               "planes caches; this host's facts for the rest.")] = None,
     json_: JsonOpt = False,
     facts: FactsOpt = None,
 ) -> None:
@@ -267,7 +270,7 @@ def init(
     options = InitOptions(drives=parse_drives(drives), power_limit_w=power_limit,
                           model_dir=str(Path(model_dir).absolute()) if model_dir else None)
     result = init_profile(facts_path=c.facts_path, options=options, recipe_ref=recipe, force=force,
-                          out=None if out_path == "-" else Path(out_path))
+                          out=None if out_path == "-" else Path(out_path), box_path=Path(box) if box else None)
     if json_:
         _print_json(result.document())
     elif result.text is not None and result.out is None:

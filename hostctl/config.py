@@ -100,6 +100,34 @@ class DriveIdentity(StrictRecord):
         return f"{self.kind}:{self.value}"
 
 
+# ---------------------------------------------------------------- environment
+
+
+def env_problem(key: object, value: object) -> str | None:
+    """Why `key=value` cannot be a runtime environment variable from a recipe, a profile or a box,
+    or None: a valid name, not one hostctl owns (hostctl.serveflags), a string value with no control
+    character."""
+    from hostctl.secrets import is_secret_name
+
+    if not isinstance(key, str) or not safetext.ENV_NAME.fullmatch(key):
+        return f"{str(key)[:80]!r} is not a valid environment variable name"
+    owned = serveflags.env_refusal(key, value)
+    if owned:
+        return owned
+    if not isinstance(value, str):
+        # YAML 1.1 rewrites unquoted values (no -> false, 010 -> 8, 1.10 -> 1.1): only a
+        # string is what the author wrote.
+        return (f"expected a string, got {type(value).__name__} "
+                f"{value if not isinstance(value, (dict, list)) else ''}".rstrip()
+                + "; put the value in quotes (\"...\"), YAML reads unquoted no/yes/on/off, 010 and 1.10 as other values")
+    problem = safetext.text_problem(value)
+    if problem:
+        # A secret's value is never echoed, not even in an error.
+        shown = "" if is_secret_name(key) else f" ({value[:60]!r})"
+        return f"the value{shown} {problem}"
+    return None
+
+
 # ---------------------------------------------------------------- host profile
 
 
@@ -285,6 +313,20 @@ class RuntimeSettings(StrictRecord):
     project_dir: str = field(default=str(paths.STATE_DIR / "project"), description="where the rendered project lives")
     project: str = field(default="hostctl", pattern=r"^[a-z0-9][a-z0-9_-]{0,40}$",
                          description="Compose project name; the container is <project>-runtime")
+    env: dict[str, str] = field(default_factory=dict, max_length=500,
+                                description="this host's environment variables for the runtime, under the recipe's "
+                                "(the recipe wins, as vLLM-MoET merges a box's env); `init --box` writes a box's here")
+
+    @validates("env", mode="before")
+    @classmethod
+    def _env(cls, v: Any) -> Any:
+        # The same rules as a recipe's env: a host's variables reach the same root container.
+        if isinstance(v, dict):
+            for key, value in v.items():
+                problem = env_problem(key, value)
+                if problem:
+                    raise ValueError(f"env.{key}: {problem}")
+        return v
 
     @validates("image")
     @classmethod
@@ -339,6 +381,43 @@ class RuntimeSettings(StrictRecord):
         return not ipaddress.ip_address(self.api_host).is_loopback
 
 
+MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # a registry name; one directory under /models
+
+
+class BoxDeclaration(StrictRecord):
+    """The vLLM-MoET box a profile was written from (`hostctl init --box`): the hardware it declares
+    and the models it holds, which `plan` checks the recipe against as vLLM-MoET's runner checks a
+    box (bench/runner/common.py: compat), and compares with this host's facts."""
+
+    id: str = field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$", description="the box's id")
+    file: str = field(description="the box file it was read from (absolute)", max_length=4000)
+    gpu_name: str = field(default="", max_length=200, description="gpus.name as the box declares it")
+    gpus: int = field(ge=0, le=64, strict=True, description="gpus.count: GPUs the box declares")
+    vram_gb: float = field(ge=0, le=10_000, description="gpus.vram_gb: VRAM per GPU the box declares")
+    host_ram_gb: float = field(ge=0, le=1_000_000, description="host RAM the box declares")
+    models: list[str] = field(default_factory=list, max_length=500,
+                              description="the registry names of the models the box holds (its models: map)")
+
+    @validates("file")
+    @classmethod
+    def _file(cls, v: str) -> str:
+        _problem(safepaths.lexical_problem(v))
+        return v
+
+    @validates("gpu_name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        _problem(safetext.text_problem(v))
+        return v
+
+    @validates("models")
+    @classmethod
+    def _models(cls, v: list[str]) -> list[str]:
+        for name in v:
+            _problem(safetext.match_problem(name, MODEL_NAME, "a registry name such as DeepSeek-V4-Flash"))
+        return v
+
+
 class HostProfile(StrictRecord):
     name: str = field(pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$")
     description: str = field(default="", max_length=1000)
@@ -349,6 +428,7 @@ class HostProfile(StrictRecord):
     gpu: GpuPolicy = field(default_factory=GpuPolicy)
     storage: StorageRoles = field(default_factory=StorageRoles)
     runtime: RuntimeSettings = field(default_factory=RuntimeSettings)
+    box: BoxDeclaration | None = field(default=None, description="the vLLM-MoET box this profile was written from")
 
     @validates_record
     def _drives_unique(self) -> "HostProfile":
@@ -487,26 +567,12 @@ class Recipe(StrictRecord):
     @validates("env")
     @classmethod
     def _env_scalars(cls, v: dict[str, Any]) -> dict[str, Any]:
-        from hostctl.secrets import is_secret_name
-
         for key, value in v.items():
             if not isinstance(key, str) or not safetext.ENV_NAME.fullmatch(key):
                 raise ValueError(f"env key {str(key)[:80]!r} is not a valid environment variable name")
-            owned = serveflags.env_refusal(key, value)
-            if owned:
-                raise ValueError(f"env.{key}: {owned}")
-            if not isinstance(value, str):
-                # YAML 1.1 rewrites unquoted values (no -> false, 010 -> 8, 1.10 -> 1.1): only a
-                # string is what the recipe's author wrote.
-                raise ValueError(f"env.{key}: expected a string, got {type(value).__name__} "
-                                 f"{value if not isinstance(value, (dict, list)) else ''}".rstrip()
-                                 + f"; put the value in quotes (\"...\"), YAML reads unquoted no/yes/on/off, 010 "
-                                 "and 1.10 as other values")
-            problem = safetext.text_problem(value)
+            problem = env_problem(key, value)
             if problem:
-                # A secret's value is never echoed, not even in an error.
-                shown = "" if is_secret_name(key) else f" ({value[:60]!r})"
-                raise ValueError(f"env.{key}: the value{shown} {problem}")
+                raise ValueError(f"env.{key}: {problem}")
         return v
 
     @validates("id")

@@ -52,6 +52,14 @@ NCCL_IN_VM = "nccl.in_vm"
 NCCL_P2P_UNVERIFIED = "nccl.p2p.unverified"
 NCCL_P2P_FAILED = "nccl.p2p.failed"
 
+# box: the recipe against the vLLM-MoET box the profile declares (its compat reasons), and the
+# declaration against this host's facts
+BOX_TOO_FEW_GPUS = "box.too_few_gpus"
+BOX_VRAM_SHORT = "box.vram_short"
+BOX_HOST_RAM_SHORT = "box.host_ram_short"
+BOX_MODEL_MISSING = "box.model_missing"
+BOX_FACTS_DIFFER = "box.facts_differ"
+
 CODES: frozenset[str] = frozenset(
     [role_code(r, k) for r in ROLES for k in ROLE_PROBLEMS]
     + [v for k, v in dict(globals()).items() if k.isupper() and isinstance(v, str) and "." in v]

@@ -173,6 +173,12 @@ class RuntimeSpec(Section):
     hang_timeout_s: int = 60  # the recipe's; the unit's WatchdogSec= is set above it
 
 
+class BoxPlan(Section):
+    """The recipe against the vLLM-MoET box the profile declares, and that box against this host."""
+
+    box: str | None = None  # the box's id; None: the profile declares no box
+
+
 class Plan(Record):
     schema_: Literal["hostctl.plan/v1"] = field(default=PLAN_SCHEMA, alias="schema")
     profile: str
@@ -184,10 +190,13 @@ class Plan(Record):
     storage: StoragePlan
     power: PowerPlan
     runtime: RuntimeSpec
+    box: BoxPlan = field(default_factory=BoxPlan)
     warnings: list[str] = field(default_factory=list)
 
     def sections(self) -> list[Section]:
-        return [self.memory, self.placement, self.nccl, self.storage, self.power, self.runtime]
+        # The box section only when the profile declares one: a profile without it plans as before.
+        box = [self.box] if self.box.box is not None else []
+        return [self.memory, self.placement, self.nccl, self.storage, self.power, self.runtime] + box
 
     @property
     def problems(self) -> list[Problem]:

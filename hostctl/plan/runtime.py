@@ -107,14 +107,23 @@ def plan_runtime(config: Config, memory: MemoryPlan, placement: PlacementPlan, n
                                        why=f"rank {rank.rank}'s store file, read from drive {rank.drive}"))
     spec.required_mounts = list(storage.required_mounts)
 
-    # Environment: recipe first, then what this host's plan decides (it wins, and says so).
+    # Environment: the profile's (a box's env), then the recipe's over it (vLLM-MoET's merge order:
+    # the recipe wins), then what this host's plan decides (it wins, and says so).
+    for key, value in settings.env.items():
+        spec.env[key] = value
+        spec.env_sources[key] = "profile"
     for key, raw in recipe.env.items():
         value = _substitute(_env_text(raw), values)
         if value is None:
             spec.decide(f"env {key}", "dropped", "its placeholder has no value on this host (no such cache role)")
             continue
+        if spec.env_sources.get(key) == "profile" and spec.env[key] != value:
+            spec.decide(f"env {key}", value, f"the profile says {spec.env[key]}; the recipe's value wins")
         spec.env[key] = value
         spec.env_sources[key] = "recipe"
+    if settings.env:
+        spec.decide("profile env", ", ".join(sorted(k for k, src in spec.env_sources.items() if src == "profile"))
+                    or "none", "the profile's runtime.env, under the recipe's (values in runtime.env, mode 0600)")
     passed = sorted(k for k, src in spec.env_sources.items() if src == "recipe")
     # Names only: the values go to runtime.env (0600), and a name is what says what it changes.
     spec.decide("recipe env", ", ".join(passed) if passed else "none",

@@ -19,6 +19,8 @@ from hostctl.config import DriveIdentity, load_recipe, parse_profile, recipe_pat
 from hostctl.errors import FailedError, InputError, RefusedError
 from hostctl.facts.model import HostFacts
 from hostctl.profile_init.model import INIT_SCHEMA, InitOptions, Proposal, RecipeSource
+from hostctl.profile_init.box import Box, load_box
+from hostctl.profile_init.box_profile import propose_from_box
 from hostctl.profile_init.propose import path_requests, propose
 from hostctl.profile_init.render import render_profile
 from hostctl.bytesizes import fmt_bytes
@@ -98,21 +100,46 @@ def gather(facts_path: Path | None) -> tuple[HostFacts, str, bool]:
     return collect(), "this host", True
 
 
+def box_recipes(box: Box) -> list[RecipeSource]:
+    """The recipes of the vLLM-MoET bench the box lives in (bench/recipes/<model>/<config>.yaml), each
+    named in the profile by its absolute path, then the bundled ones."""
+    bench = box.bench_dir()
+    found = sorted((bench / "recipes").glob("*/*.yaml")) if bench is not None else []
+    return [RecipeSource(ref=str(p), recipe=load_recipe(p)) for p in found] + bundled_recipes()
+
+
+def _box_recipe(ref: str, recipes: list[RecipeSource]) -> RecipeSource:
+    """--recipe with --box: a recipe id of the box's bench (deepseek-v4-flash/pro6000x1), else a
+    bundled name or a path."""
+    for r in recipes:
+        if r.recipe.id == ref and r.ref.endswith(f"/recipes/{ref}.yaml"):
+            return r
+    return recipe_source(ref)
+
+
 def init_profile(*, facts_path: Path | None, options: InitOptions, recipe_ref: str | None, out: Path | None,
-                 force: bool) -> InitResult:
-    """Decide, render, check and write. `out` None: the text is returned to print (--out -)."""
+                 force: bool, box_path: Path | None = None) -> InitResult:
+    """Decide, render, check and write. `out` None: the text is returned to print (--out -).
+    `box_path`: a vLLM-MoET box the profile is written from (box_profile.py)."""
     if out is not None and out.exists() and not force:
         _refuse_existing(out)  # before reading anything: the answer cannot change
     if out is not None and out.is_dir():
         raise InputError(f"--out {out}: is a directory; expected a file path such as {out / 'hostctl.toml'}")
-    recipes = bundled_recipes()
+    box = load_box(box_path) if box_path is not None else None
+    recipes = box_recipes(box) if box is not None else bundled_recipes()
     if recipe_ref is not None:
-        chosen = recipe_source(recipe_ref)
+        chosen = _box_recipe(recipe_ref, recipes) if box is not None else recipe_source(recipe_ref)
         recipes = [r for r in recipes if r.ref != chosen.ref] + [chosen]
         options = InitOptions(recipe=chosen.ref, drives=options.drives, power_limit_w=options.power_limit_w,
                               model_dir=options.model_dir)
     facts, source, live = gather(facts_path)
-    proposal = propose(facts, recipes, options)
+
+    def decide(facts: HostFacts) -> Proposal:
+        if box is not None:
+            return propose_from_box(facts, box, recipes, options, source)
+        return propose(facts, recipes, options)
+
+    proposal = decide(facts)
     if live:
         # The role and model directories are known only now: read them, and decide once more with them.
         from hostctl.facts.mounts import probe_paths
@@ -120,7 +147,7 @@ def init_profile(*, facts_path: Path | None, options: InitOptions, recipe_ref: s
         requests = path_requests(proposal, recipes)
         if requests:
             facts = facts.copy(update={"paths": probe_paths(requests)})
-            proposal = propose(facts, recipes, options)
+            proposal = decide(facts)
     if proposal.recipe is None:
         return InitResult(proposal, source, None, out, False)
     config_arg = "" if out is None or out == Path("hostctl.toml") else f" --config {out}"

@@ -38,6 +38,27 @@ class Choice(Part):
     key: str  # the profile field, e.g. memory.host_reserve, or a topic such as "swap"
     value: Any
     reason: str
+    # `init --box`: where the value came from ("box rtx-pro6000x4.yaml: docker_image", "the facts of
+    # this host", "hostctl init"); None in a plain init, where the reason says it
+    source: str | None = None
+
+
+class BoxValue(Part):
+    """A box value this profile does not use, and why (`init --box` never drops one silently)."""
+
+    field: str  # as the box names it: shm_size, env.CUDA_HOME, models.GLM-5.2-NVFP4
+    value: Any
+    why: str
+
+
+class BoxSource(Part):
+    """The vLLM-MoET box an `init --box` profile was written from."""
+
+    file: str
+    id: str
+    runtime: str
+    unused: list[BoxValue] = Field(default_factory=list)
+    unknown_keys: list[str] = Field(default_factory=list)  # keys vLLM-MoET's runner does not read either
 
 
 class RecipeOption(Part):
@@ -109,6 +130,7 @@ class Proposal(Part):
     gpus_reason: str | None = None  # why no GPU is listed
     plan_errors: list[str] = Field(default_factory=list)  # `hostctl plan` errors on this profile, with these facts
     warnings: list[str] = Field(default_factory=list)
+    box: BoxSource | None = None  # `init --box`: the box and what of it the profile does not use
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 

@@ -41,13 +41,46 @@ def comment(text: str, indent: str = "") -> list[str]:
 
 def _reason(p: Proposal, key: str) -> list[str]:
     c = p.choice(key)
-    return comment(f"{key.split('.')[-1]}: {c.reason}") if c else []  # "planes_cache: because ..."
+    if c is None:
+        return []
+    short = key.split('.')[-1]
+    # "planes_cache: because ..."; from a box: "image (box rtx-pro6000x4.yaml: docker_image): ..."
+    return comment(f"{short} ({c.source}): {c.reason}" if c.source else f"{short}: {c.reason}")
 
 
 def _table(out: list[str], p: Proposal, section: str, keys: dict[str, Any]) -> None:
+    tables = {k: v for k, v in keys.items() if isinstance(v, dict)}
     for key, v in keys.items():
+        if key in tables:
+            continue
         out += _reason(p, f"{section}.{key}")
         out.append(f"{key} = {value(v)}")
+    for key, sub in tables.items():  # after the table's own keys, as TOML needs ([runtime.env])
+        out += ["", f"[{section}.{key}]"]
+        out += _reason(p, f"{section}.{key}")
+        for name, v in sub.items():
+            out += _reason(p, f"{section}.{key}.{name}")
+            out.append(f"{json.dumps(name)} = {value(v)}")
+
+
+def _box(out: list[str], p: Proposal) -> None:
+    """The [box] declaration, then each box value the profile does not use, with why."""
+    b = p.box
+    out += [""]
+    out += comment(f"The vLLM-MoET box this profile was written from ({b.file}): `hostctl plan` checks the recipe "
+                   "against the hardware it declares, as vLLM-MoET's runner does (bench/runner/common.py: compat), "
+                   "and says where this host differs from it.")
+    out.append("[box]")
+    _table(out, p, "box", p.profile["box"])
+    if b.unused or b.unknown_keys:
+        out.append("")
+        out += comment(f"Not used from {b.file.rsplit('/', 1)[-1]}:")
+        for u in b.unused:
+            shown = u.value if isinstance(u.value, str) else json.dumps(u.value)
+            out += comment(f"  {u.field} = {shown}: {u.why}", "    ")
+        for key in b.unknown_keys:
+            out += comment(f"  {key}: not a box key vLLM-MoET's runner reads (bench/runner/common.py), so hostctl does "
+                           "not read it either", "    ")
 
 
 def _watts(w: float | None) -> str:
@@ -86,7 +119,12 @@ def render_profile(p: Proposal, *, facts_source: str, config_arg: str = "") -> s
                    "chosen; " + ("check the drives marked CONFIRM, then " if any(not d.named for d in p.drives)
                                  else "check them, then ") + "run, in order:")
     out += [f"#   hostctl plan{config_arg}", f"#   sudo hostctl provision --dry-run{config_arg}",
-            f"#   sudo hostctl provision{config_arg}", f"#   hostctl up{config_arg}", ""]
+            f"#   sudo hostctl provision{config_arg}", f"#   hostctl up{config_arg}"]
+    if p.box is not None:
+        out += comment(f"Written with --box {p.box.file}: each value says where it came from, `box "
+                       f"{p.box.file.rsplit('/', 1)[-1]}: FIELD` for the box's own; the box's values this profile "
+                       "does not use are listed after [box] with why.")
+    out.append("")
     for key in ("name", "description"):
         if key in data:
             out += _reason(p, key)
@@ -133,6 +171,8 @@ def render_profile(p: Proposal, *, facts_source: str, config_arg: str = "") -> s
 
     out += ["", "[runtime]"]
     _table(out, p, "runtime", data["runtime"])
+    if p.box is not None:
+        _box(out, p)
 
     if p.swap is not None:
         out.append("")

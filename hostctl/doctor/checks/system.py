@@ -9,6 +9,8 @@ from hostctl.doctor.registry import CheckContext, CheckResult, check, failed, pa
 from hostctl.plan import codes
 
 RUNTIME_CODES = (codes.RUNTIME_NO_IMAGE, codes.RUNTIME_NO_MODEL_DIR)
+BOX_CODES = (codes.BOX_TOO_FEW_GPUS, codes.BOX_VRAM_SHORT, codes.BOX_HOST_RAM_SHORT, codes.BOX_MODEL_MISSING,
+             codes.BOX_FACTS_DIFFER)
 
 
 @check("system.config", "profile, recipe and plan", codes=RUNTIME_CODES)
@@ -31,6 +33,24 @@ def config(ctx: CheckContext) -> CheckResult:
     return passed(f"{cfg.profile.name}: recipe {cfg.recipe.id}, {cfg.profile.phase} phase"
                   + (f"; {n_errors} plan error(s), reported by the checks below" if n_errors else ""),
                   observed=observed, source=cfg.source)
+
+
+@check("system.box", "the recipe fits the declared vLLM-MoET box, and this host is that box", codes=BOX_CODES)
+def box(ctx: CheckContext) -> CheckResult:
+    if ctx.config is None or ctx.plan is None:
+        return skipped(f"{ctx.no_config_reason}: profile-dependent checks skip (pass --config PATH)")
+    declared = ctx.config.profile.box
+    if declared is None:
+        return skipped("the profile declares no vLLM-MoET box ([box], written by `hostctl init --box`)")
+    source = f"{declared.file} as the profile's [box] keeps it"
+    problems = ctx.problems(BOX_CODES)
+    errors = [p for p in problems if p.severity == "error"]
+    if errors:
+        return failed("; ".join(p.message for p in errors), fix=errors[0].fix or "see `hostctl plan`", source=source)
+    if problems:
+        return warned("; ".join(p.message for p in problems), fix=problems[0].fix or "see `hostctl plan`",
+                      source=source)
+    return passed(f"recipe {ctx.config.recipe.id} fits box {declared.id}, and this host matches it", source=source)
 
 
 @check("system.virtualization", "readings come from the host itself")
@@ -70,4 +90,4 @@ def boot_code(ctx: CheckContext) -> CheckResult:
                   fix=INSTALL_ROUTE, source=source)
 
 
-CHECKS = (config, virtualization, boot_code)
+CHECKS = (config, box, virtualization, boot_code)
