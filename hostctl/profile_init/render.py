@@ -18,6 +18,9 @@ WIDTH = 100
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
 
+UNFIT_LISTED = 4  # more recipes that do not fit than this are counted, not listed
+
+
 def value(v: Any) -> str:
     """A TOML value. Strings as JSON writes them (ASCII, \\uXXXX escapes): a valid TOML basic string."""
     if isinstance(v, bool):
@@ -131,12 +134,19 @@ def render_profile(p: Proposal, *, facts_source: str, config_arg: str = "") -> s
             out.append(f"{key} = {value(data[key])}")
     out.append("")
     out += _reason(p, "recipe")
-    for o in p.recipes:
-        if o.ref == p.recipe:
+    others = [o for o in p.recipes if o.ref != p.recipe]
+    unfit = [o for o in others if not o.fits]
+    for o in others:
+        if not o.fits and len(unfit) > UNFIT_LISTED:
             continue
         state = ("fits, but the plan here says: " + o.plan_errors[0]) if o.fits and o.plan_errors else \
             ("also fits: " + o.reason) if o.fits else "does not fit: " + o.reason
         out += comment(f"  {o.ref}: {state}", "    ")
+    if len(unfit) > UNFIT_LISTED:
+        # A box's bench folder offers every recipe of vLLM-MoET's (26 in the copy): the ones that
+        # cannot run would bury the few that can.
+        out += comment(f"  {len(unfit)} other recipes do not fit (`hostctl init --json` gives each with its reason)",
+                       "    ")
     out.append(f"recipe = {value(data['recipe'])}")
     out.append("")
     out += _reason(p, "phase")
