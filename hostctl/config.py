@@ -626,6 +626,17 @@ class Recipe(StrictRecord):
     def args(self) -> "ServeArgs":
         return ServeArgs.parse(self.serve_args)
 
+    def placeholders(self) -> list[tuple[str, re.Match]]:
+        """Every placeholder the recipe writes, with the field it is in (`env.KEY`, `serve_args[i]`)."""
+        texts = [("env." + k, str(v)) for k, v in self.env.items()] + [
+            (f"serve_args[{i}]", e) for i, e in enumerate(self.serve_args)]
+        return [(where, m) for where, text in texts for m in PLACEHOLDER_RE.finditer(text)]
+
+    def placeholder_roles(self) -> set[str]:
+        """The storage roles the recipe names by placeholder: roles it needs as surely as one in `storage:`
+        (vLLM-MoET's recipes have no `storage:` list; their {planes_cache} is how they say it)."""
+        return {m.group(1) for _, m in self.placeholders() if m.group(1) in ROLES}
+
 
 class ServeArgs:
     """serve_args as vLLM-MoET writes them: each entry "flag value" (split on the first space),
@@ -734,18 +745,19 @@ def recipe_problems(recipe: Recipe) -> list[str]:
         problems.append(
             f"serve_args --tensor-parallel-size: {tp} is more than requires.gpus {recipe.requires.gpus}"
         )
-    texts = [("env." + k, str(v)) for k, v in recipe.env.items()] + [
-        (f"serve_args[{i}]", e) for i, e in enumerate(recipe.serve_args)
-    ]
-    for where, text in texts:
-        for m in PLACEHOLDER_RE.finditer(text):
-            if m.group(1) not in KNOWN_PLACEHOLDERS:
-                problems.append(
-                    f"{where}: unknown placeholder {{{m.group(1)}}}; known: {{planes_cache}}, {{expert_store}}, {{model:NAME}}"
-                )
-            elif m.group(1) == "model" and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", m.group(2) or ""):
-                problems.append(f"{where}: {{model:{m.group(2)}}}: NAME is one directory name under runtime.models_dir "
-                                "(letters, digits and ._-; no '/' or '..')")
+    for where, m in recipe.placeholders():
+        if m.group(1) not in KNOWN_PLACEHOLDERS:
+            problems.append(
+                f"{where}: unknown placeholder {{{m.group(1)}}}; known: {{planes_cache}}, {{expert_store}}, {{model:NAME}}"
+            )
+        elif m.group(1) == "model" and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", m.group(2) or ""):
+            problems.append(f"{where}: {{model:{m.group(2)}}}: NAME is one directory name under runtime.models_dir "
+                            "(letters, digits and ._-; no '/' or '..')")
+        elif m.group(1) == "model" and m.group(2) not in recipe.requires.extra_models:
+            # Only the extra models are pinned, fetched and checked (and vLLM-MoET mounts only those into
+            # its container), so a name outside the list would reach an unchecked directory.
+            problems.append(f"{where}: {{model:{m.group(2)}}} names a model that requires.extra_models does not list "
+                            f"({', '.join(recipe.requires.extra_models) or 'none'}); add {m.group(2)} there")
     return problems
 
 

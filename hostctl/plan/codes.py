@@ -27,6 +27,9 @@ RANK_NOT_SPLIT = "storage.rank.not_split"
 
 RUNTIME_NO_IMAGE = "runtime.no_image"
 RUNTIME_NO_MODEL_DIR = "runtime.no_model_dir"
+# a recipe's {model:NAME} with no runtime.models_dir to resolve under (a role's placeholder without
+# its role is storage.<role>.unnamed)
+RUNTIME_MODELS_DIR_UNSET = "runtime.models_dir_unset"
 
 POWER_NO_GPU = "power.no_gpu"
 POWER_OUT_OF_RANGE = "power.out_of_range"

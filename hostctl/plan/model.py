@@ -141,6 +141,17 @@ class Volume(Record):
     why: str
 
 
+class BoundPlaceholder(Record):
+    """One placeholder of the recipe as the runtime sees it: its container path and the host directory
+    bound there."""
+
+    placeholder: str  # as written: {planes_cache}, {model:NAME}
+    field: str  # where the recipe writes it: env.KEY, serve_args[i]
+    container_path: str
+    host_path: str
+    source: str  # the profile setting that gives it
+
+
 class RuntimeSpec(Section):
     """Everything the Compose file and the service unit say about the runtime container."""
 
@@ -165,6 +176,7 @@ class RuntimeSpec(Section):
     env: dict[str, str] = field(default_factory=dict)
     env_sources: dict[str, str] = field(default_factory=dict)  # variable -> where its value came from
     volumes: list[Volume] = field(default_factory=list)
+    placeholders: list[BoundPlaceholder] = field(default_factory=list)
     command: list[str] = field(default_factory=list)
     health_start_period_s: int
     labels: dict[str, str] = field(default_factory=dict)

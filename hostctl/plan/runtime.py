@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from hostctl.config import PLACEHOLDER_RE, SECRET_FLAGS_TO_ENV, Config, ServeArgs
 from hostctl.plan import codes
-from hostctl.plan.model import MemoryPlan, NcclPlan, PlacementPlan, RuntimeSpec, StoragePlan, Volume
+from hostctl.plan.model import (BoundPlaceholder, MemoryPlan, NcclPlan, PlacementPlan, RoleTarget, RuntimeSpec,
+                                StoragePlan, Volume)
 from hostctl.bytesizes import docker_size
 
 SERVER = ["python3", "-m", "vllm.entrypoints.openai.api_server"]
@@ -22,23 +23,53 @@ CACHE_ENV = {"VLLM_CACHE_ROOT": "/root/.cache/vllm", "TRITON_CACHE_DIR": "/root/
 NON_GPU_SHM = "1g"
 
 
-def _substitute(text: str, values: dict[str, str | None]) -> str | None:
-    """Fill {planes_cache}, {expert_store} and {model:NAME}; None when a placeholder has no value
-    (vLLM-MoET's serve_recipe.py then drops the knob, and so does hostctl)."""
-    missing = False
+def _bind(role: str, target: RoleTarget, where: str) -> BoundPlaceholder:
+    on = f"drive {target.drive}" if target.drive else "a directory"
+    return BoundPlaceholder(placeholder=f"{{{role}}}", field=where, container_path=target.container_path,
+                            host_path=target.host_path, source=f"storage.{role}, {on}")
+
+
+def _resolve(where: str, text: str, roles: dict[str, RoleTarget], models_dir: str | None,
+             spec: RuntimeSpec, flag: str | None = None) -> str | None:
+    """`text` with {planes_cache}, {expert_store} and {model:NAME} filled with their container paths,
+    each binding recorded on the spec; None when the profile gives one no value: the storage plan has
+    then said so for a role (storage.<role>.unnamed, naming this field), and this one for {model:NAME}.
+    vLLM-MoET drops such a knob (bench/runner/common.py: build_env); hostctl refuses: the roles are
+    hostctl's storage layout, and a dropped planes cache is rebuilt at every boot."""
+    unresolved = False
+    bound: list[BoundPlaceholder] = []
 
     def repl(m) -> str:
-        nonlocal missing
-        key = m.group(1) if m.group(1) != "model" else f"model:{m.group(2)}"
-        value = values.get(key) if m.group(1) != "model" else (
-            f"{MODELS_IN_CONTAINER}/{m.group(2)}" if values.get("models_dir") else None)
-        if value is None:
-            missing = True
-            return ""
-        return value
+        nonlocal unresolved
+        name = m.group(1)
+        if name == "model" and models_dir:
+            bound.append(BoundPlaceholder(placeholder=m.group(0), field=where,
+                                          container_path=f"{MODELS_IN_CONTAINER}/{m.group(2)}",
+                                          host_path=f"{models_dir.rstrip('/')}/{m.group(2)}",
+                                          source="runtime.models_dir"))
+        elif name == "model":
+            spec.problem(codes.RUNTIME_MODELS_DIR_UNSET, "error",
+                         f"{where}: {m.group(0)} has no value: the profile sets no runtime.models_dir",
+                         fix=f"set runtime.models_dir to the host directory that holds {m.group(2)}/")
+            unresolved = True
+            return m.group(0)
+        elif name in roles:
+            bound.append(_bind(name, roles[name], where))
+        else:
+            unresolved = True  # storage.<name>.unnamed names this field
+            return m.group(0)
+        return bound[-1].container_path
 
     out = PLACEHOLDER_RE.sub(repl, text)
-    return None if missing else out
+    if unresolved:
+        return None
+    for b in bound:
+        spec.placeholders.append(b)
+    if bound:
+        spec.decide(where, f"{flag} {out}" if flag else out,
+                    "; ".join(f"{b.placeholder} is {b.container_path} in the container, bound from {b.host_path} "
+                              f"({b.source})" for b in bound))
+    return out
 
 
 def plan_runtime(config: Config, memory: MemoryPlan, placement: PlacementPlan, nccl: NcclPlan,
@@ -83,7 +114,6 @@ def plan_runtime(config: Config, memory: MemoryPlan, placement: PlacementPlan, n
     spec.cap_add = dict(placement.cap_add)
 
     # Volumes.
-    values: dict[str, str | None] = {"planes_cache": None, "expert_store": None, "models_dir": settings.models_dir}
     model_path = recipe.model
     if settings.model_dir:
         spec.volumes.append(Volume(source=settings.model_dir, target=MODEL_IN_CONTAINER, read_only=True,
@@ -98,8 +128,7 @@ def plan_runtime(config: Config, memory: MemoryPlan, placement: PlacementPlan, n
     for target in storage.roles:
         spec.volumes.append(Volume(source=target.host_path, target=target.container_path,
                                    why=target.role.replace("_", " ")))
-        if target.role in values:
-            values[target.role] = target.container_path
+    roles = {t.role: t for t in storage.roles}
     store = storage.role("expert_store")
     for rank in storage.rank_stores:
         for name in rank.files:
@@ -113,10 +142,9 @@ def plan_runtime(config: Config, memory: MemoryPlan, placement: PlacementPlan, n
         spec.env[key] = value
         spec.env_sources[key] = "profile"
     for key, raw in recipe.env.items():
-        value = _substitute(_env_text(raw), values)
+        value = _resolve(f"env.{key}", _env_text(raw), roles, settings.models_dir, spec)
         if value is None:
-            spec.decide(f"env {key}", "dropped", "its placeholder has no value on this host (no such cache role)")
-            continue
+            continue  # an error on the plan, which nothing renders or starts
         if spec.env_sources.get(key) == "profile" and spec.env[key] != value:
             spec.decide(f"env {key}", value, f"the profile says {spec.env[key]}; the recipe's value wins")
         spec.env[key] = value
@@ -139,7 +167,7 @@ def plan_runtime(config: Config, memory: MemoryPlan, placement: PlacementPlan, n
     # Server argv.
     args = recipe.args()
     kept: list[tuple[str, str | None]] = []
-    for flag, value in args.pairs:
+    for i, (flag, value) in enumerate(args.pairs):
         if flag in SECRET_FLAGS_TO_ENV and value is not None:
             # A secret on the command line shows in compose.yaml, `ps` and `docker inspect`; the
             # runtime reads the same value from its environment (the 0600 env file).
@@ -152,10 +180,9 @@ def plan_runtime(config: Config, memory: MemoryPlan, placement: PlacementPlan, n
         if flag == "--max-model-len":
             continue  # config checked it equals the context, which hostctl passes itself
         if value is not None:
-            value = _substitute(value, values)
+            value = _resolve(f"serve_args[{i}]", value, roles, settings.models_dir, spec, flag)
             if value is None:
-                spec.decide(flag, "dropped", "its placeholder has no value on this host")
-                continue
+                continue  # an error on the plan, which nothing renders or starts
         kept.append((flag, value))
     for flag in nccl.serve_flags:
         if flag not in {f for f, _ in kept}:

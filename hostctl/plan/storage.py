@@ -58,14 +58,15 @@ def _role_target(config: Config, role: str, plan: StoragePlan) -> RoleTarget | N
 
 def plan_storage(config: Config, facts: HostFacts, world: int) -> StoragePlan:
     plan = StoragePlan()
-    needed = set(config.recipe.storage) | {"compile_cache"}
+    # A role the recipe's env or serve_args name by placeholder is needed like one in `storage:`:
+    # mounted, checked and provisioned (vLLM-MoET's recipes say it only by placeholder).
+    fields = [(where, m.group(1)) for where, m in config.recipe.placeholders() if m.group(1) in ROLES]
+    needed = set(config.recipe.storage) | {role for _, role in fields} | {"compile_cache"}
     for role in ROLES:
         target = _role_target(config, role, plan)
         if target is None:
             if role in needed:
-                label = role.replace("_", " ")
-                plan.problem(codes.role_code(role, "unnamed"), "error", f"the recipe needs {'an' if label[0] in 'aeiou' else 'a'} {label} but the profile names none",
-                             fix=f"set storage.{role} to a drive name or an absolute directory")
+                _unnamed(plan, role, [where for where, r in fields if r == role])
             continue
         if role not in needed:
             continue
@@ -127,6 +128,19 @@ def plan_storage(config: Config, facts: HostFacts, world: int) -> StoragePlan:
                     "the service unit waits for these mounts (RequiresMountsFor=): a cache drive that did not "
                     "come up must stop the start, not let the runtime fill the root filesystem")
     return plan
+
+
+def _unnamed(plan: StoragePlan, role: str, fields: list[str]) -> None:
+    """A role the recipe needs and the profile does not name: one error per field whose placeholder then
+    has no value (the runtime leaves them out of a plan that cannot start), else one for `storage:`."""
+    label = role.replace("_", " ")
+    fix = f"set storage.{role} to a drive name or an absolute directory (hostctl provision --only storage creates it)"
+    for where in sorted(set(fields), key=fields.index):
+        plan.problem(codes.role_code(role, "unnamed"), "error",
+                     f"{where}: {{{role}}} has no value: the profile names no storage.{role}", fix=fix)
+    if not fields:
+        plan.problem(codes.role_code(role, "unnamed"), "error",
+                     f"the recipe needs {'an' if label[0] in 'aeiou' else 'a'} {label} but the profile names none", fix=fix)
 
 
 def _check_path(config: Config, facts: HostFacts, target: RoleTarget, plan: StoragePlan) -> None:

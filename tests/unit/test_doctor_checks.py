@@ -428,7 +428,7 @@ def test_cache_directories_real_filesystem_and_free_space():
     no_store = with_profile(config, storage=config.profile.storage.copy(update={"expert_store": None,
                                                                                        "rank_stores": []}))
     r = result("storage.dir.expert_store", desktop()[1], no_store)
-    assert r.status == "fail" and "needs an expert store but the profile names none" in r.summary
+    assert r.status == "fail" and "env.VLLM_MOE_W2_STORE_DIR: {expert_store} has no value: the profile names no storage.expert_store" in r.summary
 
 
 def test_rank_stores():

@@ -299,12 +299,22 @@ def test_recipe_host_flag_is_refused_the_profile_decides_the_address():
     assert rt.command[i + 1] == "127.0.0.1" and rt.command.count("--host") == 1
 
 
-def test_placeholder_without_a_role_drops_the_knob():
+@pytest.mark.parametrize("where, mutate, code, needs", [
+    ("env.VLLM_MOE_W2_PLANES_CACHE", lambda d: d["env"].update(VLLM_MOE_W2_PLANES_CACHE="{planes_cache}/planes"),
+     "storage.planes_cache.unnamed", "storage.planes_cache"),
+    ("serve_args[0]", lambda d: (d["serve_args"].insert(0, "--speculative-config {\"model\":\"{model:draft}\"}"),
+                                 d["requires"].update(extra_models=["draft"])), "runtime.models_dir_unset",
+     "runtime.models_dir"),
+])
+def test_a_placeholder_without_a_value_is_an_error_naming_the_field(where, mutate, code, needs):
+    """vLLM-MoET drops such a knob (bench/runner/common.py: build_env); hostctl refuses (docs/vllm-moet-differences.md)."""
     config, facts = examples.load("demo-cpu")
-    config = with_recipe(config, lambda d: d["env"].update(VLLM_MOE_W2_PLANES_CACHE="{planes_cache}/planes"))
-    rt = build_plan(config, facts).runtime
-    assert "VLLM_MOE_W2_PLANES_CACHE" not in rt.env
-    assert any(d.key == "env VLLM_MOE_W2_PLANES_CACHE" and d.value == "dropped" for d in rt.decisions)
+    config = with_recipe(config, mutate)
+    plan = build_plan(config, facts)
+    assert [p.code for p in plan.errors] == [code], plan.problems
+    found = plan.errors[0]
+    assert found.message.startswith(f"{where}: {{") and "has no value" in found.message and needs in found.message
+    assert "VLLM_MOE_W2_PLANES_CACHE" not in plan.runtime.env and "--speculative-config" not in plan.runtime.command
 
 
 def test_plan_json_round_trips():

@@ -65,7 +65,7 @@ def _role_check(role: str) -> Check:
         if target is None:
             unnamed = [p for p in mine if p.code == unnamed_code]
             if unnamed:
-                return failed(unnamed[0].message, fix=unnamed[0].fix or PROVISION, observed="no directory planned",
+                return failed("; ".join(p.message for p in unnamed), fix=unnamed[0].fix or PROVISION, observed="no directory planned",
                               source=ctx.config.source)
             return skipped(f"the recipe uses no {label}")
         pf = ctx.facts.path(target.host_path)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from hostctl.doctor.registry import CheckContext, CheckResult, check, failed, passed, skipped, warned
 from hostctl.plan import codes
 
-RUNTIME_CODES = (codes.RUNTIME_NO_IMAGE, codes.RUNTIME_NO_MODEL_DIR)
+RUNTIME_CODES = (codes.RUNTIME_NO_IMAGE, codes.RUNTIME_NO_MODEL_DIR, codes.RUNTIME_MODELS_DIR_UNSET)
 BOX_CODES = (codes.BOX_TOO_FEW_GPUS, codes.BOX_VRAM_SHORT, codes.BOX_HOST_RAM_SHORT, codes.BOX_MODEL_MISSING,
              codes.BOX_FACTS_DIFFER)
 
