@@ -748,8 +748,11 @@ def recipe_problems(recipe: Recipe) -> list[str]:
     for where, m in recipe.placeholders():
         if m.group(1) not in KNOWN_PLACEHOLDERS:
             problems.append(
-                f"{where}: unknown placeholder {{{m.group(1)}}}; known: {{planes_cache}}, {{expert_store}}, {{model:NAME}}"
+                f"{where}: unknown placeholder {{{m.group(1)}}}; known: {{planes_cache}}, {{expert_store}}, {{model}}, "
+                "{model:NAME}"
             )
+        elif m.group(0) == "{model}":
+            pass  # the recipe's own checkpoint, as vLLM-MoET's _resolve_str reads a bare {model}
         elif m.group(1) == "model" and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", m.group(2) or ""):
             problems.append(f"{where}: {{model:{m.group(2)}}}: NAME is one directory name under runtime.models_dir "
                             "(letters, digits and ._-; no '/' or '..')")

@@ -30,8 +30,9 @@ def _bind(role: str, target: RoleTarget, where: str) -> BoundPlaceholder:
 
 
 def _resolve(where: str, text: str, roles: dict[str, RoleTarget], models_dir: str | None,
-             spec: RuntimeSpec, flag: str | None = None) -> str | None:
-    """`text` with {planes_cache}, {expert_store} and {model:NAME} filled with their container paths,
+             model: BoundPlaceholder | None, spec: RuntimeSpec, flag: str | None = None) -> str | None:
+    """`text` with {planes_cache}, {expert_store}, {model} (`model`: the recipe's checkpoint, None when
+    the plan has none, an error already) and {model:NAME} filled with their container paths,
     each binding recorded on the spec; None when the profile gives one no value: the storage plan has
     then said so for a role (storage.<role>.unnamed, naming this field), and this one for {model:NAME}.
     vLLM-MoET drops such a knob (bench/runner/common.py: build_env); hostctl refuses: the roles are
@@ -42,7 +43,12 @@ def _resolve(where: str, text: str, roles: dict[str, RoleTarget], models_dir: st
     def repl(m) -> str:
         nonlocal unresolved
         name = m.group(1)
-        if name == "model" and models_dir:
+        if m.group(0) == "{model}":
+            if model is None:
+                unresolved = True  # runtime.no_model_dir says why
+                return m.group(0)
+            bound.append(model.copy(update={"field": where}))
+        elif name == "model" and models_dir:
             bound.append(BoundPlaceholder(placeholder=m.group(0), field=where,
                                           container_path=f"{MODELS_IN_CONTAINER}/{m.group(2)}",
                                           host_path=f"{models_dir.rstrip('/')}/{m.group(2)}",
@@ -129,6 +135,13 @@ def plan_runtime(config: Config, memory: MemoryPlan, placement: PlacementPlan, n
         spec.volumes.append(Volume(source=target.host_path, target=target.container_path,
                                    why=target.role.replace("_", " ")))
     roles = {t.role: t for t in storage.roles}
+    model = None  # what a bare {model} means: the checkpoint the server loads
+    if settings.model_dir:
+        model = BoundPlaceholder(placeholder="{model}", field="", container_path=MODEL_IN_CONTAINER,
+                                 host_path=settings.model_dir, source="runtime.model_dir")
+    elif recipe.model.startswith("/"):
+        model = BoundPlaceholder(placeholder="{model}", field="", container_path=recipe.model,
+                                 host_path=recipe.model, source="a path inside the runtime image, nothing bound")
     store = storage.role("expert_store")
     for rank in storage.rank_stores:
         for name in rank.files:
@@ -142,7 +155,7 @@ def plan_runtime(config: Config, memory: MemoryPlan, placement: PlacementPlan, n
         spec.env[key] = value
         spec.env_sources[key] = "profile"
     for key, raw in recipe.env.items():
-        value = _resolve(f"env.{key}", _env_text(raw), roles, settings.models_dir, spec)
+        value = _resolve(f"env.{key}", _env_text(raw), roles, settings.models_dir, model, spec)
         if value is None:
             continue  # an error on the plan, which nothing renders or starts
         if spec.env_sources.get(key) == "profile" and spec.env[key] != value:
@@ -180,7 +193,7 @@ def plan_runtime(config: Config, memory: MemoryPlan, placement: PlacementPlan, n
         if flag == "--max-model-len":
             continue  # config checked it equals the context, which hostctl passes itself
         if value is not None:
-            value = _resolve(f"serve_args[{i}]", value, roles, settings.models_dir, spec, flag)
+            value = _resolve(f"serve_args[{i}]", value, roles, settings.models_dir, model, spec, flag)
             if value is None:
                 continue  # an error on the plan, which nothing renders or starts
         kept.append((flag, value))

@@ -156,3 +156,24 @@ def test_a_model_placeholder_outside_extra_models_is_refused_at_load(tmp_path, c
     code, _, err = plan(path, capsys)
     i = next(i for i, a in enumerate(data["serve_args"]) if "{model:" in a)
     assert code == 2 and f"serve_args[{i}]: {{model:Kimi-K2.7-Code-eagle3}} names a model" in err, err
+
+
+def test_a_bare_model_placeholder_is_the_recipes_checkpoint_as_in_vllm_moet(tmp_path, capsys):
+    """vLLM-MoET's _resolve_str reads `{model}` as the recipe's own model (bench/runner/common.py); hostctl
+    refused it at load. Now it is the checkpoint: /model, bound from runtime.model_dir."""
+    common = moet_runner.runner()["common"]
+    rid = "deepseek-v4-flash/pro6000x2-tp2"
+    data = recipe_data(rid)
+    data["serve_args"].append("--tokenizer {model}")
+    (tmp_path / "r.yaml").write_text(yaml.safe_dump(data))
+    path = profile(tmp_path, rid)
+    path.write_text(path.read_text().replace(str(recipe_file(rid)), str(tmp_path / "r.yaml")))
+    code, text, err = plan(path, capsys, "--json")
+    assert code in (0, 1), err  # loads (exit 2 before); 1 only for this host's other sections
+    rt = json.loads(text)["runtime"]
+    box = {"models": {data["model"]: f"{MODELS_DIR}/{data['model']}"}, "planes_cache": {}}
+    theirs = common._resolve_str("{model}", data, box)
+    i = len(data["serve_args"]) - 1
+    b = next(b for b in rt["placeholders"] if b["field"] == f"serve_args[{i}]")
+    assert (b["placeholder"], b["container_path"], b["host_path"]) == ("{model}", "/model", theirs)
+    assert rt["command"][rt["command"].index("--tokenizer") + 1] == "/model"
