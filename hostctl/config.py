@@ -637,6 +637,10 @@ class Recipe(StrictRecord):
         (vLLM-MoET's recipes have no `storage:` list; their {planes_cache} is how they say it)."""
         return {m.group(1) for _, m in self.placeholders() if m.group(1) in ROLES}
 
+    def needed_roles(self) -> set[str]:
+        """Every storage role the recipe needs: those in `storage:` and those it names by placeholder."""
+        return set(self.storage) | self.placeholder_roles()
+
 
 class ServeArgs:
     """serve_args as vLLM-MoET writes them: each entry "flag value" (split on the first space),

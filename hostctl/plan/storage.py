@@ -61,7 +61,7 @@ def plan_storage(config: Config, facts: HostFacts, world: int) -> StoragePlan:
     # A role the recipe's env or serve_args name by placeholder is needed like one in `storage:`:
     # mounted, checked and provisioned (vLLM-MoET's recipes say it only by placeholder).
     fields = [(where, m.group(1)) for where, m in config.recipe.placeholders() if m.group(1) in ROLES]
-    needed = set(config.recipe.storage) | {role for _, role in fields} | {"compile_cache"}
+    needed = config.recipe.needed_roles() | {"compile_cache"}
     for role in ROLES:
         target = _role_target(config, role, plan)
         if target is None:

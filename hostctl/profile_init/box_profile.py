@@ -160,8 +160,7 @@ class _Overlay:
         every start. The profile gives the role a place as plain init does for a recipe that lists
         it under `storage:` (the first data drive, else a directory beside the compile cache)."""
         recipe = self.recipe
-        texts = [str(v) for v in recipe.env.values()] + list(recipe.serve_args)
-        if not any(m.group(1) == "planes_cache" for t in texts for m in PLACEHOLDER_RE.finditer(t)):
+        if "planes_cache" not in recipe.needed_roles():
             return
         drives = [d["name"] for d in self.data.get("drives", [])]
         place = drives[0] if drives else f"{PLAIN_ROOT}/{ROLE_DIRS['planes_cache']}"

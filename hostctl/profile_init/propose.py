@@ -234,7 +234,7 @@ def _swap_text(s: dict) -> list[str]:
 
 
 def _roles(recipe: Recipe, names: list[str], tp: int) -> tuple[dict[str, Any], list[Choice]]:
-    needed = list(recipe.storage)
+    needed = recipe.needed_roles()  # a vLLM-MoET recipe names its planes cache only by {planes_cache}
     storage: dict[str, Any] = {}
     choices: list[Choice] = []
     if names:

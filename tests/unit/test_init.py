@@ -419,3 +419,22 @@ def test_cli_recipe_path_is_written_absolute(tmp_path, capsys, repo_root):
 def test_help_lists_init(capsys):
     code, out, _ = cli(["--help"], capsys)
     assert code == 0 and "init" in out
+
+
+@pytest.mark.parametrize("drives", [None, ()], ids=["blank-drives", "no-drive"])
+def test_a_recipe_naming_its_planes_cache_by_placeholder_gets_one(drives, tmp_path):
+    """vLLM-MoET's recipes have no `storage:` list; `{planes_cache}` in their env is how they say they
+    need one. Plain init gives the role a place, so the profile it writes plans without
+    storage.planes_cache.unnamed."""
+    import moet_runner
+    from hostctl.profile_init import recipe_source
+
+    ref = str(moet_runner.bench_dir() / "recipes" / "deepseek-v4-flash" / "pro6000x1.yaml")
+    source = recipe_source(ref)
+    assert source.recipe.storage == [] and "planes_cache" in source.recipe.placeholder_roles()
+    proposal, config, _ = written(awkward("blank_drives"), tmp_path, InitOptions(recipe=ref, drives=drives),
+                                  recipes=[*RECIPES, source])
+    assert config.profile.storage.planes_cache is not None
+    plan = build_plan(config, awkward("blank_drives"))
+    assert not [p for p in plan.errors if p.code.startswith("storage.planes_cache")], plan.errors
+    assert "VLLM_MOE_W2_PLANES_CACHE" in plan.runtime.env
