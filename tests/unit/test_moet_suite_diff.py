@@ -17,6 +17,8 @@ in INCOMPARABLE with its reason, asserted, never skipped.
 from __future__ import annotations
 
 import hashlib
+import itertools
+import json
 import re
 import threading
 from functools import lru_cache
@@ -369,3 +371,182 @@ def test_a_non_boolean_enabled_in_suite_params_is_bad_input_as_in_vllm_moet(valu
     with pytest.raises(InputError) as e:
         suites.merge(suites.parse_suite(suite_doc, "s.yaml"), recipe)
     assert e.value.exit_code == 2 and any("suite_params.decode.enabled" in d for d in e.value.details)
+
+
+# ---------------------------------------------------------------- tuning: sweep.py next to hostctl tune
+
+# (what, field) -> why hostctl tune differs from vLLM-MoET's bench/runner/sweep.py there.
+DELIBERATE_TUNE = {
+    ("tune", "refused"): "a recipe whose tuning has no axes (`axes: []`) is run once as it is by hostctl tune (one "
+                         "boot, one trial: its constraints checked, its objective measured); sweep.py refuses it "
+                         "('declares no tuning.axes')",
+    ("tune", "suite"): "hostctl tune takes its probes from hostctl's bundled `standard` suite (it ships no copy of "
+                       "vLLM-MoET's); sweep.py from vLLM-MoET's `standard`. Both merge the recipe's suite_params "
+                       "and thin the same way, so the recipe's own overrides mean the same",
+    ("constraint", "bool as a number"): "`PATH OP NUMBER` on a true/false value is false in hostctl (needle.all_pass>=1 "
+                                        "is not a number comparison); Python's True >= 1 makes it true in sweep.py",
+    ("constraint", "negative number"): "hostctl reads `PATH OP -NUMBER`; sweep.py's pattern has no minus sign, so it "
+                                       "reads the whole text as a path that is not there: false",
+    ("rank", "unmeasured objective"): "a trial whose objective was not measured is never valid and never the "
+                                      "winner in hostctl; sweep.py ranks a valid row without it as 0",
+}
+HOSTS = ROOT / "runtime" / "hosts"
+
+
+def _tuned_recipes() -> list[str]:
+    copy = moet_runner.bench_copy("recipes")
+    return [rid for rid in moet_runner.recipe_ids() if yaml.safe_load((copy / f"{rid}.yaml").read_text()).get("tuning")]
+
+
+TUNED = _tuned_recipes()
+
+
+def _same_params(params: list[dict]) -> list[tuple]:
+    return [(p["kind"], {k: v for k, v in p.items() if k not in ("kind", "id", "enabled")}) for p in params]
+
+
+def moet_tune(recipe_id: str) -> dict:
+    """sweep.py's plan (bench/runner/sweep.py: main, up to --dry-run, and its boot materialisation)."""
+    r = moet()
+    sweep, common = r["sweep"], r["common"]
+    recipe = common.load_recipe(recipe_id)
+    tuning = recipe.get("tuning")
+    if not tuning or not tuning.get("axes"):
+        return {"refused": "declares no tuning.axes"}
+    kinds = sweep.needed_probes(tuning)
+    runtime_axes = [a for a in tuning["axes"] if a.get("restart") is False and a.get("file_env")]
+    restart_axes = [a for a in tuning["axes"] if a not in runtime_axes]
+    combos = list(itertools.product(*[a["values"] for a in restart_axes])) or [()]
+    rt_combos = list(itertools.product(*[a["values"] for a in runtime_axes])) or [()]
+    boots, trials = [], []
+    for combo in combos:
+        env, args, knobs = dict(recipe["env"]), list(recipe["serve_args"]), {}
+        for axis, val in zip(restart_axes, combo):
+            if axis["kind"] == "env":
+                env[axis["name"]] = str(val)
+                knobs[axis["name"]] = val
+            elif axis["kind"] == "serve_json":
+                args = sweep.apply_serve_json(args, axis["arg"], axis["key"], val)
+                knobs[f"{axis['arg']}:{axis['key']}"] = val
+        boots.append({"knobs": knobs, "env": env, "serve_args": args,
+                      "knob_files": sorted(a["file_env"] for a in runtime_axes)})
+        for rt in rt_combos:
+            trials.append({**knobs, **dict(zip([a["name"] for a in runtime_axes], rt))})
+    bundled = common._load_yaml(str(suites.suite_path("standard")))
+    return {"refused": None, "probes": kinds, "boots": boots, "trials": trials,
+            "params_own_suite": _same_params(sweep.sweep_probe_params(recipe, common.load_suite("standard"), kinds)),
+            "params": _same_params(sweep.sweep_probe_params(recipe, bundled, kinds))}
+
+
+def hostctl_tune(recipe_id: str, capsys) -> dict:
+    """`hostctl tune --dry-run --json` (hostctl.tune/v1), and the probes a trial runs (tune_specs)."""
+    from hostctl.cli import main
+    from hostctl.tune import runner as trunner
+
+    path = moet_runner.bench_copy("recipes") / f"{recipe_id}.yaml"
+    code = main(["tune", "--dry-run", "--json", "--config", str(HOSTS / "demo-cpu.toml"), "--recipe", str(path)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    doc = json.loads(out)
+    assert doc["schema"] == "hostctl.tune/v1" and doc["dry_run"] is True
+    recipe = load_recipe(path)
+    specs = trunner.tune_specs(recipe, trunner.plan_for(yaml.safe_load(path.read_text()), recipe).tuning)
+    boots = []
+    for b in doc["boots"]:
+        env = {k: v for k, v in b["env"].items() if k not in b["knob_files"]}
+        boots.append({"knobs": b["knobs"], "env": env, "serve_args": b["serve_args"],
+                      "knob_files": sorted(b["knob_files"])})
+    return {"refused": None, "probes": doc["probes"], "boots": boots, "trials": [t["knobs"] for t in doc["trials"]],
+            "params": [(s.kind, dict(s.params)) for s in specs]}
+
+
+@pytest.mark.parametrize("recipe_id", TUNED)
+def test_hostctl_tune_plans_what_sweep_py_plans(recipe_id, capsys):
+    a, b = moet_tune(recipe_id), hostctl_tune(recipe_id, capsys)
+    diffs = {}
+    if a["refused"]:
+        diffs[("tune", "refused")] = f"sweep.py: {a['refused']} / hostctl: {len(b['trials'])} trial(s)"
+        assert (len(b["boots"]), len(b["trials"])) == (1, 1)  # the recipe as it is, once
+    else:
+        for field in ("probes", "boots", "trials", "params"):
+            if a[field] != b[field]:
+                diffs[("tune", field)] = f"sweep.py {a[field]!r}\n  hostctl {b[field]!r}"
+        if a["params_own_suite"] != a["params"]:
+            diffs[("tune", "suite")] = f"vLLM-MoET's standard {a['params_own_suite']!r} / hostctl's {a['params']!r}"
+    unlisted = {k: v for k, v in diffs.items() if k not in DELIBERATE_TUNE}
+    assert not unlisted, "\n".join(f"{k}: {v}" for k, v in unlisted.items())
+
+
+_RESULTS = [
+    {}, {"decode": {"median_tok_s": 12.5}}, {"decode": {"median_tok_s": 0}}, {"arithmetic": {"score": 2, "of": 5}},
+    {"arithmetic": {"score": 1}}, {"needle": {"all_pass": True}}, {"needle": {"all_pass": False}},
+    {"coherence": {"pass": True}}, {"kv": {"full_context_requests": 3}}, {"decode": {"median_tok_s": None}},
+    {"arithmetic": {"score": 2.0}}, {"needle": {"all_pass": None}},
+]
+_EXTRA_CONSTRAINTS = ["decode.median_tok_s>=10", "decode.median_tok_s > 12.5", "decode.median_tok_s<0.5",
+                      "arithmetic.score==2", "needle.all_pass", "coherence.pass", "kv.full_context_requests>=2",
+                      "needle.all_pass>=1", "decode.median_tok_s>=-1"]
+
+
+def _constraints() -> list[str]:
+    copy = moet_runner.bench_copy("recipes")
+    seen = []
+    for rid in TUNED:
+        for c in (yaml.safe_load((copy / f"{rid}.yaml").read_text())["tuning"].get("constraints") or []):
+            if c not in seen:
+                seen.append(c)
+    return seen + [c for c in _EXTRA_CONSTRAINTS if c not in seen]
+
+
+def constraint_differences() -> dict:
+    sweep = moet()["sweep"]
+    from hostctl.tune import plan as tplan
+
+    diffs = {}
+    for expr in _constraints():
+        c = tplan.parse_constraint(expr, "tuning.constraints[0]")
+        for res in _RESULTS:
+            theirs, ours = bool(sweep.check_constraint(res, expr)), c.check(res) is True
+            if theirs != ours:
+                value = tplan.dig(res, c.path)
+                what = "bool as a number" if isinstance(value, bool) and c.op else (
+                    "negative number" if c.number is not None and c.number < 0 else f"{expr} on {res}")
+                diffs[("constraint", what)] = f"{expr} on {res}: sweep.py {theirs} / hostctl {ours}"
+    return diffs
+
+
+def test_constraints_mean_what_check_constraint_means():
+    # Every constraint of the copy's recipes and a few more, on results with the value there, missing,
+    # null, true/false: a missing value is false on both sides.
+    diffs = constraint_differences()
+    unlisted = {k: v for k, v in diffs.items() if k not in DELIBERATE_TUNE}
+    assert not unlisted, "\n".join(f"{k}: {v}" for k, v in unlisted.items())
+    assert set(diffs) == {k for k in DELIBERATE_TUNE if k[0] == "constraint"}
+
+
+def test_the_winner_is_ranked_as_sweep_py_ranks_it():
+    from hostctl.tune import plan as tplan
+
+    rows = [{"id": "t1", "valid": True, "objective": 10.0}, {"id": "t2", "valid": False, "objective": 99.0},
+            {"id": "t3", "valid": True, "objective": 12.0}, {"id": "t4", "valid": True, "objective": 10.0},
+            {"id": "t5", "valid": True, "objective": None}, {"id": "t6", "valid": True, "objective": -1.0}]
+    # bench/runner/sweep.py: main ranks valid rows by -objective (ties keep their order).
+    theirs = [r["id"] for r in sorted((r for r in rows if r.get("valid")), key=lambda r: -(r["objective"] or 0))]
+    ours = [r["id"] for r in tplan.rank(rows)]
+    assert theirs == ["t3", "t1", "t4", "t5", "t6"]
+    assert [i for i in theirs if i != "t5"] == ours  # ("rank", "unmeasured objective")
+    assert ("rank", "unmeasured objective") in DELIBERATE_TUNE
+
+
+def test_every_deliberate_tuning_difference_is_seen_and_written_down(capsys):
+    seen = set(constraint_differences()) | {("rank", "unmeasured objective")}
+    for rid in TUNED:
+        a, b = moet_tune(rid), hostctl_tune(rid, capsys)
+        if a["refused"]:
+            seen.add(("tune", "refused"))
+        elif a["params_own_suite"] != a["params"]:
+            seen.add(("tune", "suite"))
+    assert set(DELIBERATE_TUNE) <= seen, f"listed but never seen (remove them): {set(DELIBERATE_TUNE) - seen}"
+    section = DOC.read_text().split(SECTION, 1)[1].split("\n## ", 1)[0]
+    for what, field in DELIBERATE_TUNE:
+        assert f"`{what}` {field}" in section, f"docs/vllm-moet-differences.md {SECTION}: no bullet for `{what}` {field}"
