@@ -10,7 +10,7 @@ does not have, is skipped, never failed and never dropped.
                 serve` run from the runtime image (hostctl.bench.vllm_bench)
   prefill       a unique prompt per run (`words` filler words, or `context_frac` of the context in
                 tokens), 1 output token, streamed: time to the first token and prompt tok/s
-  needle        a random code word at `depth` inside filler of `sizes_words` words or `sizes_frac`
+  needle        a random code word at `depth` inside filler of `sizes_words` words, else `sizes_frac`
                 of the context (in tokens, through the chat template); pass = the exact code back
   arithmetic    hostctl's five questions (hostctl/bench/text.py); score = exact integers
   coherence     hostctl's open prompts; pass = every answer non-empty, not a loop, and not one
@@ -193,11 +193,14 @@ def needle(ctx: ProbeContext, spec: ProbeSpec) -> dict:
     max_tokens = int(spec.params.get("max_tokens", 512))
     sizes_words = spec.params.get("sizes_words")
     sizes_frac = spec.params.get("sizes_frac")
-    if not sizes_words and not sizes_frac:
-        sizes_frac = [0.03, 0.5]
+    # As vLLM-MoET (bench/runner/probes.py: needle): sizes_words, when given, are the sizes and
+    # sizes_frac is not read; without either the sizes are 3% and 50% of the context.
+    if sizes_words:
+        plan = [("words", int(w)) for w in sizes_words]
+    else:
+        plan = [("frac", float(f)) for f in (sizes_frac or [0.03, 0.5])]
     rng = random.Random(ctx.seed ^ 0x5EED)
     cases = []
-    plan = [("words", int(w)) for w in (sizes_words or [])] + [("frac", float(f)) for f in (sizes_frac or [])]
     for i, (how, size) in enumerate(plan):
         label = f"{size:,} words" if how == "words" else f"{size:g} of the context"
         case = {"size": size, "size_unit": "words" if how == "words" else "context_frac", "depth": depth}
@@ -241,7 +244,9 @@ def needle(ctx: ProbeContext, spec: ProbeSpec) -> dict:
 
 def arithmetic(ctx: ProbeContext, spec: ProbeSpec) -> dict:
     min_score = int(spec.params.get("min_score", 1))
-    max_tokens = int(spec.params.get("max_tokens", 256))
+    # vLLM-MoET's own budget (bench/runner/probes.py: arithmetic): a reasoning model thinks first;
+    # a smaller budget fails a model that would answer right. Capped below by the context's room.
+    max_tokens = int(spec.params.get("max_tokens", 4096))
     rows = []
     for i, (q, gold) in enumerate(text.ARITHMETIC):
         room = ctx.context - ctx.api.chat_tokens(q)

@@ -142,6 +142,9 @@ def merge(suite: Suite, recipe: Recipe | None) -> list[ProbeSpec]:
         if not isinstance(mine, dict):
             raise InputError(f"recipe suite_params.{key}: expected a mapping of probe parameters, got {mine!r}")
         problems = _param_problems(f"recipe suite_params.{key}", {"kind": probe["kind"], **mine})
+        if "enabled" in mine and not isinstance(mine["enabled"], bool):
+            # vLLM-MoET refuses it too (bench/runner/common.py: merge_suite); bool("no") would run it.
+            problems.append(f"recipe suite_params.{key}.enabled: expected true or false, got {mine['enabled']!r}")
         if problems:
             raise InputError("the recipe's suite_params are not valid for this suite", details=problems)
         enabled = mine.get("enabled", probe.get("enabled", True))

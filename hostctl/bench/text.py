@@ -36,6 +36,7 @@ ARITHMETIC = (
     ("What is 19 + 26 + 83? Reply with only the final number.", 128),
 )
 
+# Twelve prompts, as many as vLLM-MoET's coherence probe asks (bench/runner/probes.py: coherence).
 COHERENCE = (
     "Explain in two sentences why bread goes stale.",
     "List three things a bicycle needs to be safe at night.",
@@ -43,6 +44,12 @@ COHERENCE = (
     "Write a short paragraph about why people keep gardens.",
     "What should someone pack for a one-day hike? Answer in one paragraph.",
     "Summarise, in one sentence, what a library is for.",
+    "Give two reasons a kettle might switch itself off early.",
+    "Write a Python function that returns the largest of three numbers.",
+    "What is the difference between weather and climate? Answer briefly.",
+    "Describe how to plant a tree, step by step, in four short steps.",
+    "Name three animals that live in the Arctic and say one fact about each.",
+    "Write two sentences a shopkeeper might say to greet a customer.",
 )
 
 
