@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from hostctl.bench import text as bench_text
+
 from conftest import needs_compose, needs_root
 from runtime_fixtures import SHARED_PORT, demo_recipe
 
@@ -83,7 +85,7 @@ def test_vllm_moet_suite_runs_with_what_does_not_fit_skipped(shared_runtime, tmp
     assert [c.get("skipped") is not None for c in cases] == [True, False, False, True], cases
     assert "the needle sentence and question alone take" in cases[0]["skipped"]
     assert "do not fit the served context of 2,048 tokens" in cases[3]["skipped"]
-    assert len(probes["coherence"]["rows"]) == 6 and all("text" in r for r in probes["coherence"]["rows"])
+    assert len(probes["coherence"]["rows"]) == len(bench_text.COHERENCE) == 12 and all("text" in r for r in probes["coherence"]["rows"])
     assert subprocess.run(["docker", "ps", "-aq", "--filter", "name=hostctl-bench-"], capture_output=True,
                           text=True).stdout.strip() == ""
 
