@@ -862,14 +862,19 @@ def load_recipe(path: Path) -> Recipe:
         raise InputError(f"recipe {str(path)[:200]} does not exist",
                          fix=f"name a bundled recipe ({', '.join(bundled)}) or a YAML path")
     doc = load_yaml(path, "recipe")
+    refuse_unquoted_env(doc, f"{path} is not valid", "nothing was changed")
+    return parse_recipe(doc.data, str(path))
+
+
+def refuse_unquoted_env(doc, title: str, nothing: str) -> None:
+    """A YAML file's `env` values must be the text their author wrote (a recipe's, a box's)."""
     rewritten = doc.plain_scalars("env")
     if rewritten:
         # Said with the text the author wrote: YAML 1.1 already turned `no` into false, `010` into 8.
-        raise InputError(f"{path} is not valid", details=[
+        raise InputError(title, details=[
             f"env.{name}: {text!r} is read by YAML as a {tag}, not the text {text!r}; write it in quotes: "
             f'{name}: "{text}"' for name, (tag, text) in sorted(rewritten.items())],
-            fix="quote every env value; nothing was changed")
-    return parse_recipe(doc.data, str(path))
+            fix=f"quote every env value; {nothing}")
 
 
 class Config(Record):

@@ -20,7 +20,7 @@ from typing import Any
 
 from hostctl import safepaths, safetext
 from hostctl.bytesizes import parse_size
-from hostctl.config import MODEL_NAME, env_problem
+from hostctl.config import MODEL_NAME, env_problem, refuse_unquoted_env
 from hostctl.errors import InputError
 
 BOX_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -218,11 +218,5 @@ def load_box(path: Path) -> Box:
 
     path = Path(path).absolute()
     doc = load_yaml(path, "box")
-    rewritten = doc.plain_scalars("env")
-    if rewritten:
-        # Said with the text the author wrote: YAML 1.1 already turned `no` into false, `010` into 8.
-        raise InputError(f"box {path} is not valid", details=[
-            f"env.{name}: {text!r} is read by YAML as a {tag}, not the text {text!r}; write it in quotes: "
-            f'{name}: "{text}"' for name, (tag, text) in sorted(rewritten.items())],
-            fix="quote every env value; nothing was written")
+    refuse_unquoted_env(doc, f"box {path} is not valid", "nothing was written")
     return parse_box(doc.data, path)
