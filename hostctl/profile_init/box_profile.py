@@ -13,7 +13,8 @@ host's facts decide as plain `init` does (propose.py). The mapping, field by fie
 - runtime.models_file: the bench/models.yaml beside the box, which resolves its model names;
 - storage.planes_cache: planes_cache[recipe.model]; when the box has none (or one under a directory
   hostctl never binds) and the recipe uses {planes_cache}, a place as plain init gives the role;
-- runtime.image: docker_image (runtime docker);
+- runtime.image: hostctl's GPU runtime image for every box (a docker box's docker_image is vLLM-MoET's
+  recipes image, whose entrypoint is its recipe launcher, not a server command);
 - runtime.env: the box's env, under the recipe's (the recipe wins, as vLLM-MoET merges them),
   less the venv-only knobs (box.VENV_ONLY_ENV), NCCL_* (the NCCL plan decides them for this
   host), and, for a venv box, values that are host paths (the container does not see them);
@@ -30,6 +31,7 @@ import posixpath
 from typing import Any
 
 from hostctl import safepaths
+from hostctl.images import GPU_RUNTIME_IMAGE
 from hostctl.config import PLACEHOLDER_RE, BoxDeclaration, Config, parse_profile
 from hostctl.facts.model import HostFacts
 from hostctl.plan import build_plan
@@ -173,11 +175,19 @@ class _Overlay:
 
     def runtime(self) -> None:
         box = self.box
+        # hostctl's own runtime image for every box: its entrypoint runs the server command the plan
+        # renders. vLLM-MoET's recipes image runs its recipe launcher instead (ENTRYPOINT
+        # serve_recipe.py, which takes a recipe id, in vLLM-MoET's Dockerfile.recipes), and its
+        # serving image vLLM's `vllm serve`; neither takes hostctl's command.
+        self.set("runtime.image", GPU_RUNTIME_IMAGE, "runtime", "hostctl's vLLM-MoET runtime image "
+                 "(runtime/sm120/Dockerfile: vLLM-MoET at its pinned revision; build it on the GPU host as "
+                 "runtime/README.md says)", source="hostctl's bundled GPU runtime")
         if box.runtime == "docker":
-            self.set("runtime.image", box.docker_image, "docker_image", "the image the box runs its recipes in")
-        else:
-            self.unuse("runtime", box.runtime, "hostctl runs the runtime in a container only: set runtime.image to "
-                       "an image of this recipe's runtime (`hostctl plan` says no image until then)")
+            self.unuse("docker_image", box.docker_image, "vLLM-MoET's recipes image: its entrypoint is vLLM-MoET's "
+                       "recipe launcher (serve_recipe.py, given a recipe id), not the server command hostctl renders; "
+                       "runtime.image is hostctl's runtime image instead")
+        self.unuse("runtime", box.runtime, "hostctl runs the runtime in a container of its own image "
+                   "(runtime.image), never a host venv or vLLM-MoET's recipe launcher")
         if box.venv is not None:
             self.unuse("venv", box.venv, "the box's venv runtime; hostctl runs an image, never a host venv")
         if box.shm_size is not None:

@@ -26,6 +26,7 @@ import yaml
 
 import moet_runner
 import snapshots
+from hostctl.images import GPU_RUNTIME_IMAGE
 from hostctl.cli import main
 from hostctl.config import load_config
 from hostctl.facts.model import HostFacts
@@ -42,12 +43,7 @@ BOXES = moet_runner.box_files()
 RECIPES = moet_runner.recipe_ids()
 BOX_CODES = {codes.BOX_TOO_FEW_GPUS, codes.BOX_VRAM_SHORT, codes.BOX_HOST_RAM_SHORT, codes.BOX_MODEL_MISSING}
 # Plan errors a box's profile may have on a snapshot matching the box, each with why it is not the box's fault.
-ALLOWED_ERRORS = {
-    # A venv box names no image (it runs a host venv), and vLLM-MoET's recipes name none either
-    # (the image is the box's docker_image); hostctl runs the runtime in a container only.
-    "venv": {codes.RUNTIME_NO_IMAGE},
-    "docker": set(),
-}
+ALLOWED_ERRORS: dict[str, set[str]] = {"venv": set(), "docker": set()}
 
 
 def common():
@@ -201,7 +197,8 @@ def test_every_box_becomes_a_profile_that_plans_for_each_recipe_it_can_run(box_f
         assert config.recipe.id == rid and config.profile.box.id == box.id
         assert (config.profile.box.gpus, config.profile.box.vram_gb, config.profile.box.host_ram_gb) == \
             (box.gpu_count, box.vram_gb, box.host_ram_gb)
-        assert config.profile.runtime.image == box.docker_image
+        # hostctl's own runtime image for every box: the box's is vLLM-MoET's recipe launcher.
+        assert config.profile.runtime.image == GPU_RUNTIME_IMAGE
         # What the recipe's placeholders need has a place, even where the box's own cannot be used
         # (under /root): {planes_cache} a planes cache, {model:NAME} a models folder.
         texts = [str(v) for v in config.recipe.env.values()] + config.recipe.serve_args
@@ -232,13 +229,11 @@ def test_box_values_land_in_the_profile_each_with_its_source(box_file, tmp_path)
     sources = {c["key"]: c["source"] for c in doc["choices"]}
     assert all(sources.values()), [k for k, v in sources.items() if not v]
     assert sources["runtime.model_dir"] == f"box {layout.name}: models.{recipe.model}"
-    if box.runtime == "docker":
-        assert sources["runtime.image"] == f"box {layout.name}: docker_image"
+    assert sources["runtime.image"] == "hostctl's bundled GPU runtime"
     text = (tmp_path / "hostctl.toml").read_text()
     assert f"# model_dir (box {layout.name}: models.{recipe.model})" in text
     # Nothing of the box is dropped silently: each top-level value is used, or listed with why.
-    used = {"id", "gpus", "host_ram_gb", "models", "planes_cache", "env"} | (
-        {"runtime", "docker_image"} if box.runtime == "docker" else set())
+    used = {"id", "gpus", "host_ram_gb", "models", "planes_cache", "env"}
     unused = {u["field"].split(".")[0] for u in doc["box"]["unused"]}
     raw = yaml.safe_load(layout.read_text())
     assert set(raw) - used <= unused, set(raw) - used - unused

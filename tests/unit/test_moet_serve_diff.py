@@ -24,6 +24,7 @@ import pytest
 import yaml
 
 import moet_runner
+from hostctl.images import GPU_RUNTIME_IMAGE
 from hostctl import safepaths
 from hostctl.config import Config, load_recipe, parse_profile
 from hostctl.facts import load_snapshot
@@ -60,6 +61,9 @@ DELIBERATE: dict[str, str] = {
                                                          "the directory exists on the machine that builds the "
                                                          "command; hostctl plans it always (provision creates it, "
                                                          "doctor says when it is missing)",
+    "docker: hostctl's own image": "vLLM-MoET's recipes image runs its recipe launcher (serve_recipe.py, given a "
+    "recipe id) as its entrypoint; hostctl runs its own runtime image, whose entrypoint runs the server command the "
+    "plan renders",
     "docker: shm size": "host IPC shares the host's /dev/shm, where Docker ignores --shm-size; doctor checks the "
                         "host's /dev/shm",
     "docker: recipe launcher": "vLLM-MoET's image reads the recipe YAML and models.yaml mounted into it and builds "
@@ -83,8 +87,8 @@ def unhost(path: str) -> str:
 
 def profile_for(box: dict, recipe: dict, recipe_file: Path) -> dict:
     """The profile a box makes for one recipe: models[recipe.model] -> runtime.model_dir, planes_cache[model]
-    -> storage.planes_cache (a directory), the extra models' folder -> runtime.models_dir, docker_image ->
-    runtime.image. The one place to swap for `hostctl init --box`."""
+    -> storage.planes_cache (a directory), the extra models' folder -> runtime.models_dir, hostctl's GPU
+    runtime image -> runtime.image (init --box's choice for every box). The one place to swap for `hostctl init --box`."""
     extras = recipe["requires"].get("extra_models", [])
     parents = {os.path.dirname(box["models"][n]) for n in extras}
     assert all(os.path.basename(box["models"][n]) == n for n in extras) and len(parents) <= 1, \
@@ -92,8 +96,7 @@ def profile_for(box: dict, recipe: dict, recipe_file: Path) -> dict:
     runtime = {"model_dir": host(box["models"][recipe["model"]])}
     if parents:
         runtime["models_dir"] = host(parents.pop())
-    if box.get("docker_image"):
-        runtime["image"] = box["docker_image"]
+    runtime["image"] = GPU_RUNTIME_IMAGE  # as init --box writes it for every box
     storage = {}
     if recipe["model"] in box["planes_cache"]:
         storage["planes_cache"] = host(box["planes_cache"][recipe["model"]])
@@ -221,7 +224,7 @@ def docker_differences(common, recipe: dict, box: dict, spec) -> set[str]:
     assert cmd[image_at:] == [box["docker_image"], recipe["id"]]
     binds = [cmd[i + 1] for i, c in enumerate(cmd) if c == "-v"]
     if spec.image != box["docker_image"]:
-        found.add(f"docker image: vLLM-MoET {box['docker_image']}, hostctl {spec.image}")
+        found.add("docker: hostctl's own image")
     flags = {cmd[i]: cmd[i + 1] for i, c in enumerate(cmd[:image_at]) if c in ("--network", "--ipc", "--shm-size")}
     if flags.get("--ipc") != spec.ipc:
         found.add(f"docker ipc: vLLM-MoET {flags.get('--ipc')}, hostctl {spec.ipc}")

@@ -184,3 +184,20 @@ def test_entrypoint_execs_its_arguments(tmp_path):
         assert numa.returncode == 78 and "cannot bind to NUMA node 0" in numa.stderr  # a sandbox refuses the policy
     else:
         assert numa.returncode == 0 and numa.stderr == ""
+
+
+def test_the_gpu_image_has_one_name_in_the_recipes_and_its_build_command():
+    """The bundled GPU recipes and `init --box` name the image that runtime/sm120's build command
+    tags (they once differed by a character: a user who built as told got "No such image")."""
+    import re
+
+    import yaml
+
+    from hostctl.images import GPU_RUNTIME_IMAGE
+
+    root = Path(__file__).resolve().parents[2]
+    named = {yaml.safe_load(p.read_text()).get("image") for p in (root / "runtime" / "recipes").glob("*.yaml")}
+    assert GPU_RUNTIME_IMAGE in named and named <= {GPU_RUNTIME_IMAGE, *(n for n in named if "cpu-demo" in str(n))}
+    for doc in (root / "runtime" / "sm120" / "Dockerfile", root / "runtime" / "README.md"):
+        tags = set(re.findall(r"-t (hostctl/vllm-moet-sm120:\S+?)[ `]", doc.read_text()))
+        assert tags == {GPU_RUNTIME_IMAGE}, (doc, tags)
