@@ -100,20 +100,38 @@ def gather(facts_path: Path | None) -> tuple[HostFacts, str, bool]:
     return collect(), "this host", True
 
 
-def box_recipes(box: Box) -> list[RecipeSource]:
+def box_recipes(box: Box) -> tuple[list[RecipeSource], dict[Path, InputError]]:
     """The recipes of the vLLM-MoET bench the box lives in (bench/recipes/<model>/<config>.yaml), each
-    named in the profile by its absolute path, then the bundled ones."""
+    named in the profile by its absolute path, then the bundled ones; and the bench's recipes that do
+    not load, each with its error. One broken recipe beside the box must not refuse the others
+    (vLLM-MoET's runner reads only the recipe it is given): it is left out with a warning, and
+    refused only when --recipe names it."""
     bench = box.bench_dir()
     found = sorted((bench / "recipes").glob("*/*.yaml")) if bench is not None else []
-    return [RecipeSource(ref=str(p), recipe=load_recipe(p)) for p in found] + bundled_recipes()
+    loaded, broken = [], {}
+    for p in found:
+        try:
+            loaded.append(RecipeSource(ref=str(p), recipe=load_recipe(p)))
+        except InputError as exc:
+            broken[p] = exc
+    return loaded + bundled_recipes(), broken
 
 
-def _box_recipe(ref: str, recipes: list[RecipeSource]) -> RecipeSource:
+def _broken_warning(path: Path, exc: InputError) -> str:
+    details = "; ".join(exc.details)
+    return (f"recipe {path} was left out: it does not load ({exc.message}" + (f": {details}" if details else "")
+            + "); correct it for init to consider it, or ignore this if you do not use it")
+
+
+def _box_recipe(ref: str, recipes: list[RecipeSource], broken: dict[Path, InputError]) -> RecipeSource:
     """--recipe with --box: a recipe id of the box's bench (deepseek-v4-flash/pro6000x1), else a
-    bundled name or a path."""
+    bundled name or a path. A bench recipe that does not load is refused with its own error."""
     for r in recipes:
         if r.recipe.id == ref and r.ref.endswith(f"/recipes/{ref}.yaml"):
             return r
+    for path, exc in broken.items():
+        if str(path).endswith(f"/recipes/{ref}.yaml") or Path(ref).resolve() == path:
+            raise exc
     return recipe_source(ref)
 
 
@@ -126,9 +144,9 @@ def init_profile(*, facts_path: Path | None, options: InitOptions, recipe_ref: s
     if out is not None and out.is_dir():
         raise InputError(f"--out {out}: is a directory; expected a file path such as {out / 'hostctl.toml'}")
     box = load_box(box_path) if box_path is not None else None
-    recipes = box_recipes(box) if box is not None else bundled_recipes()
+    recipes, broken = box_recipes(box) if box is not None else (bundled_recipes(), {})
     if recipe_ref is not None:
-        chosen = _box_recipe(recipe_ref, recipes) if box is not None else recipe_source(recipe_ref)
+        chosen = _box_recipe(recipe_ref, recipes, broken) if box is not None else recipe_source(recipe_ref)
         recipes = [r for r in recipes if r.ref != chosen.ref] + [chosen]
         options = InitOptions(recipe=chosen.ref, drives=options.drives, power_limit_w=options.power_limit_w,
                               model_dir=options.model_dir)
@@ -138,6 +156,11 @@ def init_profile(*, facts_path: Path | None, options: InitOptions, recipe_ref: s
         if box is not None:
             return propose_from_box(facts, box, recipes, options, source)
         return propose(facts, recipes, options)
+
+    def decide(facts: HostFacts, _decide=decide) -> Proposal:
+        p = _decide(facts)
+        p.warnings = [_broken_warning(path, exc) for path, exc in broken.items()] + p.warnings
+        return p
 
     proposal = decide(facts)
     if live:

@@ -408,3 +408,49 @@ def test_extra_models_are_served_from_one_folder_at_slash_models(tmp_path):
     c = common()
     cmd = c._docker_serve_cmd(c.load_recipe(rid), c.load_box(str(layout)), 8000, [0], None, ())
     assert f"{tmp_path / 'models' / 'Kimi-K2.7-Code-eagle3'}:/models/Kimi-K2.7-Code-eagle3:ro" in cmd
+
+
+# ---------------------------------------------------------------- a broken recipe beside the box
+
+
+def _bench_with_a_broken_recipe(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """A bench folder: one of vLLM-MoET's recipes, a copy of it with an unknown placeholder, a box."""
+    bench = tmp_path / "bench"
+    (bench / "recipes" / "deepseek-v4-flash-0731").mkdir(parents=True)
+    (bench / "boxes").mkdir()
+    good = bench / "recipes" / "deepseek-v4-flash-0731" / "pro6000x2-tp2.yaml"
+    good.write_text(recipe_file("deepseek-v4-flash-0731/pro6000x2-tp2").read_text())
+    broken = bench / "recipes" / "deepseek-v4-flash-0731" / "broken.yaml"
+    broken.write_text(good.read_text().replace("id: deepseek-v4-flash-0731/pro6000x2-tp2",
+                                               "id: deepseek-v4-flash-0731/broken")
+                      .replace("serve_args:\n", "serve_args:\n  - --store {foo_bar}/x\n", 1))
+    box = bench / "boxes" / "b1.yaml"
+    box.write_text(yaml.safe_dump(GOOD))
+    return box, good, broken
+
+
+@pytest.mark.parametrize("recipe", [None, "path", "id"])
+def test_a_broken_recipe_beside_the_box_is_left_out_with_a_warning_not_refusing_the_rest(recipe, tmp_path,
+                                                                                         capsys):
+    # vLLM-MoET's runner reads only the recipe it is given; `init --box` refused every box of a
+    # bench with one recipe that does not load, even with --recipe naming another.
+    box, good, broken = _bench_with_a_broken_recipe(tmp_path)
+    facts = write_facts(snapshots.desktop()[1], tmp_path)
+    out = tmp_path / "p.toml"
+    ref = {None: [], "path": ["--recipe", str(good)], "id": ["--recipe", "deepseek-v4-flash-0731/pro6000x2-tp2"]}
+    assert main(["init", "--box", str(box), "--facts", str(facts), "--out", str(out)] + ref[recipe]) == 0
+    err = capsys.readouterr().err
+    assert f"warning: recipe {broken} was left out: it does not load" in err and "{foo_bar}" in err, err
+    assert out.exists()
+
+
+@pytest.mark.parametrize("how", ["path", "id"])
+def test_recipe_naming_the_broken_recipe_is_refused_with_its_own_error(how, tmp_path, capsys):
+    box, _, broken = _bench_with_a_broken_recipe(tmp_path)
+    facts = write_facts(snapshots.desktop()[1], tmp_path)
+    out = tmp_path / "p.toml"
+    ref = str(broken) if how == "path" else "deepseek-v4-flash-0731/broken"
+    assert main(["init", "--box", str(box), "--facts", str(facts), "--out", str(out), "--recipe", ref]) == 2
+    err = capsys.readouterr().err
+    assert f"{broken} is not valid" in err and "unknown placeholder {foo_bar}" in err, err
+    assert not out.exists()
