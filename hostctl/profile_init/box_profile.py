@@ -17,7 +17,8 @@ host's facts decide as plain `init` does (propose.py). The mapping, field by fie
   recipes image, whose entrypoint is its recipe launcher, not a server command);
 - runtime.env: the box's env, under the recipe's (the recipe wins, as vLLM-MoET merges them),
   less the venv-only knobs (box.VENV_ONLY_ENV), NCCL_* (the NCCL plan decides them for this
-  host), and, for a venv box, values that are host paths (the container does not see them);
+  host), and, for a venv box, CUDA_VISIBLE_DEVICES (vLLM-MoET overrides it with its own GPU
+  choice) and values that are host paths (the container does not see them);
 - [box]: id, file and the declared hardware and models, which `plan` checks the recipe against.
 
 A box value with no place here (shm_size, log_dir, quality_tool, the venv, a path under a
@@ -43,6 +44,8 @@ from hostctl.profile_init.propose import MODELS_ROOT, PLAIN_ROOT, profile_name, 
 from hostctl.profile_init.recipes import rank
 
 NCCL_PREFIX = "NCCL_"
+# The GPU selector vLLM-MoET sets itself for a venv run, over the box's value.
+GPU_SELECTOR = "CUDA_VISIBLE_DEVICES"
 
 
 def declaration(box: Box) -> BoxDeclaration:
@@ -215,6 +218,11 @@ class _Overlay:
                 self.unuse(field, value, "hostctl's NCCL plan decides NCCL_* for this host from its topology, P2P "
                            "status and IOMMU (`hostctl plan`, nccl section); a recipe's or box's value would hide "
                            "that decision")
+            elif key == GPU_SELECTOR and box.runtime == "venv":
+                self.unuse(field, value, "vLLM-MoET's venv runtime replaces it with the GPUs it picks for the run "
+                           "(common.build_env), so the box's value never reaches the server; hostctl picks the GPUs "
+                           "in the plan (placement; gpu.devices names them) and maps only those into the container, "
+                           "where a host index names another GPU or none")
             elif PLACEHOLDER_RE.search(value):
                 self.unuse(field, value, "a placeholder in a box's env: vLLM-MoET resolves it per recipe; a profile's "
                            "env is literal, so put the knob in the recipe's env instead")

@@ -454,3 +454,23 @@ def test_recipe_naming_the_broken_recipe_is_refused_with_its_own_error(how, tmp_
     err = capsys.readouterr().err
     assert f"{broken} is not valid" in err and "unknown placeholder {foo_bar}" in err, err
     assert not out.exists()
+
+
+def test_a_venv_boxs_cuda_visible_devices_is_not_passed_into_the_container(tmp_path):
+    # vLLM-MoET's venv runtime sets CUDA_VISIBLE_DEVICES itself over the box's (common.build_env),
+    # so the box's value means nothing there; passed into hostctl's container, where only the
+    # planned GPUs exist (numbered from 0), "2,3" named no GPU and the boot failed at `up`.
+    data = dict(GOOD, runtime="venv", venv="/opt/venv", env={"CUDA_VISIBLE_DEVICES": "2,3", "A_KNOB": "1"})
+    data.pop("docker_image")
+    box = tmp_path / "box.yaml"
+    box.write_text(yaml.safe_dump(data))
+    c = common()
+    env = c.build_env({"env": {}, "model": "m", "requires": {}}, c.load_box(str(box)), [0, 1])
+    assert env["CUDA_VISIBLE_DEVICES"] == "0,1"  # vLLM-MoET's own choice, not the box's "2,3"
+    facts = write_facts(snapshots.desktop()[1], tmp_path)
+    result, config = init_box(box, facts, tmp_path, None)
+    assert "CUDA_VISIBLE_DEVICES" not in config.profile.runtime.env and config.profile.runtime.env["A_KNOB"] == "1"
+    unused = {u.field: u.why for u in result.proposal.box.unused}
+    assert "common.build_env" in unused["env.CUDA_VISIBLE_DEVICES"]
+    assert "#   env.CUDA_VISIBLE_DEVICES = 2,3: vLLM-MoET's venv runtime replaces it" in \
+        (tmp_path / "hostctl.toml").read_text()
