@@ -358,7 +358,9 @@ def load_yaml(path: Path, what: str) -> YamlDoc:
         finally:
             loader.dispose()
     except yaml.YAMLError as exc:
-        raise InputError(f"{path} is not valid YAML", details=[str(exc)]) from None
+        # PyYAML names the text it was given ("<unicode string>"), not the file: say which file.
+        raise InputError(f"{path} is not valid YAML", details=[str(exc).replace('"<unicode string>"', str(path))],
+                         fix="correct the YAML at the line and column named above; nothing was changed") from None
     except ValueError:  # int() past Python's digit limit, raised from inside PyYAML's constructor
         raise _huge_literal(text, where) from None
     except RecursionError:

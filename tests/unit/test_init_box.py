@@ -474,3 +474,15 @@ def test_a_venv_boxs_cuda_visible_devices_is_not_passed_into_the_container(tmp_p
     assert "common.build_env" in unused["env.CUDA_VISIBLE_DEVICES"]
     assert "#   env.CUDA_VISIBLE_DEVICES = 2,3: vLLM-MoET's venv runtime replaces it" in \
         (tmp_path / "hostctl.toml").read_text()
+
+
+@pytest.mark.parametrize("text", ["id: [\n", "id: a\nid: b\n"])
+def test_a_box_that_is_not_yaml_names_the_file_where_it_breaks_and_what_to_do(text, tmp_path, capsys):
+    # The error said `in "<unicode string>", line 2` and no fix line.
+    box = tmp_path / "box.yaml"
+    box.write_text(text)
+    assert main(["init", "--box", str(box), "--facts", str(write_facts(snapshots.desktop()[1], tmp_path)),
+                 "--out", str(tmp_path / "p.toml")]) == 2
+    err = capsys.readouterr().err
+    assert f"{box} is not valid YAML" in err and f'in {box}, line' in err and "<unicode string>" not in err, err
+    assert "fix: correct the YAML at the line and column named above" in err, err
