@@ -13,6 +13,7 @@ all of them (exit 2). Keys a box does not define are kept and reported, never dr
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -216,7 +217,9 @@ def load_box(path: Path) -> Box:
     """Read and check a box file (hostctl's loader: trusted owner, size and alias caps, no duplicate keys)."""
     from hostctl.safeload import load_yaml
 
-    path = Path(path).absolute()
+    # Lexically absolute, `..` taken out (cli.typed_path's rule): the profile's [box].file refuses
+    # a path with `..`, and `--box ../bench/boxes/B.yaml` is how one names a box beside a checkout.
+    path = Path(os.path.abspath(path))
     doc = load_yaml(path, "box")
     refuse_unquoted_env(doc, f"box {path} is not valid", "nothing was written")
     return parse_box(doc.data, path)

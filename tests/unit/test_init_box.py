@@ -486,3 +486,15 @@ def test_a_box_that_is_not_yaml_names_the_file_where_it_breaks_and_what_to_do(te
     err = capsys.readouterr().err
     assert f"{box} is not valid YAML" in err and f'in {box}, line' in err and "<unicode string>" not in err, err
     assert "fix: correct the YAML at the line and column named above" in err, err
+
+
+def test_a_box_named_with_dotdot_is_read_from_where_it_is(tmp_path, monkeypatch, capsys):
+    # `--box ../bench/boxes/b1.yaml` exited 70: [box].file kept the `..`, which the profile refuses.
+    box, good, _ = _bench_with_a_broken_recipe(tmp_path)
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
+    facts = write_facts(snapshots.desktop()[1], tmp_path)
+    out = tmp_path / "p.toml"
+    assert main(["init", "--box", "../bench/boxes/b1.yaml", "--facts", str(facts), "--out", str(out),
+                 "--recipe", str(good)]) == 0, capsys.readouterr().err
+    assert load_config(out).profile.box.file == str(box)
