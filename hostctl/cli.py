@@ -268,7 +268,7 @@ def init(
     if out_path == "-" and json_:
         raise InputError("--out - prints the profile, --json the choices: pick one")
     options = InitOptions(drives=parse_drives(drives), power_limit_w=power_limit,
-                          model_dir=str(Path(model_dir).absolute()) if model_dir else None)
+                          model_dir=os.path.abspath(model_dir) if model_dir else None)
     result = init_profile(facts_path=c.facts_path, options=options, recipe_ref=recipe, force=force,
                           out=None if out_path == "-" else Path(out_path), box_path=Path(box) if box else None)
     if json_:

@@ -498,3 +498,16 @@ def test_a_box_named_with_dotdot_is_read_from_where_it_is(tmp_path, monkeypatch,
     assert main(["init", "--box", "../bench/boxes/b1.yaml", "--facts", str(facts), "--out", str(out),
                  "--recipe", str(good)]) == 0, capsys.readouterr().err
     assert load_config(out).profile.box.file == str(box)
+
+
+def test_model_dir_named_with_dotdot_is_the_folder_it_names(tmp_path, monkeypatch, capsys):
+    # `--model-dir ../models/x` exited 2 with "the profile hostctl init proposes is not valid:
+    # runtime.model_dir: '/cwd/../models/x' contains '..'": init kept the `..` it was given.
+    box, good, _ = _bench_with_a_broken_recipe(tmp_path)
+    box.write_text(yaml.safe_dump(dict(GOOD, models={})))
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
+    out = tmp_path / "p.toml"
+    assert main(["init", "--box", str(box), "--facts", str(write_facts(snapshots.desktop()[1], tmp_path)),
+                 "--out", str(out), "--recipe", str(good), "--model-dir", "../models/x"]) == 0, capsys.readouterr().err
+    assert load_config(out).profile.runtime.model_dir == str(tmp_path / "models" / "x")
