@@ -98,7 +98,10 @@ class _Overlay:
 
     def identity(self) -> None:
         box = self.box
-        self.set("name", profile_name(box.id), "id", "the box's id, as a profile name")
+        name = profile_name(box.id)
+        self.set("name", name, "id", "the box's id, as a profile name"
+                 + (f" (its first {len(name)} characters: a profile name has at most that many)"
+                    if len(name) < len(box.id) else ""))
         what = f"{box.gpu_count}x {box.gpu_name or 'GPU'} ({box.vram_gb:g} GB), {box.host_ram_gb:g} GB host RAM"
         self.set("description", f"vLLM-MoET box {box.id}: {what} (written by hostctl init --box)", "gpus, host_ram_gb",
                  "what the box declares")

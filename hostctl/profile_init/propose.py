@@ -57,9 +57,14 @@ MODELS_ROOT = "/srv/models"
 # ---------------------------------------------------------------- small choices
 
 
+PROFILE_NAME_MAX = 64  # config's profile name pattern
+
+
 def profile_name(hostname: str) -> str:
+    """A profile name from a hostname or a box id: lower case, other characters as '-', at most 64
+    characters (a box id may have 128)."""
     name = re.sub(r"[^a-z0-9._-]+", "-", hostname.lower()).lstrip("._-")
-    return name or "host"
+    return (name or "host")[:PROFILE_NAME_MAX]
 
 
 def size_text(n: int) -> str | int:

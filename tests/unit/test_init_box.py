@@ -511,3 +511,16 @@ def test_model_dir_named_with_dotdot_is_the_folder_it_names(tmp_path, monkeypatc
     assert main(["init", "--box", str(box), "--facts", str(write_facts(snapshots.desktop()[1], tmp_path)),
                  "--out", str(out), "--recipe", str(good), "--model-dir", "../models/x"]) == 0, capsys.readouterr().err
     assert load_config(out).profile.runtime.model_dir == str(tmp_path / "models" / "x")
+
+
+def test_a_box_id_longer_than_a_profile_name_is_cut_to_one(tmp_path, capsys):
+    # A box id may have 128 characters, a profile name 64: init --box exited 2 saying the profile
+    # it proposes is not valid (`name`), a field the user never wrote.
+    box, good, _ = _bench_with_a_broken_recipe(tmp_path)
+    box.write_text(yaml.safe_dump(dict(GOOD, id="a" * 128)))
+    out = tmp_path / "p.toml"
+    assert main(["init", "--box", str(box), "--facts", str(write_facts(snapshots.desktop()[1], tmp_path)),
+                 "--out", str(out), "--recipe", str(good)]) == 0, capsys.readouterr().err
+    config = load_config(out)
+    assert config.profile.name == "a" * 64 and config.profile.box.id == "a" * 128
+    assert "its first 64 characters" in out.read_text()
