@@ -1,6 +1,8 @@
-"""`hostctl tune` between the CLI and the sweep: load the profile with the recipe to tune, plan
-(and stop there with --dry-run), hold the tune lock, stop the service that was up, sweep, bring
-that service back, write the results, print the table (or the hostctl.tune/v1 document)."""
+"""`hostctl tune` between the CLI and the sweep: load the profile with the recipe to tune, list
+its trials and boots (and stop there with --dry-run; with --facts, also the plan's errors on that
+snapshot, which every boot would fail with), plan, hold the tune lock, stop the service that was
+up, sweep, bring that service back, write the results, print the table (or the hostctl.tune/v1
+document)."""
 
 from __future__ import annotations
 
@@ -46,6 +48,17 @@ def tune(config_path: Path | None, recipe_ref: str | None, *, dry_run: bool, jso
     tp = runner.plan_for(data, cfg.recipe)
     if dry_run:
         doc = runner.dry_run_doc(cfg, source, tp)
+        if facts_path is not None:
+            # The recipe to tune, planned on the snapshot as each boot would be: what `plan` would
+            # refuse, every boot would fail with. Said, not refused: the trials are still listed.
+            from hostctl.facts import load_snapshot
+            from hostctl.plan import build_plan
+
+            plan = build_plan(cfg, load_snapshot(facts_path))
+            doc["plan_errors"] = [f"[{e.area}] {e.message}" + (f" (fix: {e.fix})" if e.fix else "")
+                                  for e in plan.errors]
+            for e in doc["plan_errors"]:
+                err.print(f"warning: every boot would fail: hostctl plan reports {e}", markup=False)
         if json_:
             sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         else:

@@ -415,3 +415,19 @@ def test_the_tuned_recipe_and_its_results_are_the_users_alone(tmp_path, monkeypa
     for p in (tuned, path):
         st = os.stat(p)
         assert (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid) == (0o600, 65534, 65534), p
+
+
+def test_dry_run_with_facts_plans_the_recipe_on_them(tmp_path, capsys):
+    # --facts was accepted and never read: `tune --dry-run --facts /nonexistent` exited 0, and a
+    # recipe no boot could serve on the snapshot (here 4 GPUs on a host with none) listed its boots
+    # as if they could run.
+    recipe = str(MOET / "recipes" / "glm-5.2-nvfp4_pro6000x4-tp4-quality.yaml")
+    base = ["tune", "--dry-run", "--json", "--config", str(HOSTS / "demo-cpu.toml"), "--recipe", recipe]
+    assert main(base + ["--facts", str(tmp_path / "missing.json")]) == 2
+    assert "missing.json" in capsys.readouterr().err
+    code = main(base + ["--facts", str(HOSTS / "demo-cpu.facts.json")])
+    captured = capsys.readouterr()
+    doc = json.loads(captured.out)
+    assert code == 0 and len(doc["boots"]) == 4
+    assert any("[placement]" in e for e in doc["plan_errors"]), doc["plan_errors"]
+    assert "warning: every boot would fail: hostctl plan reports [placement]" in captured.err
