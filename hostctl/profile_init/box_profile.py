@@ -152,6 +152,17 @@ class _Overlay:
     def planes(self) -> None:
         box, recipe = self.box, self.recipe
         path = box.planes_cache.get(recipe.model)
+        model = box.models.get(recipe.model)
+        if path is not None and model is not None and _overlaps(path, model):
+            # The checkpoint is bound read-only, the planes cache read-write: one folder both ways
+            # would let the runtime write planes among the checkpoint's pinned files.
+            field = f"planes_cache.{recipe.model}"
+            self.unuse(field, path, f"not used: it is, holds or lies inside the checkpoint's folder "
+                       f"models.{recipe.model} = {model}, which hostctl mounts read-only and pins; give the planes "
+                       "cache a folder of its own (storage.planes_cache)")
+            self.warnings.append(f"box {self.box.name}: {field} = {path} is not used (it overlaps the checkpoint "
+                                 f"{model}); the profile gives the planes cache a place of its own")
+            path = None
         if path is not None and self.bindable(f"planes_cache.{recipe.model}", path):
             self.set("storage.planes_cache", path, f"planes_cache.{recipe.model}",
                      "the planes cache of the recipe's model, mounted read-write where {planes_cache} points")
@@ -250,6 +261,12 @@ class _Overlay:
         self.p.choices.append(Choice(key="box", value=self.box.id, source=self.src("id, gpus, host_ram_gb, models"),
                                      reason="the box's declared hardware and models, which `hostctl plan` checks the "
                                      "recipe against"))
+
+
+def _overlaps(a: str, b: str) -> bool:
+    """Whether two normalised absolute paths are one folder or one holds the other."""
+    a, b = a.rstrip("/") or "/", b.rstrip("/") or "/"
+    return a == b or a.startswith(b.rstrip("/") + "/") or b.startswith(a.rstrip("/") + "/")
 
 
 def _options(box: Box, sources: list[RecipeSource]) -> list[RecipeOption]:

@@ -524,3 +524,21 @@ def test_a_box_id_longer_than_a_profile_name_is_cut_to_one(tmp_path, capsys):
     config = load_config(out)
     assert config.profile.name == "a" * 64 and config.profile.box.id == "a" * 128
     assert "its first 64 characters" in out.read_text()
+
+
+@pytest.mark.parametrize("planes", ["/srv/models/ds4-0731", "/srv/models/ds4-0731/.planes", "/srv/models"])
+def test_a_planes_cache_overlapping_the_checkpoint_is_not_used(planes, tmp_path):
+    # The checkpoint is bound read-only and pinned, the planes cache read-write: a box whose planes
+    # cache was the checkpoint's folder (or inside it, or above it) planned with no word, the
+    # runtime free to write planes among the checkpoint's files.
+    box, good, _ = _bench_with_a_broken_recipe(tmp_path)
+    pc = box.parent.parent / "recipes" / "deepseek-v4-flash-0731" / "pc.yaml"
+    pc.write_text(recipe_file("deepseek-v4-flash-0731/pro6000x1").read_text())
+    (pc.parent / "broken.yaml").unlink()
+    box.write_text(yaml.safe_dump(dict(GOOD, planes_cache={"DeepSeek-V4-Flash-0731": planes})))
+    result, config = init_box(box, write_facts(snapshots.desktop()[1], tmp_path), tmp_path, str(pc))
+    assert config.profile.storage.planes_cache != planes
+    unused = {u.field: u.why for u in result.proposal.box.unused}
+    assert "overlaps" not in unused["planes_cache.DeepSeek-V4-Flash-0731"]
+    assert "inside the checkpoint's folder" in unused["planes_cache.DeepSeek-V4-Flash-0731"]
+    assert any("overlaps the checkpoint" in w for w in result.proposal.warnings)
