@@ -31,7 +31,7 @@ from __future__ import annotations
 import posixpath
 from typing import Any
 
-from hostctl import safepaths
+from hostctl import safepaths, secrets
 from hostctl.images import GPU_RUNTIME_IMAGE
 from hostctl.config import PLACEHOLDER_RE, BoxDeclaration, Config, parse_profile
 from hostctl.facts.model import HostFacts
@@ -237,6 +237,11 @@ class _Overlay:
                            "(common.build_env), so the box's value never reaches the server; hostctl picks the GPUs "
                            "in the plan (placement; gpu.devices names them) and maps only those into the container, "
                            "where a host index names another GPU or none")
+            elif secrets.is_secret_name(key) or secrets.looks_secret(key, value):
+                # A profile is 0644 and provision installs it in /etc/hostctl: no place for a secret.
+                self.unuse(field, secrets.MASK, "a secret (by its name or its shape): never written into a profile, "
+                           "which anyone on the host can read; the runtime reads its checkpoint from disk and needs "
+                           "no hub token, and the API key is runtime.api_key_env's variable, read at start")
             elif PLACEHOLDER_RE.search(value):
                 self.unuse(field, value, "a placeholder in a box's env: vLLM-MoET resolves it per recipe; a profile's "
                            "env is literal, so put the knob in the recipe's env instead")

@@ -542,3 +542,23 @@ def test_a_planes_cache_overlapping_the_checkpoint_is_not_used(planes, tmp_path)
     assert "overlaps" not in unused["planes_cache.DeepSeek-V4-Flash-0731"]
     assert "inside the checkpoint's folder" in unused["planes_cache.DeepSeek-V4-Flash-0731"]
     assert any("overlaps the checkpoint" in w for w in result.proposal.warnings)
+
+
+def test_a_secret_in_a_boxs_env_is_never_written_into_the_profile(tmp_path):
+    """A profile is 0644 and installed in /etc/hostctl: a box's HF_TOKEN (by name) or a token-shaped
+    value is listed as not used, masked, and appears nowhere in the profile or its --json."""
+    token, shaped = "hf_" + "Q" * 34, "sk-" + "Zx9" * 12
+    data = dict(GOOD, env={"HF_TOKEN": token, "WANDB_KEY": shaped, "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})
+    box = tmp_path / "box.yaml"
+    box.write_text(yaml.safe_dump(data))
+    facts = write_facts(snapshots.desktop()[1], tmp_path)
+    result = init_profile(facts_path=facts, options=InitOptions(), recipe_ref=None, out=tmp_path / "p.toml",
+                          force=False, box_path=box)
+    text = (tmp_path / "p.toml").read_text()
+    doc = json.dumps(result.document())
+    for secret in (token, shaped):
+        assert secret not in text and secret not in doc
+    config = load_config(tmp_path / "p.toml")
+    assert config.profile.runtime.env == {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+    unused = {u["field"]: u for u in result.document()["box"]["unused"]}
+    assert {"env.HF_TOKEN", "env.WANDB_KEY"} <= set(unused) and "never written into a profile" in unused["env.HF_TOKEN"]["why"]
