@@ -181,6 +181,9 @@ def collect(path_requests: Sequence[tuple[str, bool]] = (), port_requests: Seque
     )
 
 
+STORAGE_READS = 3  # a mount or swapon that finishes while the disks are read shows on the next read
+
+
 def collect_storage(path_requests: Sequence[tuple[str, bool]] = (), alias_paths: Sequence[str] = (),
                     checked: Sequence[tuple[str, str]] = ()) -> HostFacts:
     """Only what storage provisioning decides on: disks, mounts, swap and memory, and the
@@ -190,17 +193,24 @@ def collect_storage(path_requests: Sequence[tuple[str, bool]] = (), alias_paths:
                                      NumaFacts, PathFacts)
 
     _load_probes()
-    notes: list[str] = []
-    mountinfo = read_mountinfo()
-    mounts = [line.entry for line in mountinfo]
-    swaps = read_swaps()
     why = "not read: storage provisioning reads only disks, mounts, memory and directories"
     try:
         cmdline = CMDLINE.read_text().strip()
     except OSError:
         cmdline = ""
-    disks = _guarded("disk", lambda: probe_disks(mountinfo, swaps, alias_paths, checked),
-                     lambda w: DiskFacts(available=False, reason=w), notes)
+    for _ in range(STORAGE_READS):
+        notes: list[str] = []
+        mountinfo = read_mountinfo()
+        swaps = read_swaps()
+        disks = _guarded("disk", lambda: probe_disks(mountinfo, swaps, alias_paths, checked),
+                         lambda w: DiskFacts(available=False, reason=w), notes)
+        # The disks' checks (fsck -n, xfs_repair -n) judge partitions the mount table said were
+        # not mounted. A mount that finished meanwhile (a killed hostctl's mount(2) completing in
+        # the kernel: CI's kill -9 5 ms into its own mount of an xfs) makes xfs_repair refuse "a
+        # mounted and writable filesystem", which is not damage: read it all again, at one moment.
+        if read_mountinfo() == mountinfo and read_swaps() == swaps:
+            break
+    mounts = [line.entry for line in mountinfo]
     memory = _guarded("memory", lambda: probe_memory(swaps),
                       lambda w: MemoryFacts(mem_total_bytes=0, mem_available_bytes=0, swap_total_bytes=0,
                                             swap_free_bytes=0), notes)

@@ -515,3 +515,29 @@ def test_copy_verified_keeps_the_originals_time_and_leaves_no_partial(tmp_path):
     assert (dst_dir / src.name).read_bytes() == src.read_bytes()
     assert (dst_dir / src.name).stat().st_mtime_ns == src.stat().st_mtime_ns
     assert os.listdir(dst_dir) == [src.name] and not [n for n in os.listdir(dst_dir) if TEMP_MARK in n]
+
+
+def test_storage_facts_are_read_again_when_a_mount_finishes_while_the_disks_are_checked(monkeypatch):
+    """The disks' read-only checks judge partitions the mount table said were free; a mount that
+    finished meanwhile (a killed run's mount(2) completing in the kernel) made xfs_repair -n refuse
+    "a mounted and writable filesystem", read as damage. The facts are then read again, at one
+    moment: the mount table, and the checks, as they are after the mount."""
+    import hostctl.facts as facts
+    from hostctl.facts.model import DiskFacts, MountEntry
+    from hostctl.facts.mounts import MountLine
+
+    before: list = []
+    after = [MountLine(dev="7:2", root="/", entry=MountEntry(source="/dev/loop0p2", target="/mnt/d1", fs_type="xfs",
+                                                              options="rw"))]
+    tables = iter([before, after, after, after])  # the mount lands while the disks are read the first time
+    probed = []
+
+    def probe_disks(mounts, *_args):
+        probed.append(list(mounts))
+        return DiskFacts(available=False, reason="a stand-in: this test is about when the facts are read")
+
+    monkeypatch.setattr(facts, "read_mountinfo", lambda: next(tables), raising=False)
+    monkeypatch.setattr(facts, "probe_disks", probe_disks, raising=False)
+    f = facts.collect_storage()
+    assert probed == [before, after]  # read again once, then the table held still
+    assert [m.target for m in f.mounts] == ["/mnt/d1"]
