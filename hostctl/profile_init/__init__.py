@@ -153,12 +153,8 @@ def init_profile(*, facts_path: Path | None, options: InitOptions, recipe_ref: s
     facts, source, live = gather(facts_path)
 
     def decide(facts: HostFacts) -> Proposal:
-        if box is not None:
-            return propose_from_box(facts, box, recipes, options, source)
-        return propose(facts, recipes, options)
-
-    def decide(facts: HostFacts, _decide=decide) -> Proposal:
-        p = _decide(facts)
+        p = (propose_from_box(facts, box, recipes, options, source) if box is not None
+             else propose(facts, recipes, options))
         p.warnings = [_broken_warning(path, exc) for path, exc in broken.items()] + p.warnings
         return p
 

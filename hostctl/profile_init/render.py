@@ -47,7 +47,7 @@ def _reason(p: Proposal, key: str) -> list[str]:
     if c is None:
         return []
     short = key.split('.')[-1]
-    # "planes_cache: because ..."; from a box: "image (box rtx-pro6000x4.yaml: docker_image): ..."
+    # "planes_cache: because ..."; from a box: "model_dir (box rtx-pro6000x4.yaml: models.GLM-5.2-NVFP4): ..."
     return comment(f"{short} ({c.source}): {c.reason}" if c.source else f"{short}: {c.reason}")
 
 
