@@ -1,0 +1,27 @@
+"""Data: the one way hostctl defines a data type (docs/house.md, "One data layer").
+
+Everything that is data (profiles, recipes, cluster profiles, boxes, facts, plans, state files,
+results, reports) is a pydantic v2 model deriving from `Data`. Classes are cheap to define
+(`defer_build`: the validator is built on first use, not at import), unknown keys are errors, and
+input hostctl did not write itself (a file, a snapshot, a state file another run left) is read
+with `strict=True` at the boundary, so a boolean is never a number and "8000" never a port:
+
+    HostFacts.model_validate_json(text, strict=True)
+
+What hostctl makes itself is validated as pydantic validates any constructor call.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+
+class Data(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+        # ~0.5 ms to define a class instead of ~2.5 ms with its validator (2-CPU machine): a
+        # read-only command defines many and validates few (benchmarks/doctor_quick.py).
+        defer_build=True,
+        # JSON has no inf or NaN: written as null, as JSON readers expect.
+        ser_json_inf_nan="null",
+    )
