@@ -5,8 +5,10 @@ import json
 
 import pytest
 
-from hostctl import cli, examples, paths
+from hostctl import examples, paths
 from hostctl.cli import main
+from hostctl.cli.check import DoctorLevel
+from hostctl.cli.prepare import ProvisionPart
 from hostctl.doctor import LEVELS
 from hostctl.plan import build_plan
 from hostctl.provision.parts import ORDER
@@ -23,8 +25,8 @@ def run(argv, capsys):
 
 
 def test_the_cli_choices_are_their_owners_tuples():
-    assert tuple(p.value for p in cli.ProvisionPart) == ORDER
-    assert tuple(level.value for level in cli.DoctorLevel) == LEVELS
+    assert tuple(p.value for p in ProvisionPart) == ORDER
+    assert tuple(level.value for level in DoctorLevel) == LEVELS
 
 
 @pytest.mark.parametrize("argv, option, choices", [(["provision", "--only", "disks"], "--only", ORDER),

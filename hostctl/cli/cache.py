@@ -1,5 +1,5 @@
-"""`hostctl cache list|verify|prune`: a small typer app that hostctl/cli.py registers. Parsing and
-printing only; the work is in act.py."""
+"""`hostctl cache list|verify|prune`: the runtime's caches by generation. Parsing and printing only;
+the work is in hostctl.cache.act."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+
+from hostctl.cli.options import global_options
 
 app = typer.Typer(help="The runtime's caches by generation: planes, packs and rank stores, compile caches "
                        "(README \"cache\").", no_args_is_help=True, rich_markup_mode=None)
@@ -19,9 +21,7 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print one hostctl.cache/v
 
 
 def _config(ctx: typer.Context, config: Path | None, facts: Path | None, command: str):
-    from hostctl.cli import _ctx
-
-    c = _ctx(ctx, config, facts)
+    c = global_options(ctx, config, facts)
     c.refuse_snapshot(command)
     return c.config()
 

@@ -1,5 +1,5 @@
-"""`hostctl model pull|verify`: a small typer app that hostctl/cli.py registers. Parsing and
-printing only; the work is in pull.py and verify.py."""
+"""`hostctl model pull|verify`: the checkpoint the recipe names. Parsing and printing only; the work
+is in hostctl.model.pull and hostctl.model.verify."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+
+from hostctl.cli.options import global_options
 
 app = typer.Typer(help="The checkpoint the recipe names: pulled at its pinned commit and checked (README \"model\").",
                   no_args_is_help=True, rich_markup_mode=None)
@@ -20,9 +22,7 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print one hostctl.model/v
 
 
 def _context(ctx: typer.Context, config: Path | None, facts: Path | None, command: str):
-    from hostctl.cli import _ctx
-
-    c = _ctx(ctx, config, facts)
+    c = global_options(ctx, config, facts)
     c.refuse_snapshot(command)
     return c
 
