@@ -150,7 +150,7 @@ class GlobalOptions:
         """The runtime's names, for the commands that need nothing else of the profile."""
         from hostctl.service import identity
 
-        return identity.of_profile(self.config_path, self.config, lambda w: err.print(f"warning: {w}", markup=False))
+        return identity.of_config(self.config())
 
     def facts(self, config: Config | None = None) -> HostFacts:
         from hostctl.facts import collect, load_snapshot
@@ -302,7 +302,7 @@ def plan(ctx: typer.Context, json_: JsonOpt = False, config: ConfigOpt = None, f
     from hostctl.plan import build_plan
     from hostctl.present import plan_text
 
-    from hostctl.doctor.redact import redact
+    from hostctl.secrets import redact
 
     c = _ctx(ctx, config, facts)
     cfg = c.config()
@@ -848,9 +848,10 @@ def main(argv: list[str] | None = None) -> int:
     stdout and stderr pass through hostctl.secrets for the whole command: every value known to be
     secret (the environment's at start, the config's once loaded) is hidden in everything printed.
     """
-    from hostctl import noplugins, secrets
+    from hostctl import secrets
 
-    noplugins.disable()  # no pydantic plugin, and no scan of the installed packages for one
+    # pydantic's own switch: no third-party plugin observes or alters hostctl's validation.
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     secrets.remember(secrets.from_environment())
     real_out, real_err = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = secrets.RedactingStream(real_out), secrets.RedactingStream(real_err)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from hostctl import paths, safepaths, safetext, serveflags
 from hostctl.errors import InputError
+from hostctl.secrets import SECRET_FLAGS_TO_ENV, is_secret_name
 from hostctl.storage_roles import ROLES, Role
 from hostctl.bytesizes import MIB, TIB, parse_size
 from hostctl.record import Record, field
@@ -107,8 +108,6 @@ def env_problem(key: object, value: object) -> str | None:
     """Why `key=value` cannot be a runtime environment variable from a recipe, a profile or a box,
     or None: a valid name, not one hostctl owns (hostctl.serveflags), a string value with no control
     character."""
-    from hostctl.secrets import is_secret_name
-
     if not isinstance(key, str) or not safetext.ENV_NAME.fullmatch(key):
         return f"{str(key)[:80]!r} is not a valid environment variable name"
     owned = serveflags.env_refusal(key, value)
@@ -677,14 +676,7 @@ class ServeArgs:
         return out
 
 
-# Serve flags whose value is a secret and the variable the runtime reads it from instead, so the
-# plan moves it out of argv (and out of compose.yaml) into the 0600 env file.
-SECRET_FLAGS_TO_ENV = {"--hf-token": "HF_TOKEN"}
-
-
 def _secret_flag(flag: str) -> bool:
-    from hostctl.secrets import is_secret_name
-
     return is_secret_name(flag.lstrip("-").replace("-", "_"))
 
 
@@ -890,7 +882,7 @@ class Config(Record):
     source_text: str = ""
 
 
-def _validated(path: Path) -> tuple[Config, Path]:
+def _validated(path: Path) -> Config:
     profile, text = load_profile_text(path)
     recipe = recipe_path(profile.recipe, path.parent)
     warnings = [
@@ -900,20 +892,20 @@ def _validated(path: Path) -> tuple[Config, Path]:
         if d.identity.kind == "path"
     ]
     return Config(profile=profile, recipe=load_recipe(recipe), source=str(path), warnings=warnings,
-                  source_text=text), recipe
+                  source_text=text)
 
 
 def load_config(explicit: Path | None) -> Config:
-    from hostctl import config_cache, safefs, secrets
+    from hostctl import safefs, secrets
 
     path = find_profile(explicit)
     try:
         # One resolution: the real path, as the kernel reaches it (`~/link/../p.toml` is the
-        # p.toml beside the link's target), is what is validated, cached, and named later.
+        # p.toml beside the link's target), is what is validated and named later.
         path = safefs.real_path(path)
     except (OSError, safefs.UntrustedPathError):
         pass  # validation reads the same path and says what is wrong with it
-    config = config_cache.load(path, lambda: _validated(path))
+    config = _validated(path)
     # From here on every output of this process hides these values (hostctl.secrets).
     secrets.remember(secrets.from_config(config))
     return config
