@@ -79,7 +79,7 @@ def gather(*, doctor_json: str, facts: HostFacts, plan: Plan | None, config: Con
             b.add(f"profile/{src.name}", config.source_text)
         else:
             b.missing.append(f"profile {src}: not read from a file")
-        b.add("profile/recipe.json", config.recipe.to_json())
+        b.add("profile/recipe.json", config.recipe.model_dump_json(indent=2) + "\n")
     kernel, why = _kernel_excerpt(facts, live)
     if kernel is not None:
         b.add("kernel.log", kernel)
