@@ -1,4 +1,4 @@
-"""The host profile (TOML) and the recipe (YAML): their schema, loading and validation.
+"""The host profile (TOML) and the recipe (YAML): their records, loading and validation.
 
 A profile describes one host: its drives (by stable identity), GPU power limits, memory
 policy, storage roles, the phase, and the recipe it serves. A recipe is a vLLM-MoET bench
@@ -6,6 +6,10 @@ recipe, accepted unchanged, plus hostctl's own fields (smoke suite, storage need
 architecture facts). `env`, `warmup`, `tuning` and `suite_params` are open maps; every
 other unknown key is an error naming its path. Validation never opens model files: what it
 needs to know about the checkpoint, the recipe declares under `architecture`.
+
+Every record here derives from `Written`: what people write, validated strictly (a boolean is
+not a number, "8000" is not 8000, no inf or NaN) and frozen once read. String rules are the
+annotated types of hostctl.safetext and hostctl.safepaths.
 """
 
 from __future__ import annotations
@@ -13,14 +17,18 @@ from __future__ import annotations
 import ipaddress
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from hostctl import paths, safepaths, safetext, serveflags
-from hostctl.errors import InputError
-from hostctl.storage_roles import ROLES, Role
 from hostctl.bytesizes import MIB, TIB, parse_size
-from hostctl.record import Record, field
-from hostctl.strict_record import StrictRecord, validates, validates_record
+from hostctl.data import Data
+from hostctl.errors import InputError
+from hostctl.safepaths import HostDir, HostPath, MountPoint
+from hostctl.safetext import EnvName, ImageRef, ModelName, Printable, RecipeId, ServedName
+from hostctl.secrets import SECRET_FLAGS_TO_ENV, is_secret_name
+from hostctl.storage_roles import ROLES, Role
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
@@ -31,19 +39,12 @@ KNOWN_PLACEHOLDERS = {"planes_cache", "expert_store", "model"}
 XFS_NAME_MAX = 5  # "hcdata-" + 5 characters = xfs's 12-byte label
 
 
-def normalise_mountpoint(path: str) -> str:
-    """The one spelling of a mountpoint: absolute, no `.` components, no repeated or trailing
-    slashes. `..` is refused rather than resolved: lexically it can point anywhere, and the
-    mount table, fstab and the plan must all name one directory the same way. Symlinks on the
-    path are a fact of the host, judged by the storage plan, not here."""
-    if not isinstance(path, str) or not path.startswith("/"):
-        raise ValueError(f"expected an absolute path, got {path!r}")
-    parts = [p for p in path.split("/") if p not in ("", ".")]
-    if ".." in parts:
-        raise ValueError(f"{path!r} contains '..': write the directory it means without '..'")
-    if not parts:
-        raise ValueError(f"expected a directory other than /, got {path!r}")
-    return "/" + "/".join(parts)
+class Written(Data):
+    """What people write: strict (no coercion between types: `api_port = true` is not port 1,
+    "8000" is not 8000), no infinity or NaN (an infinity passes every range check and overflows
+    later), frozen once read (a changed one is made with model_copy(update=...))."""
+
+    model_config = ConfigDict(strict=True, allow_inf_nan=False, frozen=True)
 
 
 def _problem(problem: str | None) -> None:
@@ -68,7 +69,7 @@ def _size_in(v: int | None, lo: int, hi: int, why_lo: str, why_hi: str = "") -> 
 # ---------------------------------------------------------------- drive identity
 
 
-class DriveIdentity(StrictRecord):
+class DriveIdentity(Written):
     """How a drive is recognised: stable forms first; `path:` only with a warning."""
 
     kind: Literal["serial", "wwn", "by-id", "path"]
@@ -107,8 +108,6 @@ def env_problem(key: object, value: object) -> str | None:
     """Why `key=value` cannot be a runtime environment variable from a recipe, a profile or a box,
     or None: a valid name, not one hostctl owns (hostctl.serveflags), a string value with no control
     character."""
-    from hostctl.secrets import is_secret_name
-
     if not isinstance(key, str) or not safetext.ENV_NAME.fullmatch(key):
         return f"{str(key)[:80]!r} is not a valid environment variable name"
     owned = serveflags.env_refusal(key, value)
@@ -128,66 +127,59 @@ def env_problem(key: object, value: object) -> str | None:
     return None
 
 
+def _env_map(v: Any) -> Any:
+    # Checked before the type: a value YAML rewrote (no -> false) is named with its fix.
+    if isinstance(v, dict):
+        for key, value in v.items():
+            problem = env_problem(key, value)
+            if problem:
+                raise ValueError(f"env.{key}: {problem}")
+    return v
+
+
+# Runtime environment variables (a recipe's, a profile's, a box's): they reach the same root container.
+EnvMap = Annotated[dict[str, str], BeforeValidator(_env_map)]
+
+
 # ---------------------------------------------------------------- host profile
 
 
-class Drive(StrictRecord):
+def _whole_mib(v: Any) -> int:
+    size = parse_size(v)
+    if size % MIB:
+        # partitions are made in whole MiB; rounding silently would make a layout the profile
+        # does not describe (and a later "size differs" refusal)
+        raise ValueError(f"expected a whole number of MiB, got {v!r} ({size} bytes = "
+                         f"{size / MIB:.3f} MiB); write e.g. '{size // MIB or 1}MiB'")
+    return size
+
+
+def _mount_option(option: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9_.=:/+-]+", option):  # fullmatch: "$" would let a trailing newline in
+        raise ValueError(f"mount option {option!r}: expected one option such as 'discard' "
+                         "(letters, digits and _.=:/+- only; no commas or spaces)")
+    return option
+
+
+class Drive(Written):
     # The name goes into filesystem labels: "hcdata-<name>" must fit ext4's 16 bytes (so <= 9
     # characters) and, for xfs, its 12 bytes (<= 5 characters; checked below).
-    name: str = field(pattern=r"^[a-z][a-z0-9-]{0,8}$", description="short name (<= 9 chars: it goes into 16-byte filesystem labels)")
-    identity: DriveIdentity
-    swap: int = field(default=0, description="swap partition size in bytes, a whole number of MiB (0: no swap partition)")
+    name: str = Field(pattern=r"^[a-z][a-z0-9-]{0,8}$", description="short name (<= 9 chars: it goes into 16-byte filesystem labels)")
+    identity: Annotated[DriveIdentity, BeforeValidator(lambda v: DriveIdentity.parse(v) if isinstance(v, str) else v)]
+    swap: Annotated[int, BeforeValidator(_whole_mib)] = Field(
+        default=0, description="swap partition size in bytes, a whole number of MiB (0: no swap partition)")
     # 0..32767 only: swapon -p -1 leaves the kernel to pick its own negative priority, which then
     # never equals the profile's -1, so every run would turn the swap off and on again.
-    swap_priority: int = field(default=100, ge=0, le=32767, strict=True,
+    swap_priority: int = Field(default=100, ge=0, le=32767,
                                description="swap priority, 0..32767 (equal priorities interleave the drives)")
     filesystem: Literal["ext4", "xfs"] = "ext4"
-    mountpoint: str | None = None
-    mount_options: list[str] = field(
+    mountpoint: MountPoint | None = None
+    mount_options: list[Annotated[str, AfterValidator(_mount_option)]] = Field(
         default_factory=list,
         description="extra mount options for the data filesystem, added to defaults,noatime,nofail "
         "(e.g. noinit_itable for sparse test images, discard)")
 
-    @validates("identity", mode="before")
-    @classmethod
-    def _identity(cls, v: Any) -> Any:
-        return DriveIdentity.parse(v) if isinstance(v, str) else v
-
-    @validates("swap", mode="before")
-    @classmethod
-    def _size(cls, v: Any) -> int:
-        size = parse_size(v)
-        if size % MIB:
-            # partitions are made in whole MiB; rounding silently would make a layout the profile
-            # does not describe (and a later "size differs" refusal)
-            raise ValueError(f"expected a whole number of MiB, got {v!r} ({size} bytes = "
-                             f"{size / MIB:.3f} MiB); write e.g. '{size // MIB or 1}MiB'")
-        return size
-
-    @validates("mountpoint")
-    @classmethod
-    def _mount(cls, v: str | None) -> str | None:
-        return None if v is None else normalise_mountpoint(v)
-
-    @validates("mountpoint")
-    @classmethod
-    def _mount_safe(cls, v: str | None) -> str | None:
-        # The mountpoint goes into the service unit's RequiresMountsFor= and fstab: no control
-        # characters, spaces or %; and never a system directory (hostctl.safepaths).
-        if v is not None:
-            _problem(safetext.control_problem(v) or safetext.unit_path_problem(v) or safepaths.host_dir_problem(v))
-        return v
-
-    @validates("mount_options")
-    @classmethod
-    def _options(cls, v: list[str]) -> list[str]:
-        for option in v:
-            if not re.fullmatch(r"[A-Za-z0-9_.=:/+-]+", option):  # fullmatch: "$" would let a trailing newline in
-                raise ValueError(f"mount option {option!r}: expected one option such as 'discard' "
-                                 "(letters, digits and _.=:/+- only; no commas or spaces)")
-        return v
-
-    @validates_record
+    @model_validator(mode="after")
     def _label_fits(self) -> "Drive":
         if self.filesystem == "xfs" and len(self.name) > XFS_NAME_MAX:
             raise ValueError(f"name {self.name!r}: an xfs label holds 12 bytes, so a drive formatted as xfs needs a "
@@ -199,44 +191,46 @@ class Drive(StrictRecord):
         return self.mountpoint or f"/mnt/hostctl/{self.name}"
 
 
-class MemoryPolicy(StrictRecord):
-    host_reserve: int = field(default=8 * 1024**3, description="physical RAM kept outside the container")
-    reservation_margin: int = field(default=4 * 1024**3, description="soft limit this far below the hard cap")
-    container_ram_swap: int | None = field(default=None, description="container RAM+swap cap; default derived")
-    container_ram: int | None = field(default=None, description="container RAM cap; default MemTotal minus host_reserve")
+ByteSize = Annotated[int, BeforeValidator(parse_size)]
 
-    @validates("host_reserve", "reservation_margin", "container_ram_swap", "container_ram", mode="before")
-    @classmethod
-    def _size(cls, v: Any) -> Any:
-        return None if v is None else parse_size(v)
+
+class MemoryPolicy(Written):
+    host_reserve: ByteSize = Field(default=8 * 1024**3, description="physical RAM kept outside the container")
+    reservation_margin: ByteSize = Field(default=4 * 1024**3, description="soft limit this far below the hard cap")
+    container_ram_swap: ByteSize | None = Field(default=None, description="container RAM+swap cap; default derived")
+    container_ram: ByteSize | None = Field(default=None, description="container RAM cap; default MemTotal minus host_reserve")
 
     # Ranges with their reasons: each of these values is a guard, and 0 (or a typo) would turn
     # it off -- container_ram = 0 rendered no memory cap at all.
-    @validates("host_reserve")
+    @field_validator("host_reserve")
     @classmethod
     def _reserve(cls, v: int) -> int:
         return _size_in(v, 512 * MIB, 64 * TIB, "the OS and desktop need RAM outside the container; with less the "
                         "kernel's OOM killer, not the container's cap, acts first")
 
-    @validates("reservation_margin")
+    @field_validator("reservation_margin")
     @classmethod
     def _margin(cls, v: int) -> int:
         return _size_in(v, 0, 64 * TIB, "")
 
-    @validates("container_ram", "container_ram_swap")
+    @field_validator("container_ram", "container_ram_swap")
     @classmethod
     def _cap(cls, v: int | None) -> int | None:
         return _size_in(v, 256 * MIB, 64 * TIB, "a cap this small (0 renders no cap at all) leaves the runtime no room "
                         "to start; remove the key to derive the cap from the host reserve")
 
 
-class GpuPolicy(StrictRecord):
-    devices: list[str] | None = field(default=None, max_length=64,
-                                      description="GPU UUIDs or indices to serve on; default: the first N")
-    power_limit_w: float | None = None
-    power_limits_w: dict[str, float] = field(default_factory=dict, description="per GPU (UUID or index) overrides")
+GpuDevice = Annotated[str, safetext.rule(lambda v: safetext.match_problem(
+    v, re.compile(r"[0-9]{1,3}|(?:GPU|MIG)-[A-Za-z0-9/-]{1,100}"), "a GPU index such as 0 or a UUID such as GPU-5c2f...-..."))]
 
-    @validates("power_limit_w", "power_limits_w", mode="before")
+
+class GpuPolicy(Written):
+    devices: list[GpuDevice] | None = Field(default=None, max_length=64,
+                                            description="GPU UUIDs or indices to serve on; default: the first N")
+    power_limit_w: float | None = None
+    power_limits_w: dict[str, float] = Field(default_factory=dict, description="per GPU (UUID or index) overrides")
+
+    @field_validator("power_limit_w", "power_limits_w", mode="before")
     @classmethod
     def _no_booleans(cls, v: Any) -> Any:
         values = v.values() if isinstance(v, dict) else [v]
@@ -244,22 +238,14 @@ class GpuPolicy(StrictRecord):
             raise ValueError("expected a number of watts, got a boolean")
         return v
 
-    @validates("devices")
-    @classmethod
-    def _devices(cls, v: list[str] | None) -> list[str] | None:
-        for d in v or []:
-            _problem(safetext.match_problem(d, re.compile(r"[0-9]{1,3}|(?:GPU|MIG)-[A-Za-z0-9/-]{1,100}"),
-                                            "a GPU index such as 0 or a UUID such as GPU-5c2f...-..."))
-        return v
-
-    @validates("power_limit_w")
+    @field_validator("power_limit_w")
     @classmethod
     def _positive(cls, v: float | None) -> float | None:
         if v is not None and not 0 < v <= 10_000:
             raise ValueError(f"expected a positive number of watts (at most 10000), got {v}")
         return v
 
-    @validates("power_limits_w")
+    @field_validator("power_limits_w")
     @classmethod
     def _positive_each(cls, v: dict[str, float]) -> dict[str, float]:
         for key, watts in v.items():
@@ -268,29 +254,30 @@ class GpuPolicy(StrictRecord):
         return v
 
 
-class StorageRoles(StrictRecord):
+def _role_target(v: str) -> str:
+    # An absolute path is a read-write bind into the runtime: never a system directory
+    # (compile_cache = "/" bound the whole root filesystem). A name is a drive's.
+    if v.startswith("/"):
+        _problem(safepaths.host_dir_problem(v))
+        return safepaths.normalise(v)
+    _problem(safetext.match_problem(v, re.compile(r"[a-z][a-z0-9-]{0,8}"), "a drive name or an absolute path"))
+    return v
+
+
+# Where a storage role lives: a drive's name or an absolute directory.
+RoleTarget = Annotated[str, AfterValidator(_role_target)]
+
+
+class StorageRoles(Written):
     """Which drive (by name) or directory (absolute path) holds each cache role."""
 
-    planes_cache: str | None = None
-    expert_store: str | None = None
-    compile_cache: str | None = None
-    rank_stores: list[str] = field(default_factory=list, description="drive for each TP rank's store, in rank order")
-    swappiness_converting: int = field(default=100, ge=0, le=200)
-    swappiness_serving: int = field(default=10, ge=0, le=200)
-    page_cluster: int = field(default=0, ge=0, le=10)
-
-    @validates("planes_cache", "expert_store", "compile_cache")
-    @classmethod
-    def _role(cls, v: str | None) -> str | None:
-        # An absolute path is a read-write bind into the runtime: never a system directory
-        # (compile_cache = "/" bound the whole root filesystem). A name is a drive's.
-        if v is None:
-            return v
-        if v.startswith("/"):
-            _problem(safepaths.host_dir_problem(v))
-            return safepaths.normalise(v)
-        _problem(safetext.match_problem(v, re.compile(r"[a-z][a-z0-9-]{0,8}"), "a drive name or an absolute path"))
-        return v
+    planes_cache: RoleTarget | None = None
+    expert_store: RoleTarget | None = None
+    compile_cache: RoleTarget | None = None
+    rank_stores: list[str] = Field(default_factory=list, description="drive for each TP rank's store, in rank order")
+    swappiness_converting: int = Field(default=100, ge=0, le=200)
+    swappiness_serving: int = Field(default=10, ge=0, le=200)
+    page_cluster: int = Field(default=0, ge=0, le=10)
 
 
 # Variables every shell sets to a non-secret value: naming one as api_key_env makes the key guessable.
@@ -298,76 +285,46 @@ NOT_A_KEY_ENV = frozenset({"PATH", "HOME", "USER", "LOGNAME", "SHELL", "PWD", "O
                            "SHLVL", "TMPDIR", "MAIL", "DISPLAY", "EDITOR", "SUDO_USER", "SUDO_UID", "SUDO_GID", "_"})
 
 
-class RuntimeSettings(StrictRecord):
-    image: str | None = field(default=None, description="override the recipe's runtime image")
-    api_host: str = "127.0.0.1"
-    api_port: int = field(default=8000, ge=1, le=65535)
-    api_key_env: str | None = field(default=None, description="name of the environment variable holding the API key")
-    model_dir: str | None = field(default=None, description="host directory of the checkpoint, mounted read-only")
-    models_dir: str | None = field(default=None, description="host directory holding extra models ({model:NAME})")
+def _not_a_shell_variable(v: str) -> str:
+    if v in NOT_A_KEY_ENV:
+        raise ValueError(f"{v} is set in every shell to a well-known value, so the API key would be guessable; "
+                         "name a variable that holds only the key, such as HOSTCTL_API_KEY")
+    return v
+
+
+# The name of the environment variable that holds an API key.
+KeyEnvName = Annotated[EnvName, AfterValidator(_not_a_shell_variable)]
+
+
+def _ip_address(v: str) -> str:
+    try:
+        ipaddress.ip_address(v)
+    except ValueError:
+        raise ValueError(f"expected an IP address such as 127.0.0.1, got {v!r}") from None
+    return v
+
+
+class RuntimeSettings(Written):
+    image: ImageRef | None = Field(default=None, description="override the recipe's runtime image")
+    api_host: Annotated[str, AfterValidator(_ip_address)] = "127.0.0.1"
+    api_port: int = Field(default=8000, ge=1, le=65535)
+    api_key_env: KeyEnvName | None = Field(default=None, description="name of the environment variable holding the API key")
+    # model_dir and models_dir are bind sources; project_dir is where render writes.
+    model_dir: HostDir | None = Field(default=None, description="host directory of the checkpoint, mounted read-only")
+    models_dir: HostDir | None = Field(default=None, description="host directory holding extra models ({model:NAME})")
     # `hostctl model` (README "model"): where registry names resolve, and a host-local pin.
-    models_file: str | None = field(default=None, description="a models file (vLLM-MoET's bench/models.yaml format) "
+    models_file: str | None = Field(default=None, description="a models file (vLLM-MoET's bench/models.yaml format) "
                                     "resolving the recipe's model name; default: the bundled runtime/models.yaml")
-    model_revision: str | None = field(default=None, description="pin the checkpoint to this commit (40 hex) on "
+    model_revision: str | None = Field(default=None, description="pin the checkpoint to this commit (40 hex) on "
                                        "this host, over the recipe's or the models file's revision")
-    project_dir: str = field(default=str(paths.STATE_DIR / "project"), description="where the rendered project lives")
-    project: str = field(default="hostctl", pattern=r"^[a-z0-9][a-z0-9_-]{0,40}$",
+    project_dir: HostDir = Field(default=str(paths.STATE_DIR / "project"), description="where the rendered project lives")
+    project: str = Field(default="hostctl", pattern=r"^[a-z0-9][a-z0-9_-]{0,40}$",
                          description="Compose project name; the container is <project>-runtime")
-    env: dict[str, str] = field(default_factory=dict, max_length=500,
-                                description="this host's environment variables for the runtime, under the recipe's "
-                                "(the recipe wins, as vLLM-MoET merges a box's env); `init --box` writes a box's here")
+    env: EnvMap = Field(default_factory=dict, max_length=500,
+                        description="this host's environment variables for the runtime, under the recipe's "
+                        "(the recipe wins, as vLLM-MoET merges a box's env); `init --box` writes a box's here")
 
-    @validates("env", mode="before")
-    @classmethod
-    def _env(cls, v: Any) -> Any:
-        # The same rules as a recipe's env: a host's variables reach the same root container.
-        if isinstance(v, dict):
-            for key, value in v.items():
-                problem = env_problem(key, value)
-                if problem:
-                    raise ValueError(f"env.{key}: {problem}")
-        return v
-
-    @validates("image")
-    @classmethod
-    def _image(cls, v: str | None) -> str | None:
-        if v is not None:
-            _problem(safetext.image_problem(v))
-        return v
-
-    @validates("api_key_env")
-    @classmethod
-    def _key_env(cls, v: str | None) -> str | None:
-        # Compose reads ${NAME:?...}: a name that is not an environment name (MY-KEY) turned the
-        # guard into a default value, so the key became the fixed text after the dash.
-        if v is None:
-            return v
-        _problem(safetext.match_problem(v, safetext.ENV_NAME, "an environment variable name such as "
-                                        "HOSTCTL_API_KEY (letters, digits and _, not starting with a digit)"))
-        if v in NOT_A_KEY_ENV:
-            raise ValueError(f"{v} is set in every shell to a well-known value, so the API key would be guessable; "
-                             "name a variable that holds only the key, such as HOSTCTL_API_KEY")
-        return v
-
-    @validates("model_dir", "models_dir", "project_dir")
-    @classmethod
-    def _host_dir(cls, v: str | None) -> str | None:
-        # model_dir and models_dir are bind sources; project_dir is where render writes.
-        if v is None:
-            return v
-        _problem(safepaths.host_dir_problem(v))
-        return safepaths.normalise(v)
-
-    @validates("api_host")
-    @classmethod
-    def _host(cls, v: str) -> str:
-        try:
-            ipaddress.ip_address(v)
-        except ValueError:
-            raise ValueError(f"expected an IP address such as 127.0.0.1, got {v!r}") from None
-        return v
-
-    @validates_record
+    @model_validator(mode="after")
     def _exposed_needs_key(self) -> "RuntimeSettings":
         if not ipaddress.ip_address(self.api_host).is_loopback and not self.api_key_env:
             raise ValueError(
@@ -381,56 +338,34 @@ class RuntimeSettings(StrictRecord):
         return not ipaddress.ip_address(self.api_host).is_loopback
 
 
-MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # a registry name; one directory under /models
-
-
-class BoxDeclaration(StrictRecord):
+class BoxDeclaration(Written):
     """The vLLM-MoET box a profile was written from (`hostctl init --box`): the hardware it declares
     and the models it holds, which `plan` checks the recipe against as vLLM-MoET's runner checks a
     box (bench/runner/common.py: compat), and compares with this host's facts."""
 
-    id: str = field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$", description="the box's id")
-    file: str = field(description="the box file it was read from (absolute)", max_length=4000)
-    gpu_name: str = field(default="", max_length=200, description="gpus.name as the box declares it")
-    gpus: int = field(ge=0, le=64, strict=True, description="gpus.count: GPUs the box declares")
-    vram_gb: float = field(ge=0, le=10_000, description="gpus.vram_gb: VRAM per GPU the box declares")
-    host_ram_gb: float = field(ge=0, le=1_000_000, description="host RAM the box declares")
-    models: list[str] = field(default_factory=list, max_length=500,
-                              description="the registry names of the models the box holds (its models: map)")
-
-    @validates("file")
-    @classmethod
-    def _file(cls, v: str) -> str:
-        _problem(safepaths.lexical_problem(v))
-        return v
-
-    @validates("gpu_name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        _problem(safetext.text_problem(v))
-        return v
-
-    @validates("models")
-    @classmethod
-    def _models(cls, v: list[str]) -> list[str]:
-        for name in v:
-            _problem(safetext.match_problem(name, MODEL_NAME, "a registry name such as DeepSeek-V4-Flash"))
-        return v
+    id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$", description="the box's id")
+    file: HostPath = Field(description="the box file it was read from (absolute)", max_length=4000)
+    gpu_name: Printable = Field(default="", max_length=200, description="gpus.name as the box declares it")
+    gpus: int = Field(ge=0, le=64, description="gpus.count: GPUs the box declares")
+    vram_gb: float = Field(ge=0, le=10_000, description="gpus.vram_gb: VRAM per GPU the box declares")
+    host_ram_gb: float = Field(ge=0, le=1_000_000, description="host RAM the box declares")
+    models: list[ModelName] = Field(default_factory=list, max_length=500,
+                                    description="the registry names of the models the box holds (its models: map)")
 
 
-class HostProfile(StrictRecord):
-    name: str = field(pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$")
-    description: str = field(default="", max_length=1000)
-    recipe: str = field(description="bundled recipe name or a path to a recipe YAML", max_length=4000)
+class HostProfile(Written):
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$")
+    description: Printable = Field(default="", max_length=1000)
+    recipe: Printable = Field(description="bundled recipe name or a path to a recipe YAML", max_length=4000)
     phase: Phase = "serving"
-    drives: list[Drive] = field(default_factory=list)
-    memory: MemoryPolicy = field(default_factory=MemoryPolicy)
-    gpu: GpuPolicy = field(default_factory=GpuPolicy)
-    storage: StorageRoles = field(default_factory=StorageRoles)
-    runtime: RuntimeSettings = field(default_factory=RuntimeSettings)
-    box: BoxDeclaration | None = field(default=None, description="the vLLM-MoET box this profile was written from")
+    drives: list[Drive] = Field(default_factory=list)
+    memory: MemoryPolicy = Field(default_factory=MemoryPolicy)
+    gpu: GpuPolicy = Field(default_factory=GpuPolicy)
+    storage: StorageRoles = Field(default_factory=StorageRoles)
+    runtime: RuntimeSettings = Field(default_factory=RuntimeSettings)
+    box: BoxDeclaration | None = Field(default=None, description="the vLLM-MoET box this profile was written from")
 
-    @validates_record
+    @model_validator(mode="after")
     def _drives_unique(self) -> "HostProfile":
         seen: dict[str, dict[str, int]] = {"name": {}, "identity": {}, "mount": {}}
         for i, drive in enumerate(self.drives):
@@ -452,12 +387,6 @@ class HostProfile(StrictRecord):
                 raise ValueError(f"storage.rank_stores[{i}]: {target!r} is not a drive name ({sorted(names)})")
         return self
 
-    @validates("description", "recipe")
-    @classmethod
-    def _text(cls, v: str) -> str:
-        _problem(safetext.text_problem(v))
-        return v
-
     def drive(self, name: str) -> Drive | None:
         return next((d for d in self.drives if d.name == name), None)
 
@@ -465,27 +394,27 @@ class HostProfile(StrictRecord):
 # ---------------------------------------------------------------- recipe
 
 
-class Requires(StrictRecord):
+class Requires(Written):
     # Upper bounds: a value past them is a typo, and an absurd one (1e308) overflows the arithmetic.
-    gpus: int = field(ge=0, le=64, description="GPUs per host (no host has more than 64)")
-    vram_gb: float | None = field(default=None, ge=0, le=10_000)
-    host_ram_gb: float | None = field(default=None, ge=0, le=1_000_000)
-    extra_models: list[str] = field(default_factory=list, max_length=64)
+    gpus: int = Field(ge=0, le=64, description="GPUs per host (no host has more than 64)")
+    vram_gb: float | None = Field(default=None, ge=0, le=10_000)
+    host_ram_gb: float | None = Field(default=None, ge=0, le=1_000_000)
+    extra_models: list[str] = Field(default_factory=list, max_length=64)
 
 
-class Architecture(StrictRecord):
+class Architecture(Written):
     """What validation must know about the model, declared here so it never opens model files."""
 
     sparse_mla: bool = False
-    checkpoint_scale_dtype: str | None = field(default=None, description="e.g. F8_E8M0")
+    checkpoint_scale_dtype: str | None = Field(default=None, description="e.g. F8_E8M0")
 
 
-class Conversion(StrictRecord):
+class Conversion(Written):
     """What the first start (building planes and packs) needs from the host."""
 
-    host_ram_swap_gib: float = field(default=0, ge=0, le=1_048_576, description="host MemTotal + SwapTotal needed")
-    cache_free_gib: float = field(default=0, ge=0, le=1_048_576, description="free space needed on the cache filesystems")
-    layers: int | None = field(default=None, ge=1, le=10_000, description="layers converted, for progress")
+    host_ram_swap_gib: float = Field(default=0, ge=0, le=1_048_576, description="host MemTotal + SwapTotal needed")
+    cache_free_gib: float = Field(default=0, ge=0, le=1_048_576, description="free space needed on the cache filesystems")
+    layers: int | None = Field(default=None, ge=1, le=10_000, description="layers converted, for progress")
 
 
 # The longest window any served model has is ~10M tokens; `context: 1e30` rendered --max-model-len 1e30.
@@ -494,23 +423,17 @@ MAX_CONTEXT = 16 * 1024 * 1024
 MAX_TIMEOUT_S = 7 * 24 * 3600
 
 
-class SmokeTest(StrictRecord):
-    name: str = field(max_length=200)
+class SmokeTest(Written):
+    name: Printable = Field(max_length=200)
     kind: Literal["chat", "tool_call", "models", "needle"]
-    prompt: str | None = field(default=None, max_length=100_000)
-    expect: str | None = field(default=None, max_length=10_000)
+    prompt: str | None = Field(default=None, max_length=100_000)
+    expect: str | None = Field(default=None, max_length=10_000)
     tool: dict[str, Any] | None = None
     expect_call: dict[str, Any] | None = None
-    tokens: int | None = field(default=None, ge=1, le=MAX_CONTEXT, description="needle: prompt length in tokens")
-    max_completion_tokens: int = field(default=16, ge=1, le=1_000_000)
+    tokens: int | None = Field(default=None, ge=1, le=MAX_CONTEXT, description="needle: prompt length in tokens")
+    max_completion_tokens: int = Field(default=16, ge=1, le=1_000_000)
 
-    @validates("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        _problem(safetext.text_problem(v))
-        return v
-
-    @validates_record
+    @model_validator(mode="after")
     def _fields_for_kind(self) -> "SmokeTest":
         need = {"chat": ("prompt", "expect"), "tool_call": ("prompt", "tool", "expect_call"),
                 "needle": ("expect", "tokens"), "models": ()}[self.kind]
@@ -533,89 +456,38 @@ class SmokeTest(StrictRecord):
         return {"type": "function", "function": tool}
 
 
-class Recipe(StrictRecord):
+class Recipe(Written):
     # vLLM-MoET bench recipe fields, accepted unchanged.
-    id: str
-    role: str | None = field(default=None, max_length=200)
-    model: str = field(max_length=4000)
-    served_name: str
-    summary: str | None = field(default=None, max_length=1000)
+    id: RecipeId
+    role: Printable | None = Field(default=None, max_length=200)
+    model: Printable = Field(max_length=4000)
+    served_name: ServedName
+    summary: Printable | None = Field(default=None, max_length=1000)
     requires: Requires
-    context: int = field(ge=1, le=MAX_CONTEXT)
-    load_timeout_s: int = field(ge=1, le=MAX_TIMEOUT_S)
-    watchdog_s: int | None = field(default=None, ge=1, le=MAX_TIMEOUT_S,
+    context: int = Field(ge=1, le=MAX_CONTEXT)
+    load_timeout_s: int = Field(ge=1, le=MAX_TIMEOUT_S)
+    watchdog_s: int | None = Field(default=None, ge=1, le=MAX_TIMEOUT_S,
                                    description="hostctl: seconds without log progress before "
                                    "`up` calls the runtime stuck (default: min(load_timeout_s, 600))")
-    hang_timeout_s: int = field(default=60, ge=1, le=MAX_TIMEOUT_S,
+    hang_timeout_s: int = Field(default=60, ge=1, le=MAX_TIMEOUT_S,
                                 description="hostctl: seconds /health may fail while the container lives before "
                                 "`up --foreground` calls the ready runtime hung (README \"Supervision\")")
-    env: dict[str, Any] = field(default_factory=dict, max_length=500)
-    serve_args: list[str] = field(default_factory=list, max_length=500)
-    warmup: dict[str, Any] = field(default_factory=dict)
-    suite_params: dict[str, Any] = field(default_factory=dict)
-    tuning: dict[str, Any] = field(default_factory=dict)
+    env: EnvMap = Field(default_factory=dict, max_length=500)
+    serve_args: list[Printable] = Field(default_factory=list, max_length=500)
+    warmup: dict[str, Any] = Field(default_factory=dict)
+    suite_params: dict[str, Any] = Field(default_factory=dict)
+    tuning: dict[str, Any] = Field(default_factory=dict)
     # hostctl's own fields.
-    image: str | None = field(default=None, description="runtime image the recipe runs in")
-    revision: str | None = field(default=None, description="the checkpoint commit (40 hex) the recipe was proven on: "
+    image: ImageRef | None = Field(default=None, description="runtime image the recipe runs in")
+    revision: str | None = Field(default=None, description="the checkpoint commit (40 hex) the recipe was proven on: "
                                  "needed with a hub repository id as model; with a registry name it must match the "
                                  "models file's pin")
-    architecture: Architecture = field(default_factory=Architecture)
-    conversion: Conversion = field(default_factory=Conversion)
-    storage: list[Role] = field(default_factory=list)
-    smoke: list[SmokeTest] = field(default_factory=list)
+    architecture: Architecture = Field(default_factory=Architecture)
+    conversion: Conversion = Field(default_factory=Conversion)
+    storage: list[Role] = Field(default_factory=list)
+    smoke: list[SmokeTest] = Field(default_factory=list)
 
-    @validates("env")
-    @classmethod
-    def _env_scalars(cls, v: dict[str, Any]) -> dict[str, Any]:
-        for key, value in v.items():
-            if not isinstance(key, str) or not safetext.ENV_NAME.fullmatch(key):
-                raise ValueError(f"env key {str(key)[:80]!r} is not a valid environment variable name")
-            problem = env_problem(key, value)
-            if problem:
-                raise ValueError(f"env.{key}: {problem}")
-        return v
-
-    @validates("id")
-    @classmethod
-    def _id(cls, v: str) -> str:
-        # The id goes into unit Description= lines, Compose labels and rendered headers.
-        _problem(safetext.match_problem(v, safetext.RECIPE_ID, "an id such as deepseek-v4-flash/pro6000x2-tp2 "
-                                        "(letters, digits and ._+/-)"))
-        if ".." in v.split("/"):
-            raise ValueError(f"{v!r}: '..' is not part of an id")
-        return v
-
-    @validates("served_name")
-    @classmethod
-    def _served(cls, v: str) -> str:
-        _problem(safetext.match_problem(v, safetext.SERVED_NAME, "a served model name such as deepseek-v4-flash or "
-                                        "org/Model-Name (letters, digits and ._:/@+-)"))
-        return v
-
-    @validates("model", "role", "summary")
-    @classmethod
-    def _plain_text(cls, v: str | None) -> str | None:
-        if v is not None:
-            _problem(safetext.text_problem(v))
-        return v
-
-    @validates("serve_args")
-    @classmethod
-    def _args_text(cls, v: list[str]) -> list[str]:
-        for i, entry in enumerate(v):
-            problem = safetext.text_problem(entry)
-            if problem:
-                raise ValueError(f"serve_args[{i}] {problem}")
-        return v
-
-    @validates("image")
-    @classmethod
-    def _image(cls, v: str | None) -> str | None:
-        if v is not None:
-            _problem(safetext.image_problem(v))
-        return v
-
-    @validates_record
+    @model_validator(mode="after")
     def _needle_fits_context(self) -> "Recipe":
         for i, test in enumerate(self.smoke):
             if test.tokens is not None and test.tokens > self.context:
@@ -677,14 +549,7 @@ class ServeArgs:
         return out
 
 
-# Serve flags whose value is a secret and the variable the runtime reads it from instead, so the
-# plan moves it out of argv (and out of compose.yaml) into the 0600 env file.
-SECRET_FLAGS_TO_ENV = {"--hf-token": "HF_TOKEN"}
-
-
 def _secret_flag(flag: str) -> bool:
-    from hostctl.secrets import is_secret_name
-
     return is_secret_name(flag.lstrip("-").replace("-", "_"))
 
 
@@ -771,10 +636,13 @@ def recipe_problems(recipe: Recipe) -> list[str]:
 # ---------------------------------------------------------------- loading
 
 
-def _format_validation(exc: ValidationError, source: str) -> InputError:
+def _format_validation(exc: ValidationError, source: str,
+                       fix: str = "correct the fields named above; nothing was changed") -> InputError:
     details = []
     for err in exc.errors():
-        loc = ".".join(str(p) if not isinstance(p, int) else f"[{p}]" for p in err["loc"]).replace(".[", "[")
+        # "[key]": the key of a map is what is wrong; the map's entry names it
+        loc = ".".join(str(p) if not isinstance(p, int) else f"[{p}]" for p in err["loc"] if p != "[key]")
+        loc = loc.replace(".[", "[")
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown key (check the spelling; see the bundled examples for the fields)"
@@ -785,14 +653,14 @@ def _format_validation(exc: ValidationError, source: str) -> InputError:
             msg = f"{msg} (got {shown if len(shown) <= 100 else shown[:100] + '...'})"
         # A validator that names the entry itself (env.HF_TOKEN: ...) is not prefixed twice.
         details.append(msg if not loc or msg.startswith((loc + ".", loc + "[")) else f"{loc}: {msg}")
-    return InputError(f"{source} is not valid", details=details, fix="correct the fields named above; nothing was changed")
+    return InputError(f"{source} is not valid", details=details, fix=fix)
 
 
 def parse_profile(data: dict, source: str = "profile") -> HostProfile:
     from pydantic import ValidationError
 
     try:
-        return HostProfile.validate(data)
+        return HostProfile.model_validate(data)
     except ValidationError as exc:
         raise _format_validation(exc, source) from None
 
@@ -803,7 +671,7 @@ def parse_recipe(data: Any, source: str = "recipe") -> Recipe:
     from pydantic import ValidationError
 
     try:
-        recipe = Recipe.validate(data)
+        recipe = Recipe.model_validate(data)
     except ValidationError as exc:
         raise _format_validation(exc, source) from None
     problems = recipe_problems(recipe)
@@ -877,20 +745,20 @@ def refuse_unquoted_env(doc, title: str, nothing: str) -> None:
             fix=f"quote every env value; {nothing}")
 
 
-class Config(Record):
+class Config(Data):
     """A validated profile with its recipe, and the warnings loading produced."""
 
     profile: HostProfile
     recipe: Recipe
     source: str
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)
     # The profile text exactly as validated (a UTF-8 BOM dropped): what provision installs, verify
     # compares and the bundle carries, never re-read by path (a path re-read by the kernel may
     # reach another file than the one checked).
     source_text: str = ""
 
 
-def _validated(path: Path) -> tuple[Config, Path]:
+def _validated(path: Path) -> Config:
     profile, text = load_profile_text(path)
     recipe = recipe_path(profile.recipe, path.parent)
     warnings = [
@@ -900,20 +768,20 @@ def _validated(path: Path) -> tuple[Config, Path]:
         if d.identity.kind == "path"
     ]
     return Config(profile=profile, recipe=load_recipe(recipe), source=str(path), warnings=warnings,
-                  source_text=text), recipe
+                  source_text=text)
 
 
 def load_config(explicit: Path | None) -> Config:
-    from hostctl import config_cache, safefs, secrets
+    from hostctl import safefs, secrets
 
     path = find_profile(explicit)
     try:
         # One resolution: the real path, as the kernel reaches it (`~/link/../p.toml` is the
-        # p.toml beside the link's target), is what is validated, cached, and named later.
+        # p.toml beside the link's target), is what is validated and named later.
         path = safefs.real_path(path)
     except (OSError, safefs.UntrustedPathError):
         pass  # validation reads the same path and says what is wrong with it
-    config = config_cache.load(path, lambda: _validated(path))
+    config = _validated(path)
     # From here on every output of this process hides these values (hostctl.secrets).
     secrets.remember(secrets.from_config(config))
     return config

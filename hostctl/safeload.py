@@ -17,9 +17,6 @@ from __future__ import annotations
 
 import codecs
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
 import re
 import tomllib
 from dataclasses import dataclass
@@ -50,22 +47,6 @@ _BOMS = (
 )
 
 
-# While a `recording()` is open: {path as given: the bytes read_text parsed}. hostctl.config_cache
-# remembers a Config under exactly the bytes it was made from, not under a second read that an
-# edit in between (even one undone at once) could make differ.
-_recorded: ContextVar[dict[str, bytes] | None] = ContextVar("hostctl_safeload_recorded", default=None)
-
-
-@contextmanager
-def recording() -> Iterator[dict[str, bytes]]:
-    reads: dict[str, bytes] = {}
-    token = _recorded.set(reads)
-    try:
-        yield reads
-    finally:
-        _recorded.reset(token)
-
-
 def read_text(path: Path, what: str, *, limit: int = MAX_CONFIG_BYTES) -> str:
     """The file's text, or an InputError that says what it is instead (missing, a directory,
     too big, UTF-16, binary, not UTF-8). A UTF-8 BOM is dropped: editors on Windows write one.
@@ -77,9 +58,6 @@ def read_text(path: Path, what: str, *, limit: int = MAX_CONFIG_BYTES) -> str:
 
     try:
         data = safefs.read_trusted(path, max_bytes=limit)
-        reads = _recorded.get()
-        if reads is not None:
-            reads[str(path)] = data
     except FileNotFoundError:
         raise MissingFileError(f"{what} {path} does not exist") from None
     except IsADirectoryError:

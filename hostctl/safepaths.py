@@ -9,12 +9,21 @@ The checks are lexical on purpose: the profile is judged where it is loaded, bef
 read, and a path that needs `..` or names a system directory is refused whatever the disk holds.
 A symlink placed under an allowed directory is outside what a lexical rule can see; the bind
 sources are created by hostctl's own provisioning, not by following the user's links.
+
+What people write uses these rules as annotated field types: HostPath (any absolute host path),
+HostDir (a directory hostctl binds or writes, in its normal form) and MountPoint (a drive's
+mountpoint, which also goes into the service unit).
 """
 
 from __future__ import annotations
 
 import posixpath
 import re
+from typing import Annotated
+
+from pydantic import AfterValidator
+
+from hostctl import safetext
 
 # Whole trees: nothing below them is a cache, a store or a mountpoint hostctl should own.
 # /var/lib/docker and containerd's state: a read-write bind there hands the container every
@@ -98,6 +107,43 @@ def by_id_problem(name: str) -> str | None:
         return (f"expected one name from /dev/disk/by-id (e.g. nvme-Samsung_SSD_990_PRO_4TB_S7KGNU0X123456), "
                 f"got {name!r}")
     return None
+
+
+def normalise_mountpoint(path: str) -> str:
+    """The one spelling of a mountpoint: absolute, no `.` components, no repeated or trailing
+    slashes. `..` is refused rather than resolved: lexically it can point anywhere, and the
+    mount table, fstab and the plan must all name one directory the same way. Symlinks on the
+    path are a fact of the host, judged by the storage plan, not here."""
+    if not isinstance(path, str) or not path.startswith("/"):
+        raise ValueError(f"expected an absolute path, got {path!r}")
+    parts = [p for p in path.split("/") if p not in ("", ".")]
+    if ".." in parts:
+        raise ValueError(f"{path!r} contains '..': write the directory it means without '..'")
+    if not parts:
+        raise ValueError(f"expected a directory other than /, got {path!r}")
+    return "/" + "/".join(parts)
+
+
+def _host_dir(path: str) -> str:
+    problem = host_dir_problem(path)
+    if problem:
+        raise ValueError(problem)
+    return normalise(path)
+
+
+def _mountpoint(path: str) -> str:
+    # It goes into the service unit's RequiresMountsFor= and fstab: no control characters, spaces
+    # or %; and never a system directory.
+    path = normalise_mountpoint(path)
+    problem = safetext.control_problem(path) or safetext.unit_path_problem(path) or host_dir_problem(path)
+    if problem:
+        raise ValueError(problem)
+    return path
+
+
+HostPath = Annotated[str, safetext.rule(lexical_problem)]
+HostDir = Annotated[str, AfterValidator(_host_dir)]
+MountPoint = Annotated[str, AfterValidator(_mountpoint)]
 
 
 # ---------------------------------------------------------------- names from outside

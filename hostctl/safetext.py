@@ -1,7 +1,9 @@
 """The character sets a string may use for each place hostctl writes it: systemd unit lines,
-Compose YAML, the server's argv, environment names and values, image references. Config
-validators call these at load time (exit 2, the field named), so nothing rendered later can be
-bent by a newline, a `%` specifier or a `$` that Compose would interpolate.
+Compose YAML, the server's argv, environment names and values, image references. Each rule is a
+`*_problem` function and, for what people write, an annotated type (Printable, RecipeId,
+ServedName, EnvName, ModelName, ImageRef) that the config records use as a field's type: checked
+at load time (exit 2, the field named), so nothing rendered later can be bent by a newline, a `%`
+specifier or a `$` that Compose would interpolate.
 
 Each rule is the narrowest set that still takes every real value: recipe ids such as
 `deepseek-v4-flash/pro6000x2-tp2`, served names such as `deepseek-ai/DeepSeek-V4`, JSON serve
@@ -11,6 +13,10 @@ arguments such as `--speculative-config {"method":"mtp"}`.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from typing import Annotated
+
+from pydantic import AfterValidator
 
 CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\ufeff]")
 # Goes into unit Description= lines, Compose labels and the rendered files' header comments.
@@ -19,6 +25,8 @@ PROFILE_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 # --served-model-name and the /v1/models id: Hugging Face style names, no spaces or quotes.
 SERVED_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,199}")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+# A registry name of a model: one directory under /models.
+MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 FLAG = re.compile(r"--?[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 # Docker's reference grammar, simplified: [host[:port]/]path[:tag][@digest].
 # The first component is a registry only when it has a dot or a port or is localhost (as Docker reads it).
@@ -74,3 +82,39 @@ def unit_path_problem(value: str) -> str | None:
         return (f"{value!r} holds {''.join(bad)!r}: a path that goes into the service unit "
                 "(RequiresMountsFor=) may use letters, digits and ._@+=,:/- only")
     return None
+
+
+def recipe_id_problem(value: object) -> str | None:
+    problem = match_problem(value, RECIPE_ID, "an id such as deepseek-v4-flash/pro6000x2-tp2 (letters, digits and ._+/-)")
+    if problem is None and ".." in value.split("/"):  # type: ignore[union-attr]
+        return f"{value!r}: '..' is not part of an id"
+    return problem
+
+
+# ---------------------------------------------------------------- annotated types
+
+
+def rule(problem: Callable[[str], str | None]) -> AfterValidator:
+    """A field check from a `*_problem` function: its answer is the error, naming the field."""
+
+    def check(value: str) -> str:
+        found = problem(value)
+        if found:
+            raise ValueError(found)
+        return value
+
+    return AfterValidator(check)
+
+
+# Free text that reaches argv, env or a JSON-quoted Compose value.
+Printable = Annotated[str, rule(text_problem)]
+# Goes into unit Description= lines, Compose labels and rendered headers.
+RecipeId = Annotated[str, rule(recipe_id_problem)]
+ServedName = Annotated[str, rule(lambda v: match_problem(
+    v, SERVED_NAME, "a served model name such as deepseek-v4-flash or org/Model-Name (letters, digits and ._:/@+-)"))]
+# Compose reads ${NAME:?...}: a name that is not an environment name (MY-KEY) turns the guard
+# into a default value.
+EnvName = Annotated[str, rule(lambda v: match_problem(
+    v, ENV_NAME, "an environment variable name such as HOSTCTL_API_KEY (letters, digits and _, not starting with a digit)"))]
+ModelName = Annotated[str, rule(lambda v: match_problem(v, MODEL_NAME, "a registry name such as DeepSeek-V4-Flash"))]
+ImageRef = Annotated[str, rule(image_problem)]

@@ -1,16 +1,15 @@
-"""The values hostctl knows to be secret, and hiding them by value wherever hostctl prints, logs
-or packs text.
+"""Secrets: which values hostctl knows to be secret, and the one redaction every output uses.
 
-Pattern redaction (hostctl.doctor.redact) finds secrets by their shape (`HF_TOKEN=...`,
-`Authorization: Bearer ...`); it cannot see a key that appears bare, inside vLLM's
-`'api_key': ['...']` args dump, URL-quoted or JSON-escaped. What hostctl knows is secret is
-hidden by value as well: the API key (the variable runtime.api_key_env names), every recipe env
-value whose name says secret, a secret serve argument (`--hf-token X`), and the caller's own
-secret-named variables (HF_TOKEN and the like). Besides names, a value is secret by its shape
-(looks_secret: an hf_/sk- token, or a credential-like value under a hinting name such as
-WANDB_KEY). The CLI remembers them as soon as it knows them (environment at start, the config
-once loaded) and filters stdout and stderr through hostctl.doctor.redact.redact, the one
-redaction every output uses.
+Two ways a secret is hidden. By value: what hostctl knows is secret (the API key, the variable
+runtime.api_key_env names; every recipe env value whose name says secret; a secret serve argument
+such as `--hf-token X`; the caller's own secret-named variables such as HF_TOKEN) is remembered
+as soon as it is known (environment at start, the config once loaded) and hidden in any written
+form, bare, URL-quoted or JSON-escaped. By shape: `HF_TOKEN=...`, `Authorization: Bearer ...`,
+`--api-key X`, a password in a URL, a key in a Python args dump (`'api_key': ['...']`), an hf_/sk-
+token; each match keeps its name and loses its value, so a reader still sees *that* a key was set.
+A value is secret by its name, by its shape (looks_secret), or by a hinting name (WANDB_KEY) with a
+credential-like value. redact() does both; stdout and stderr pass through it (RedactingStream), and
+so do JSON, errors, doctor's report and every member of a support bundle.
 """
 
 from __future__ import annotations
@@ -44,7 +43,7 @@ _known: set[str] = set()
 _HINT_NAME = re.compile(r"(?i)KEY|TOKEN|SECRET|PASS|AUTH|CRED|PRIVATE|SIGNATURE|COOKIE|SESSION")
 # Values that are secrets whatever their name says: Hugging Face, OpenAI-style, GitHub (classic and
 # fine-grained), GitLab, Slack and AWS access-key tokens, a bearer credential and a PEM private key.
-# hostctl.doctor.redact finds the same shapes inside text.
+# redact() finds the same shapes inside text.
 SHAPES = re.compile(r"(?:hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{22,}"
                     r"|glpat-[A-Za-z0-9_-]{16,}|xox[abprs]-[A-Za-z0-9-]{10,}|(?:AKIA|ASIA)[0-9A-Z]{16}"
                     r"|(?i:bearer)\s+[A-Za-z0-9._~+/=-]{8,}|-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY-----[\s\S]*)")
@@ -95,10 +94,13 @@ def from_environment(environ: Mapping[str, str] | None = None) -> set[str]:
     return {v for name, raw in env.items() if (name in ENV_SECRETS or looks_secret(name, raw)) and (v := _usable(raw))}
 
 
-def from_config(config, environ: Mapping[str, str] | None = None) -> set[str]:
-    """Every value the profile and recipe make secret."""
-    from hostctl.config import SECRET_FLAGS_TO_ENV
+# Serve flags whose value is a secret and the variable the runtime reads it from instead, so the
+# plan moves it out of argv (and out of compose.yaml) into the 0600 env file.
+SECRET_FLAGS_TO_ENV = {"--hf-token": "HF_TOKEN"}
 
+
+def from_config(config, environ: Mapping[str, str] | None = None) -> set[str]:
+    """Every value the profile and recipe (a hostctl.config.Config) make secret."""
     env = os.environ if environ is None else environ
     found: set[str] = set()
     key_env = config.profile.runtime.api_key_env
@@ -144,7 +146,7 @@ def redact_values(text: str, values: Iterable[str] | None = None) -> str:
 
 def _redact_bytes(data: bytes) -> bytes:
     # Bytes written past the text layer get the same redaction; undecodable bytes pass unchanged.
-    return _redact(data.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
+    return redact(data.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
 
 
 # A partial line is held back until its newline, so a secret split across two writes (docker cuts
@@ -272,14 +274,6 @@ def follow_writer(stream, idle_s: float = IDLE_FLUSH_S):
     return write
 
 
-def _redact(text: str) -> str:
-    # The one redaction (by value, then by shape) lives in hostctl.doctor.redact, which imports this
-    # module for the values: imported here when first needed.
-    from hostctl.doctor.redact import redact
-
-    return redact(text)
-
-
 class RedactingStream:
     """A text stream in front of stdout or stderr that hides every known secret in what passes
     through. Whole lines are passed on as they complete (a secret split across two writes is still
@@ -289,7 +283,7 @@ class RedactingStream:
 
     def __init__(self, target):
         self._t = target
-        self._held = _Held(target.write, _redact, "")
+        self._held = _Held(target.write, redact, "")
         self.buffer = _RedactingBinary(target.buffer) if hasattr(target, "buffer") else None
 
     def write(self, text: str) -> int:
@@ -322,3 +316,96 @@ class RedactingStream:
 
     def __getattr__(self, name):
         return getattr(self._t, name)
+
+
+# ---------------------------------------------------------------- redaction by shape
+
+# A login name as ssh and URL users write one; anything else in a user name is hidden.
+_LOGIN = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}")
+# Schemes whose bare user name is a login, never a credential: an ssh target's `admin@gpu-box`
+# (and a target with no scheme). Every other scheme's bare user is hidden: `https://TOKEN@mirror`
+# is how GitLab/GitHub/Artifactory mirrors take a token, and hostctl builds no such URL itself.
+_LOGIN_SCHEMES = frozenset({"", "ssh", "git+ssh", "sftp"})
+
+
+def shown_userinfo(scheme: str, userinfo: str) -> str:
+    """The userinfo of a URL as shown: `user:MASK` when it has a password and the user is a plain
+    login name that does not look like a token; the user kept alone only for ssh-like schemes;
+    MASK otherwise."""
+    user, colon, _ = userinfo.partition(":")
+    plain = user == "" or (_LOGIN.fullmatch(user) is not None and not SHAPES.fullmatch(user) and not high_entropy(user))
+    if colon:
+        return f"{user}:{MASK}" if plain else MASK
+    return user if plain and user and scheme.lower() in _LOGIN_SCHEMES else MASK
+
+
+# The longest name a secret-name pattern looks at. Bounded, because a run of name characters that
+# repeats the hint ("KEYKEY...", "TOKEN.TOKEN...") made an unbounded `[...]*` before and after the
+# hint backtrack over the whole run from every hint in it: 60 KB took 49 s. Real variable names
+# are far shorter; a longer one is still caught by the value-shape patterns below.
+_NAME_MAX = 128
+# A variable or key whose name says "secret". Names that only *point at* a secret
+# (api_key_env = "MY_KEY_VAR") keep their value: it is a variable name, not the key.
+_SECRET_NAME_TEXT = rf"[A-Za-z0-9_.-]{{0,{_NAME_MAX}}}(?:API[_-]?KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|[_-]PASS|[_-]AUTH|CREDENTIALS?|PRIVATE[_-]?KEY)(?![A-Za-z0-9])(?<![_-]ENV)"
+# Where a name may start: at the start of a run of name characters, not inside one. `\b` also
+# starts after every `.` or `-` of a run, and each start rescans the rest of the run: "a.a.a..."
+# of 8 KB took 10 s, quadratic in every log line a bundle or `up`'s evidence redacts.
+_NAME_START = r"(?<![A-Za-z0-9_.-])"
+_PATTERNS: tuple[tuple[re.Pattern, str], ...] = (
+    # Authorization: Bearer xyz / "authorization": "Basic xyz"
+    (re.compile(r"(?i)(\"?(?:proxy-)?authorization\"?\s*[:=]\s*\"?)(?:(bearer|basic|token)\s+)?[^\s\"',]+"),
+     lambda m: f"{m.group(1)}{(m.group(2) + ' ') if m.group(2) else ''}{MASK}"),
+    # --api-key VALUE, --api-key=VALUE, "--api-key", "VALUE" (an argv in JSON)
+    (re.compile(r"(?i)(--(?:api-key|hf-token|token|password)(?:=|\s+|[\"']\s*,\s*[\"']))(?!-)[^\s\"',]+"),
+     lambda m: m.group(1) + MASK),
+    # a Python repr of parsed args: 'api_key': ['value'] or "hf_token": "value"
+    (re.compile(rf"(?i)(['\"]{_SECRET_NAME_TEXT}['\"]\s*:\s*\[?\s*['\"])(?!['\"])[^'\"]+"),
+     lambda m: m.group(1) + MASK),
+    # NAME=value, NAME: value, "NAME": "value", NAME = 'value' (not ${NAME:?...}, Compose interpolation).
+    # JSON's null/true/false are no secret; an unquoted JSON value (a number) becomes a quoted mask,
+    # so a redacted document (`model pull --json`: "token": null) still parses.
+    (re.compile(rf"(?i)((?<!\$\{{){_NAME_START}{_SECRET_NAME_TEXT}(\"?)'?\s*[:=]\s*([\"']?))(?![\"']?\s*(?:$|,|\}}))(?!\$\{{)"
+                rf"(?!\*\*\*REDACTED)(?!(?:null|true|false)\b)(?:(?<=\")[^\"\n]+|(?<=')[^'\n]+|\[?[^\s\"',}}\[]+)"),
+     lambda m: m.group(1) + (f'"{MASK}"' if m.group(2) and not m.group(3) else MASK)),
+    # a URL's userinfo, as urldisplay shows it: the password hidden, and a user name hidden too
+    # unless it is a plain login (an https:// "user" is how a mirror's token is usually given). The
+    # last '@' before the path ends the userinfo (as URL parsers split it), so a password holding
+    # '@' is hidden whole. One scan to the next space or '/' per scheme start, so linear.
+    (re.compile(r"(?i)(?<![a-z0-9+.-])([a-z][a-z0-9+.-]*)://([^\s/?#]*)@"),
+     lambda m: f"{m.group(1)}://{shown_userinfo(m.group(1), m.group(2))}@"),
+    # NAME=value under a name that only hints at a credential (WANDB_KEY, DB_PASS): hidden when
+    # the value looks generated (the values remembered here.looks_secret), so CACHE_KEY=layers stays; an
+    # exception's name is no variable ("KeyError: 'chatcmpl-...'" is the evidence doctor shows)
+    (re.compile(rf"(?i)((?<!\$\{{){_NAME_START}([A-Za-z0-9_.-]{{0,{_NAME_MAX}}}(?:KEY|TOKEN|SECRET|PASS|AUTH|CRED|PRIVATE|SIGNATURE|COOKIE|SESSION)"
+                rf"[A-Za-z0-9_.-]{{0,{_NAME_MAX}}})(?<!error)(?<!exception)[\"']?\s*[:=]\s*[\"']?)([A-Za-z0-9_.~+/=:-]{{16,}})"),
+     lambda m: m.group(1) + MASK if looks_secret(m.group(2), m.group(3)) else m.group(0)),
+    # a bearer credential wherever it is quoted (a header dump, a curl line in a log)
+    (re.compile(r"(?i)\b(bearer\s+)(?!\*\*\*REDACTED)[A-Za-z0-9._~+/=-]{8,}"), lambda m: m.group(1) + MASK),
+    # bare tokens that are secrets whatever surrounds them
+    (re.compile(r"\bhf_[A-Za-z0-9]{20,}\b"), lambda m: "hf_" + MASK),
+    (re.compile(r"\bsk-[A-Za-z0-9_-]{20,}\b"), lambda m: "sk-" + MASK),
+    (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}\b"), lambda m: m.group(0)[:4] + MASK),
+    (re.compile(r"\bgithub_pat_[A-Za-z0-9_]{22,}"), lambda m: "github_pat_" + MASK),
+    (re.compile(r"\bglpat-[A-Za-z0-9_-]{16,}"), lambda m: "glpat-" + MASK),
+    (re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}"), lambda m: m.group(0)[:5] + MASK),
+    (re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"), lambda m: MASK),
+    # a PEM private key, the BEGIN line kept: its body (base64 lines, `\n` when JSON-escaped, and the
+    # `Proc-Type: ...` headers of an encrypted one) and END line go. Possessive, so one pass.
+    (re.compile(r"(-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY-----)(?:[A-Za-z0-9+/=\s\\]|[A-Za-z-]{1,40}: [^\n]{0,200})*+"
+                r"(?:-----END [A-Z0-9 ]{0,40}PRIVATE KEY-----)?"), lambda m: m.group(1) + MASK),
+)
+
+
+def redact(text: str) -> str:
+    """`text` with every secret hidden: the values hostctl knows (the values remembered here), then every
+    shape above. The one redaction for every output: stdout and stderr (secrets.RedactingStream),
+    JSON, errors, doctor's report and every member of a support bundle."""
+    text = redact_values(text)
+    for pattern, repl in _PATTERNS:
+        text = pattern.sub(repl, text)
+    return text
+
+
+def count(text: str) -> int:
+    """How many secrets redact() would hide (for the bundle's manifest)."""
+    return redact(text).count(MASK) - text.count(MASK)

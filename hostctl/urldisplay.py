@@ -13,26 +13,8 @@ from __future__ import annotations
 
 import re
 
-from hostctl.secrets import MASK, SHAPES, high_entropy
+from hostctl.secrets import shown_userinfo
 
-
-# A login name as ssh and URL users write one; anything else in a user name is hidden.
-_LOGIN = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}")
-# Schemes whose bare user name is a login, never a credential: an ssh target's `admin@gpu-box`
-# (and a target with no scheme). Every other scheme's bare user is hidden: `https://TOKEN@mirror`
-# is how GitLab/GitHub/Artifactory mirrors take a token, and hostctl builds no such URL itself.
-_LOGIN_SCHEMES = frozenset({"", "ssh", "git+ssh", "sftp"})
-
-
-def shown_userinfo(scheme: str, userinfo: str) -> str:
-    """The userinfo of a URL as shown: `user:MASK` when it has a password and the user is a plain
-    login name that does not look like a token; the user kept alone only for ssh-like schemes;
-    MASK otherwise."""
-    user, colon, _ = userinfo.partition(":")
-    plain = user == "" or (_LOGIN.fullmatch(user) is not None and not SHAPES.fullmatch(user) and not high_entropy(user))
-    if colon:
-        return f"{user}:{MASK}" if plain else MASK
-    return user if plain and user and scheme.lower() in _LOGIN_SCHEMES else MASK
 
 
 def display(url: object, *, limit: int = 200) -> str:

@@ -122,9 +122,10 @@ def main(argv: list[str] | None = None) -> int:
     stdout and stderr pass through hostctl.secrets for the whole command: every value known to be
     secret (the environment's at start, the config's once loaded) is hidden in everything printed.
     """
-    from hostctl import noplugins, secrets
+    from hostctl import secrets
 
-    noplugins.disable()  # no pydantic plugin, and no scan of the installed packages for one
+    # pydantic's own switch: no third-party plugin observes or alters hostctl's validation.
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     secrets.remember(secrets.from_environment())
     real_out, real_err = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = secrets.RedactingStream(real_out), secrets.RedactingStream(real_err)

@@ -80,7 +80,7 @@ class GlobalOptions:
         """The runtime's names, for the commands that need nothing else of the profile."""
         from hostctl.service import identity
 
-        return identity.of_profile(self.config_path, self.config, lambda w: say(f"warning: {w}"))
+        return identity.of_config(self.config())
 
     def facts(self, config: Config | None = None) -> HostFacts:
         from hostctl.facts import collect, load_snapshot

@@ -121,7 +121,7 @@ def plan(ctx: typer.Context, json_: JsonOpt = False, config: ConfigOpt = None, f
         if code:
             raise typer.Exit(code)
         return
-    from hostctl.doctor.redact import redact
+    from hostctl.secrets import redact
     from hostctl.plan import build_plan
     from hostctl.present import plan_text
 

@@ -56,7 +56,7 @@ def load(cluster_path: Path, member: str | None, facts_override: Path | None = N
 
 
 def plan_cmd(cluster_path: Path, member: str | None, json_: bool, facts_override: Path | None) -> int:
-    from hostctl.doctor.redact import redact
+    from hostctl.secrets import redact
 
     _cluster, cp, _local = load(cluster_path, member, facts_override)
     if json_:

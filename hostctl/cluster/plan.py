@@ -151,7 +151,7 @@ def facts_path(cluster_path: Path, member: Member) -> Path | None:
 def identity(config: Config) -> Identity:
     recipe = config.recipe
     return Identity(recipe_id=recipe.id,
-                    recipe_sha256=hashlib.sha256(recipe.to_json().encode()).hexdigest(),
+                    recipe_sha256=hashlib.sha256(recipe.model_dump_json().encode()).hexdigest(),
                     image=config.profile.runtime.image or recipe.image or "",
                     model_revision=config.profile.runtime.model_revision or recipe.revision)
 
@@ -223,24 +223,24 @@ def member_config(cluster: ClusterProfile, member: Member, config: Config, tp: i
     Re-validated as a host profile, so every host-profile rule still holds."""
     rt = config.profile.runtime
     state = cluster.state_dir(member)
-    runtime = {**rt.to_dict(), "project": cluster.project(member), "project_dir": f"{state}/project",
+    runtime = {**rt.model_dump(), "project": cluster.project(member), "project_dir": f"{state}/project",
                "api_host": member.address, "api_port": cluster.api_port(member, rt.api_port),
                "api_key_env": cluster.key_var or rt.api_key_env}
     from hostctl.config import _format_validation
     from pydantic import ValidationError
 
     try:
-        profile = HostProfile.validate({**config.profile.to_dict(), "runtime": runtime})
+        profile = HostProfile.model_validate({**config.profile.model_dump(), "runtime": runtime})
     except ValidationError as exc:
         raise _format_validation(exc, f"{member.name}'s host profile as cluster {cluster.name} runs it") from None
     recipe = config.recipe
     if cluster.mode == "multi-node":
         _refuse_cluster_flag_spellings(cluster, recipe)
         pairs = [(f, v) for f, v in recipe.args().pairs if f not in CLUSTER_FLAGS]
-        recipe = Recipe.validate({**recipe.to_dict(), "requires": {**recipe.requires.to_dict(),
+        recipe = Recipe.model_validate({**recipe.model_dump(), "requires": {**recipe.requires.model_dump(),
                                         "gpus": tp if recipe.requires.gpus else 0},
                                         "serve_args": [f if v is None else f"{f} {v}" for f, v in pairs]})
-    return config.copy(update={"profile": profile, "recipe": recipe})
+    return config.model_copy(update={"profile": profile, "recipe": recipe})
 
 
 def apply_cluster(plan: Plan, cluster: ClusterProfile, member: Member, tp: int, pp: int,

@@ -18,13 +18,15 @@ import ipaddress
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from hostctl import safepaths, safetext
-from hostctl.config import NOT_A_KEY_ENV, _format_validation, _problem
+from pydantic import AfterValidator, Field, model_validator
+
+from hostctl import safetext
+from hostctl.config import KeyEnvName, Written, _format_validation
 from hostctl.errors import InputError
-from hostctl.record import field
-from hostctl.strict_record import StrictRecord, validates, validates_record
+from hostctl.safepaths import HostDir
+from hostctl.safetext import ImageRef, Printable
 
 Role = Literal["leader", "follower", "replica", "router"]
 MULTI_NODE_ROLES = ("leader", "follower")
@@ -56,68 +58,48 @@ def address_problem(text: str) -> str | None:
     return None
 
 
-class Member(StrictRecord):
-    name: str = field(pattern=r"^[a-z][a-z0-9-]{0,23}$", description="the member's name (--member NAME)")
+def _ssh_target(v: str) -> str:
+    from hostctl import sshtarget
+
+    try:
+        sshtarget.parse(v, "ssh")
+    except InputError as exc:
+        raise ValueError(exc.message.removeprefix("ssh: ")) from None
+    return v
+
+
+def _absolute(v: str) -> str:
+    if not v.startswith("/"):
+        raise ValueError(f"expected an absolute path, got {v!r}")
+    return v
+
+
+# A file named by an absolute path (checked where it is used: owner and mode).
+AbsoluteFile = Annotated[Printable, AfterValidator(_absolute)]
+Address = Annotated[str, safetext.rule(address_problem)]
+
+
+class Member(Written):
+    name: str = Field(pattern=r"^[a-z][a-z0-9-]{0,23}$", description="the member's name (--member NAME)")
     role: Role
-    address: str = field(description="the host's private or loopback address")
-    profile: str | None = field(default=None, max_length=4000,
-                                description="its host profile (TOML), relative to cluster.toml; not for the router")
-    facts: str | None = field(default=None, max_length=4000,
-                              description="a facts snapshot of that host, for `plan` run elsewhere")
-    rank: int | None = field(default=None, ge=0, le=63, description="node rank (leader 0, followers 1..N-1)")
-    api_port: int | None = field(default=None, ge=1, le=65535,
+    address: Address = Field(description="the host's private or loopback address")
+    profile: Printable | None = Field(default=None, max_length=4000,
+                                      description="its host profile (TOML), relative to cluster.toml; not for the router")
+    facts: Printable | None = Field(default=None, max_length=4000,
+                                    description="a facts snapshot of that host, for `plan` run elsewhere")
+    rank: int | None = Field(default=None, ge=0, le=63, description="node rank (leader 0, followers 1..N-1)")
+    api_port: int | None = Field(default=None, ge=1, le=65535,
                                  description="the API port (router: its port); default the profile's")
-    state_dir: str | None = field(default=None, description="where this member keeps its state and project")
-    ssh: str | None = field(default=None, max_length=1000,
-                            description="ssh://[user@]host[:port]: how doctor and the group take-down reach this host "
-                            "(the SSH transport of `verify --host`; no query options)")
-    ssh_config: str | None = field(default=None, max_length=4000,
-                                   description="an ssh config file for `ssh` (absolute; owned by root or the invoking "
-                                   "user and writable by no one else, checked when it is used)")
+    state_dir: HostDir | None = Field(default=None, description="where this member keeps its state and project")
+    ssh: Annotated[str, AfterValidator(_ssh_target)] | None = Field(
+        default=None, max_length=1000,
+        description="ssh://[user@]host[:port]: how doctor and the group take-down reach this host "
+        "(the SSH transport of `verify --host`; no query options)")
+    ssh_config: AbsoluteFile | None = Field(default=None, max_length=4000,
+                                            description="an ssh config file for `ssh` (absolute; owned by root or the "
+                                            "invoking user and writable by no one else, checked when it is used)")
 
-    @validates("ssh")
-    @classmethod
-    def _ssh(cls, v: str | None) -> str | None:
-        if v is not None:
-            from hostctl import sshtarget
-
-            try:
-                sshtarget.parse(v, "ssh")
-            except InputError as exc:
-                raise ValueError(exc.message.removeprefix("ssh: ")) from None
-        return v
-
-    @validates("ssh_config")
-    @classmethod
-    def _ssh_config(cls, v: str | None) -> str | None:
-        if v is not None:
-            _problem(safetext.text_problem(v))
-            if not v.startswith("/"):
-                raise ValueError(f"expected an absolute path, got {v!r}")
-        return v
-
-    @validates("address")
-    @classmethod
-    def _address(cls, v: str) -> str:
-        _problem(address_problem(v))
-        return v
-
-    @validates("profile", "facts")
-    @classmethod
-    def _text(cls, v: str | None) -> str | None:
-        if v is not None:
-            _problem(safetext.text_problem(v))
-        return v
-
-    @validates("state_dir")
-    @classmethod
-    def _state(cls, v: str | None) -> str | None:
-        if v is None:
-            return v
-        _problem(safepaths.host_dir_problem(v))
-        return safepaths.normalise(v)
-
-    @validates_record
+    @model_validator(mode="after")
     def _fields_for_role(self) -> "Member":
         if self.role == "router":
             if self.profile is not None:
@@ -138,61 +120,36 @@ class Member(StrictRecord):
         return self
 
 
-class RouterSettings(StrictRecord):
-    image: str = field(default="hostctl/vllm-router:0.1.17", description="the router image (hostctl.images router)")
+class RouterSettings(Written):
+    image: ImageRef = Field(default="hostctl/vllm-router:0.1.17", description="the router image (hostctl.images router)")
     policy: Literal["round_robin", "random", "power_of_two", "cache_aware"] = "round_robin"
-    health_check_interval_s: int = field(default=10, ge=1, le=3600,
+    health_check_interval_s: int = Field(default=10, ge=1, le=3600,
                                          description="seconds between the router's health checks of each replica")
-    health_failure_threshold: int = field(default=2, ge=1, le=100,
+    health_failure_threshold: int = Field(default=2, ge=1, le=100,
                                           description="failed checks before a replica is taken out")
-    metrics_port: int = field(default=29000, ge=1, le=65535,
+    metrics_port: int = Field(default=29000, ge=1, le=65535,
                               description="vllm-router's Prometheus port (on 127.0.0.1)")
-    internal_port: int = field(default=29001, ge=1, le=65535,
+    internal_port: int = Field(default=29001, ge=1, le=65535,
                                description="vllm-router's own port (on 127.0.0.1), behind hostctl's gate on the "
                                            "router's address")
 
-    @validates("image")
-    @classmethod
-    def _image(cls, v: str) -> str:
-        _problem(safetext.image_problem(v))
-        return v
 
-
-class ClusterProfile(StrictRecord):
-    name: str = field(pattern=r"^[a-z][a-z0-9-]{0,23}$")
-    description: str = field(default="", max_length=1000)
-    socket_ifname: str = field(default="lo", pattern=r"^[A-Za-z0-9_.:-]{1,15}$",
+class ClusterProfile(Written):
+    name: str = Field(pattern=r"^[a-z][a-z0-9-]{0,23}$")
+    description: str = Field(default="", max_length=1000)
+    socket_ifname: str = Field(default="lo", pattern=r"^[A-Za-z0-9_.:-]{1,15}$",
                                description="the interface NCCL and Gloo use (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME)")
-    master_port: int = field(default=MASTER_PORT, ge=1024, le=65535,
+    master_port: int = Field(default=MASTER_PORT, ge=1024, le=65535,
                              description="the leader's port for vLLM's multi-node rendezvous")
-    collective_timeout_s: int = field(default=120, ge=5, le=3600,
+    collective_timeout_s: int = Field(default=120, ge=5, le=3600,
                                       description="doctor --level full: how long a member's all-reduce waits for "
                                       "every other member to join")
-    api_key_env: str | None = field(default=None, description="the environment variable holding the API key")
-    api_key_file: str | None = field(default=None, description="a file (mode 0600) holding the API key")
-    router: RouterSettings = field(default_factory=RouterSettings)
-    hosts: list[Member] = field(min_length=1, max_length=64)
+    api_key_env: KeyEnvName | None = Field(default=None, description="the environment variable holding the API key")
+    api_key_file: AbsoluteFile | None = Field(default=None, description="a file (mode 0600) holding the API key")
+    router: RouterSettings = Field(default_factory=RouterSettings)
+    hosts: list[Member] = Field(min_length=1, max_length=64)
 
-    @validates("api_key_env")
-    @classmethod
-    def _key_env(cls, v: str | None) -> str | None:
-        if v is None:
-            return v
-        _problem(safetext.match_problem(v, safetext.ENV_NAME, "an environment variable name such as HOSTCTL_API_KEY"))
-        if v in NOT_A_KEY_ENV:
-            raise ValueError(f"{v} is set in every shell to a well-known value; name a variable that holds only the key")
-        return v
-
-    @validates("api_key_file")
-    @classmethod
-    def _key_file(cls, v: str | None) -> str | None:
-        if v is not None:
-            _problem(safetext.text_problem(v) or safetext.control_problem(v))
-            if not v.startswith("/"):
-                raise ValueError(f"expected an absolute path, got {v!r}")
-        return v
-
-    @validates_record
+    @model_validator(mode="after")
     def _cluster(self) -> "ClusterProfile":
         _check_members(self)
         return self
@@ -325,7 +282,7 @@ def parse_cluster(data: Any, source: str = "cluster profile") -> ClusterProfile:
     from pydantic import ValidationError
 
     try:
-        return ClusterProfile.validate(data)
+        return ClusterProfile.model_validate(data)
     except ValidationError as exc:
         raise _format_validation(exc, source) from None
 

@@ -355,7 +355,7 @@ def _up_follower(cp: ClusterPlan, mp: MemberPlan, *, timeout, say) -> str:
 
 def _log_tail(name: str, lines: int = 15) -> list[str]:
     from hostctl import runner
-    from hostctl.doctor.redact import redact
+    from hostctl.secrets import redact
 
     res = runner.run(["docker", "logs", "--tail", str(lines), name], timeout=30)
     text = (res.stdout or "") + (res.stderr or "")

@@ -1,7 +1,7 @@
 """The support bundle (`doctor --bundle FILE`): one tar.gz with everything needed to help with a
 host from afar — doctor's JSON, the facts and the plan, the profile and recipe, the rendered
 Compose project and units, recent runtime logs, a kernel log excerpt, and the log given with
---log — every file redacted (hostctl.doctor.redact) before it is packed.
+--log — every file redacted (hostctl.secrets.redact) before it is packed.
 
 Each part that cannot be collected is listed with its reason in MANIFEST.txt; a bundle is
 still written.
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from hostctl import safefs
 from hostctl.config import Config
-from hostctl.doctor.redact import MASK, count, redact
+from hostctl.secrets import MASK, count, redact
 from hostctl.errors import InputError
 from hostctl.facts.model import HostFacts
 from hostctl.plan.model import Plan
@@ -79,7 +79,7 @@ def gather(*, doctor_json: str, facts: HostFacts, plan: Plan | None, config: Con
             b.add(f"profile/{src.name}", config.source_text)
         else:
             b.missing.append(f"profile {src}: not read from a file")
-        b.add("profile/recipe.json", config.recipe.to_json())
+        b.add("profile/recipe.json", config.recipe.model_dump_json(indent=2) + "\n")
     kernel, why = _kernel_excerpt(facts, live)
     if kernel is not None:
         b.add("kernel.log", kernel)

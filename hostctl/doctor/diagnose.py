@@ -13,7 +13,7 @@ from pathlib import Path
 
 from hostctl import safefs
 from hostctl.failures import StartEvidence, Finding, classify
-from hostctl.doctor.redact import redact
+from hostctl.secrets import redact
 from hostctl.errors import InputError
 from hostctl.facts.model import HostFacts
 

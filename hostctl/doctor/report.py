@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from hostctl import __version__
-from hostctl.doctor.redact import redact
+from hostctl.secrets import redact
 from hostctl.doctor.registry import STATUSES, CheckRun
 from hostctl.errors import EXIT_FAILED, EXIT_OK
 

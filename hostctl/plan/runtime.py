@@ -10,7 +10,8 @@ to the environment). The profile binds 127.0.0.1 unless it opts in with an API k
 
 from __future__ import annotations
 
-from hostctl.config import PLACEHOLDER_RE, SECRET_FLAGS_TO_ENV, Config, ServeArgs
+from hostctl.config import PLACEHOLDER_RE, Config, ServeArgs
+from hostctl.secrets import SECRET_FLAGS_TO_ENV
 from hostctl.plan import codes
 from hostctl.plan.model import (BoundPlaceholder, MemoryPlan, NcclPlan, PlacementPlan, RoleTarget, RuntimeSpec,
                                 StoragePlan, Volume)

@@ -9,20 +9,25 @@ its values end up in a profile that root acts on: model names are registry names
 under /models), paths are absolute without `..`, env names and values follow the recipe env rules.
 Every problem names its field (`gpus.count`, `models.<NAME>`) and the whole box is refused with
 all of them (exit 2). Keys a box does not define are kept and reported, never dropped silently.
+The box is a record (`Box`, hostctl.config.Written): the file's keys are its fields, with `file`,
+where it was read from, added.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, model_validator
 
 from hostctl import safepaths, safetext
 from hostctl.bytesizes import parse_size
-from hostctl.config import MODEL_NAME, env_problem, refuse_unquoted_env
+from hostctl.config import Written, _format_validation, env_problem, refuse_unquoted_env
 from hostctl.errors import InputError
+from hostctl.safepaths import HostPath
+from hostctl.safetext import MODEL_NAME, ImageRef, Printable
 
 BOX_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -43,101 +48,102 @@ VENV_ONLY_ENV = {
 }
 
 
-@dataclass(frozen=True)
-class Box:
-    file: Path  # absolute
-    id: str
-    gpu_name: str
-    gpu_count: int
-    vram_gb: float
-    host_ram_gb: float
-    runtime: str  # venv | docker
-    venv: str | None
-    docker_image: str | None
-    shm_size: str | None
-    env: dict[str, str]
-    models: dict[str, str]  # registry name -> host path
-    planes_cache: dict[str, str]  # registry name -> host path
-    log_dir: str | None
-    quality_tool: str | None
-    quality_tool_sha256: str | None
-    unknown: dict[str, Any] = field(default_factory=dict)  # keys vLLM-MoET's runner does not read (gpus.X too)
+def _none_is_empty(v: Any) -> Any:
+    return {} if v is None else v  # vLLM-MoET's load_box: a key left empty is an empty map
+
+
+def _box_env(v: Any) -> Any:
+    if not isinstance(v, dict):
+        return v
+    for k, value in v.items():
+        # A venv-only knob is checked as text only: it is never passed on (VENV_ONLY_ENV).
+        problem = ((safetext.text_problem(value) if isinstance(value, str) else "expected a string")
+                   if k in VENV_ONLY_ENV else env_problem(k, value))
+        if problem:
+            raise ValueError(f"env.{str(k)[:80]}: {problem}")
+    return v
+
+
+def _shm_size(v: Any) -> str:
+    # Only whether it is a size: hostctl does not pass it on (box_profile.py says why).
+    try:
+        if isinstance(v, bool):
+            raise ValueError("a boolean is not a size")
+        parse_size(v)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"expected a size such as 64g: {exc}") from None
+    return str(v)
+
+
+# A host path a box names: absolute, no `..`, in its normal form.
+BoxPath = Annotated[HostPath, AfterValidator(safepaths.normalise)]
+BoxModelName = Annotated[str, safetext.rule(lambda v: safetext.match_problem(
+    v, MODEL_NAME, "a registry name such as DeepSeek-V4-Flash (letters, digits and ._-; no '/' or '..')")
+    or ("not a registry name" if v in ("..", ".") else None))]
+ModelPaths = Annotated[dict[BoxModelName, BoxPath], BeforeValidator(_none_is_empty)]
+
+
+class BoxGpus(Written):
+    # A key vLLM-MoET's runner does not read is kept and reported (gpus.X), never refused.
+    model_config = ConfigDict(extra="allow")
+
+    name: Printable = ""
+    count: int = Field(ge=0, le=64)
+    vram_gb: float = Field(ge=0, le=10_000)  # compat compares it with the recipe's requires
+
+
+class Box(Written):
+    # vLLM-MoET's runner ignores keys it does not read; hostctl keeps them and reports them.
+    model_config = ConfigDict(extra="allow")
+
+    file: Path  # absolute; where it was read from, not a key of the file
+    id: Annotated[str, safetext.rule(lambda v: safetext.match_problem(
+        v, BOX_ID, "an id such as rtx-pro6000x4 (letters, digits and ._-)"))]
+    gpus: BoxGpus
+    host_ram_gb: float = Field(ge=0, le=1_000_000)
+    runtime: Literal["venv", "docker"] = "venv"  # vLLM-MoET's default (build_serve_cmd: box.get("runtime", "venv"))
+    venv: BoxPath | None = None
+    docker_image: ImageRef | None = None
+    shm_size: Annotated[str, BeforeValidator(_shm_size)] | None = None
+    env: Annotated[dict[str, str], BeforeValidator(_box_env), BeforeValidator(_none_is_empty)] = {}
+    models: ModelPaths = {}  # registry name -> host path
+    planes_cache: ModelPaths = {}  # registry name -> host path
+    log_dir: BoxPath | None = None
+    quality_tool: BoxPath | None = None
+    quality_tool_sha256: Annotated[str, safetext.rule(lambda v: safetext.match_problem(
+        v, SHA256, "64 lowercase hex digits"))] | None = None
+
+    @model_validator(mode="after")
+    def _docker_needs_image(self) -> "Box":
+        if self.runtime == "docker" and self.docker_image is None:
+            raise ValueError("docker_image: runtime docker needs docker_image (vLLM-MoET refuses the box too)")
+        return self
 
     @property
     def name(self) -> str:
         return self.file.name
 
+    @property
+    def gpu_name(self) -> str:
+        return self.gpus.name
+
+    @property
+    def gpu_count(self) -> int:
+        return self.gpus.count
+
+    @property
+    def vram_gb(self) -> float:
+        return self.gpus.vram_gb
+
+    @property
+    def unknown(self) -> dict[str, Any]:
+        """The keys vLLM-MoET's runner does not read (gpus.X too)."""
+        return dict(self.model_extra or {}) | {f"gpus.{k}": v for k, v in (self.gpus.model_extra or {}).items()}
+
     def bench_dir(self) -> Path | None:
         """The vLLM-MoET bench folder the box lives in (bench/boxes/BOX.yaml), or None."""
         bench = self.file.parent.parent
         return bench if self.file.parent.name == "boxes" and (bench / "recipes").is_dir() else None
-
-
-def _number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-class _Checker:
-    def __init__(self) -> None:
-        self.problems: list[str] = []
-
-    def bad(self, where: str, problem: str) -> None:
-        self.problems.append(f"{where}: {problem}")
-
-    def text(self, data: dict, key: str, where: str | None = None) -> str | None:
-        v = data.get(key)
-        if v is None:
-            return None
-        problem = safetext.text_problem(v) if isinstance(v, str) else f"expected text, got {type(v).__name__}"
-        if problem:
-            self.bad(where or key, problem)
-            return None
-        return v
-
-    def path(self, v: Any, where: str) -> str | None:
-        if v is None:
-            return None
-        if not isinstance(v, str):
-            self.bad(where, f"expected an absolute path, got {type(v).__name__}")
-            return None
-        problem = safepaths.lexical_problem(v)
-        if problem:
-            self.bad(where, problem)
-            return None
-        return safepaths.normalise(v)
-
-    def number(self, data: dict, key: str, where: str, lo: float, hi: float, *, integer: bool = False) -> Any:
-        """A required number within [lo, hi] (compat compares it with the recipe's requires)."""
-        if key not in data:
-            self.bad(where, "required field is missing")
-            return None
-        v = data[key]
-        if not _number(v) or (integer and not isinstance(v, int)):
-            self.bad(where, f"expected {'a whole number' if integer else 'a number'}, got {v!r}"[:200])
-            return None
-        if not lo <= v <= hi:
-            self.bad(where, f"{v} is outside {lo:g}..{hi:g}")
-            return None
-        return v
-
-    def name_map(self, data: dict, key: str) -> dict[str, str]:
-        v = data.get(key)
-        if v is None:
-            return {}
-        if not isinstance(v, dict):
-            self.bad(key, f"expected a map of model name to host path, got {type(v).__name__}")
-            return {}
-        out = {}
-        for name, path in v.items():
-            problem = safetext.match_problem(name, MODEL_NAME, "a registry name such as DeepSeek-V4-Flash "
-                                             "(letters, digits and ._-; no '/' or '..')")
-            if problem or name in ("..", "."):
-                self.bad(f"{key}.{str(name)[:80]}", problem or "not a registry name")
-                continue
-            checked = self.path(path, f"{key}.{name}")
-            if checked is not None:
-                out[name] = checked
-        return out
 
 
 def parse_box(data: Any, path: Path) -> Box:
@@ -147,70 +153,13 @@ def parse_box(data: Any, path: Path) -> Box:
         raise InputError(f"{where} is not valid", details=[f"expected a mapping at the top level, got "
                                                            f"{type(data).__name__}"],
                          fix="a box is vLLM-MoET's bench/boxes/*.yaml format: id, gpus, host_ram_gb, runtime, models")
-    c = _Checker()
-    box_id = data.get("id")
-    if box_id is None:
-        c.bad("id", "required field is missing")
-    elif (p := safetext.match_problem(box_id, BOX_ID, "an id such as rtx-pro6000x4 (letters, digits and ._-)")):
-        c.bad("id", p)
-    gpus = data.get("gpus")
-    gpu_name, count, vram = "", None, None
-    if not isinstance(gpus, dict):
-        c.bad("gpus", "required: a map {name, count, vram_gb}" if gpus is None else
-              f"expected a map {{name, count, vram_gb}}, got {type(gpus).__name__}")
-    else:
-        gpu_name = c.text(gpus, "name", "gpus.name") or ""
-        count = c.number(gpus, "count", "gpus.count", 0, 64, integer=True)
-        vram = c.number(gpus, "vram_gb", "gpus.vram_gb", 0, 10_000)
-    ram = c.number(data, "host_ram_gb", "host_ram_gb", 0, 1_000_000)
-    runtime = data.get("runtime", "venv")  # vLLM-MoET's default (build_serve_cmd: box.get("runtime", "venv"))
-    if runtime not in ("venv", "docker"):
-        c.bad("runtime", f"expected venv or docker, got {runtime!r}"[:200])
-    venv = c.path(data.get("venv"), "venv")
-    image = data.get("docker_image")
-    if image is not None and (p := safetext.image_problem(image)):
-        c.bad("docker_image", p)
-        image = None
-    if runtime == "docker" and image is None and "docker_image" not in data:
-        c.bad("docker_image", "runtime docker needs docker_image (vLLM-MoET refuses the box too)")
-    shm = data.get("shm_size")
-    if shm is not None:
-        try:
-            if isinstance(shm, bool):
-                raise ValueError("a boolean is not a size")
-            parse_size(shm)  # only whether it is a size: hostctl does not pass it on (box_profile.py says why)
-        except (ValueError, TypeError) as exc:
-            c.bad("shm_size", f"expected a size such as 64g: {exc}")
-            shm = None
-    env: dict[str, str] = {}
-    raw_env = data.get("env") or {}
-    if not isinstance(raw_env, dict):
-        c.bad("env", f"expected a map of variable to value, got {type(raw_env).__name__}")
-    else:
-        for k, v in raw_env.items():
-            # A venv-only knob is checked as text only: it is never passed on (VENV_ONLY_ENV).
-            problem = (safetext.text_problem(v) if isinstance(v, str) else "expected a string") \
-                if k in VENV_ONLY_ENV else env_problem(k, v)
-            if problem:
-                c.bad(f"env.{str(k)[:80]}", problem)
-            else:
-                env[k] = v
-    models = c.name_map(data, "models")
-    planes = c.name_map(data, "planes_cache")
-    log_dir = c.path(data.get("log_dir"), "log_dir")
-    tool = c.path(data.get("quality_tool"), "quality_tool")
-    sha = data.get("quality_tool_sha256")
-    if sha is not None and (p := safetext.match_problem(sha, SHA256, "64 lowercase hex digits")):
-        c.bad("quality_tool_sha256", p)
-    if c.problems:
-        raise InputError(f"{where} is not valid", details=c.problems,
-                         fix="correct the fields named above (vLLM-MoET's bench/README.md describes a box); "
-                         "nothing was written")
-    return Box(file=path, id=box_id, gpu_name=gpu_name, gpu_count=count, vram_gb=vram, host_ram_gb=ram,
-               runtime=runtime, venv=venv, docker_image=image, shm_size=None if shm is None else str(shm), env=env,
-               models=models, planes_cache=planes, log_dir=log_dir, quality_tool=tool, quality_tool_sha256=sha,
-               unknown={k: v for k, v in data.items() if k not in KNOWN_KEYS}
-               | {f"gpus.{k}": v for k, v in gpus.items() if k not in GPU_KEYS})
+    from pydantic import ValidationError
+
+    try:
+        return Box.model_validate({**data, "file": path})
+    except ValidationError as exc:
+        raise _format_validation(exc, where, fix="correct the fields named above (vLLM-MoET's bench/README.md "
+                                 "describes a box); nothing was written") from None
 
 
 def load_box(path: Path) -> Box:

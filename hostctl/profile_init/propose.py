@@ -404,7 +404,7 @@ class _Draft:
                               "the stricter checks; set phase = \"serving\" once the caches are complete")
 
     def config(self, phase: str | None = None) -> Config:
-        profile = self.profile if phase is None else self.profile.copy(update={"phase": phase})
+        profile = self.profile if phase is None else self.profile.model_copy(update={"phase": phase})
         return Config(profile=profile, recipe=self.source.recipe, source="hostctl init")
 
     def plan_errors(self, facts: HostFacts, phase: str | None = None, *, fixes: bool = False) -> list[str]:

@@ -9,10 +9,9 @@ tests/unit/test_cli_thin.py keeps the two equal for every bundled example.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from hostctl import paths
 
@@ -49,38 +48,8 @@ class RuntimeIdentity:
     project_dir: Path  # under the sysroot, as `up` renders it
 
 
-def names(config: Config) -> dict:
-    """What of the profile and recipe the identity is made of, as plain values (what
-    hostctl.config_cache keeps, so `status` and `logs` need no config model)."""
-    rt = config.profile.runtime
-    return {"project": rt.project, "api_host": rt.api_host, "api_port": rt.api_port, "api_key_env": rt.api_key_env,
-            "image": rt.image or config.recipe.image or "", "project_dir": rt.project_dir}
-
-
-def of_names(n: dict) -> RuntimeIdentity:
-    return RuntimeIdentity(project=n["project"], container=container_name(n["project"]),
-                           endpoint=endpoint_url(n["api_host"], n["api_port"]), api_key_env=n["api_key_env"],
-                           image=n["image"], project_dir=paths.system_path(n["project_dir"]))
-
-
 def of_config(config: Config) -> RuntimeIdentity:
-    return of_names(names(config))
-
-
-def of_profile(path: Path | None, load: Callable[[], Config], warn: Callable[[str], None]) -> RuntimeIdentity:
-    """The identity the profile at `path` (None: the searched one) names: from hostctl.config_cache
-    when it remembers that profile, else from `load()`. Either way the load's warnings go to
-    `warn` and the API key's value is a secret of this process, as load_config makes them."""
-    from hostctl import config_cache, secrets
-
-    found = path if path is not None else paths.searched_profile()
-    remembered = config_cache.remembered_names(found) if found is not None else None
-    if remembered is None:
-        return of_config(load())
-    n, warnings = remembered
-    for w in warnings:
-        warn(w)
-    rt = of_names(n)
-    if rt.api_key_env:
-        secrets.remember([os.environ.get(rt.api_key_env) or ""])
-    return rt
+    rt = config.profile.runtime
+    return RuntimeIdentity(project=rt.project, container=container_name(rt.project),
+                           endpoint=endpoint_url(rt.api_host, rt.api_port), api_key_env=rt.api_key_env,
+                           image=rt.image or config.recipe.image or "", project_dir=paths.system_path(rt.project_dir))

@@ -430,7 +430,7 @@ def _fail(outcome: StartOutcome, ev: StartEvidence, fallback: Finding, log) -> S
 
 def failure_error(outcome: StartOutcome) -> FailedError:
     """The failure as the user sees it; log lines are redacted (by pattern and by value)."""
-    from hostctl.doctor.redact import redact
+    from hostctl.secrets import redact
 
     c = outcome.cause
     assert c is not None

@@ -1,8 +1,7 @@
 """`hostctl status`: the runtime's state, health, endpoint, uptime, and the last `up`, smoke and
 qualify results.
 
-It reads the runtime's names (hostctl.service.identity: from hostctl.config_cache when it
-remembers the profile, so neither pydantic nor the config models are imported), the engine's
+It reads the runtime's names (hostctl.service.identity, from the profile and recipe), the engine's
 view of that one container (hostctl.facts.engine.probe_container, over the engine's socket) and
 hostctl's state files; it collects no other facts and builds no plan, so it answers at once
 (benchmarks/doctor_quick.py) and works on a host whose GPUs or drives cannot be read.

@@ -112,7 +112,7 @@ def test_vllms_parser_agrees_with_serveflags(demo_image):
         assert "error" not in seen, (attack, seen)
         assert (seen["host"], str(seen["port"]), seen["api_key"], seen["hf_token"], seen["uds"]) != \
             ("127.0.0.1", "8000", None, None, None), attack
-        data = {k: v for k, v in config.recipe.to_dict().items() if v is not None}
+        data = {k: v for k, v in config.recipe.model_dump().items() if v is not None}
         data["serve_args"] = [*data["serve_args"], " ".join(attack)]
         with pytest.raises(InputError):
             parse_recipe(data)

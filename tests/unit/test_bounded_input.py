@@ -61,7 +61,7 @@ def test_redaction_of_a_long_run_of_name_characters_is_linear(unit):
     each, under an alarm that ends a run of minutes."""
     import signal
 
-    from hostctl.doctor.redact import redact
+    from hostctl.secrets import redact
 
     def fire(signum, frame):
         raise TimeoutError("redact still running after 5 s")

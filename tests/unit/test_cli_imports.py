@@ -27,8 +27,6 @@ NOT_TO_PARSE = HEAVY | {"rich", "jinja2", "yaml", "httpx", "pydantic"}
 NOT_TO_LIST = NOT_TO_PARSE
 # plan and status read a profile (pydantic, YAML) and render nothing, fetch nothing over httpx.
 NOT_TO_READ = HEAVY | {"jinja2", "httpx"}
-# status with a profile hostctl.config_cache remembers reads only the runtime's names.
-NOT_FOR_REMEMBERED_NAMES = NOT_TO_READ | {"pydantic", "yaml", "rich"}
 
 WRAPPER = """
 import json, sys
@@ -47,7 +45,7 @@ sys.exit(code)  # the command's own exit code, as `hostctl` would end
 
 def imported(argv: list[str], tmp_path: Path, *, modules: bool = False) -> tuple[set[str], subprocess.CompletedProcess]:
     """The top-level packages a fresh `hostctl ARGV` imported (hostctl's own left out; every
-    module's full name with `modules`). Its config cache is tmp_path's own: empty at first."""
+    module's full name with `modules`)."""
     out = tmp_path / "modules.json"
     env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"))
     done = subprocess.run([sys.executable, "-c", WRAPPER, str(out), *argv], capture_output=True, text=True,
@@ -93,42 +91,8 @@ def test_plan_and_status_import_no_heavy_module(argv, tmp_path):
                                  cwd=tmp_path, timeout=120, env=dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache")))
         doc = json.loads(as_json.stdout)
     assert done.returncode == _expected_exit(doc), (done.returncode, done.stderr)
-    assert "pydantic" in names  # the profile was read (and validated: the cache was empty)
+    assert "pydantic" in names  # the profile was read and validated
     assert not names & NOT_TO_READ, f"`hostctl {' '.join(argv)}` imported {sorted(names & NOT_TO_READ)}"
-
-
-@pytest.mark.parametrize("json_", [False, True], ids=["text", "json"])
-def test_status_of_a_remembered_profile_imports_no_config_model(json_, tmp_path):
-    argv = ["status", "--config", DEMO] + (["--json"] if json_ else [])
-    first, validated = imported(argv, tmp_path)
-    second, remembered = imported(argv, tmp_path, modules=True)
-    assert "pydantic" in first  # an empty cache: the profile was validated, then remembered
-    top = {name.split(".")[0] for name in second}
-    assert not top & NOT_FOR_REMEMBERED_NAMES, f"status imported {sorted(top & NOT_FOR_REMEMBERED_NAMES)}"
-    assert not second & {"hostctl.config", "hostctl.facts.model"}
-    assert remembered.returncode == validated.returncode and remembered.stderr == validated.stderr
-    if json_:
-        docs = [json.loads(d.stdout) for d in (validated, remembered)]
-        for d in docs:
-            d.pop("uptime_s", None)
-        assert docs[0] == docs[1] and docs[0]["container"] == "hostctl-runtime"
-    else:
-        assert remembered.stdout.splitlines()[1:] == validated.stdout.splitlines()[1:]  # the first line has the uptime
-
-
-def test_plan_of_a_remembered_profile_imports_no_pydantic(tmp_path):
-    # The profile and recipe are StrictRecords (hostctl/strict_record.py): read back from the
-    # config cache they are plain classes, and pydantic (~120 ms) and PyYAML are not imported.
-    argv = ["plan", "--json", "--config", DEMO]
-    first, validated = imported(argv, tmp_path)
-    second, remembered = imported(argv, tmp_path, modules=True)
-    assert "pydantic" in first and "yaml" in first  # an empty cache: validated, then remembered
-    top = {name.split(".")[0] for name in second}
-    assert not top & {"pydantic", "pydantic_core", "yaml", "annotated_types"}, sorted(top)
-    assert "hostctl.config" in second and "hostctl.plan.model" in second  # it did plan
-    assert remembered.returncode == validated.returncode and remembered.stderr == validated.stderr
-    docs = [json.loads(d.stdout) for d in (validated, remembered)]
-    assert docs[0] == docs[1] and docs[0]["schema"] == "hostctl.plan/v1"
 
 
 def test_the_wrapper_sees_a_heavy_import(tmp_path):
@@ -139,10 +103,10 @@ def test_the_wrapper_sees_a_heavy_import(tmp_path):
 
 
 # What the probes no longer import (benchmarks/results/doctor_quick-2vcpu-shared.txt, issue 12's
-# second round): udev's database is read as files, HTTP/1.0 is spoken by hostctl.http10, pydantic's
-# plugin loader is not consulted while every plugin is off, NVML only where a driver is loaded, and
+# second round): udev's database is read as files, HTTP/1.0 is spoken by hostctl.http10, NVML only
+# where a driver is loaded, and
 # plan/facts ask provision/requests.py for directories without the storage decisions.
-PROBES_DO_NOT_IMPORT = frozenset({"pyudev", "http.client", "ssl", "importlib.metadata", "hostctl.provision.storage"})
+PROBES_DO_NOT_IMPORT = frozenset({"pyudev", "http.client", "ssl", "hostctl.provision.storage"})
 WRAPPER_FULL = WRAPPER.replace(
     "from hostctl.cli import main",
     "from pathlib import Path\n    from hostctl.facts import gpu\n"

@@ -17,7 +17,7 @@ import yaml
 from hostctl import paths
 from hostctl.cli import main
 from hostctl.doctor import report
-from hostctl.doctor.redact import MASK, redact
+from hostctl.secrets import MASK, redact
 from need import needs
 
 HOSTS = paths.hosts_dir()

@@ -122,8 +122,8 @@ def test_desktop_keeps_hostctls_layout_as_it_is(tmp_path):
     assert [(d.name, str(d.identity), d.swap, d.filesystem, d.mount) for d in config.profile.drives] == \
         [(d.name, str(d.identity), d.swap, d.filesystem, d.mount) for d in bundled.drives]
     tuned = {"swappiness_converting", "swappiness_serving", "page_cluster"}
-    assert {k: v for k, v in config.profile.storage.to_dict().items() if k not in tuned} \
-        == {k: v for k, v in bundled.storage.to_dict().items() if k not in tuned}
+    assert {k: v for k, v in config.profile.storage.model_dump().items() if k not in tuned} \
+        == {k: v for k, v in bundled.storage.model_dump().items() if k not in tuned}
     assert config.profile.phase == "serving"  # the caches may already be built: the drives carry hostctl's layout
     # the storage planner would keep both drives as they are: nothing to format
     assert set(drive_verdicts(config, facts).values()) <= {"ready", "converge"}

@@ -20,14 +20,14 @@ NAMES = ["demo-cpu", "pro6000x1-mapped", "pro6000x1-resident", "pro6000x2-deskto
 
 
 def with_profile(config: Config, **changes) -> Config:
-    profile = config.profile.copy(update=changes)
-    return config.copy(update={"profile": profile})
+    profile = config.profile.model_copy(update=changes)
+    return config.model_copy(update={"profile": profile})
 
 
 def with_recipe(config: Config, mutate) -> Config:
-    data = {k: v for k, v in config.recipe.to_dict().items() if v is not None}
+    data = {k: v for k, v in config.recipe.model_dump().items() if v is not None}
     mutate(data)
-    return config.copy(update={"recipe": parse_recipe(data)})
+    return config.model_copy(update={"recipe": parse_recipe(data)})
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -70,7 +70,7 @@ def test_too_little_ram_swap_says_how_much_is_missing():
 
 def test_default_ram_swap_cap_leaves_swap_to_the_host():
     config, facts = snapshots.desktop()
-    memory = config.profile.memory.copy(update={"container_ram_swap": None})
+    memory = config.profile.memory.model_copy(update={"container_ram_swap": None})
     m = plan_memory(with_profile(config, memory=memory), facts)
     swap = facts.memory.swap_total_bytes
     assert m.ram_swap_bytes == 34 * GIB + (int(swap * 0.75) // GIB) * GIB
@@ -79,7 +79,7 @@ def test_default_ram_swap_cap_leaves_swap_to_the_host():
 
 def test_reserve_larger_than_ram_is_an_error():
     config, facts = snapshots.desktop()
-    memory = config.profile.memory.copy(update={"host_reserve": 44 * GIB})
+    memory = config.profile.memory.model_copy(update={"host_reserve": 44 * GIB})
     m = plan_memory(with_profile(config, memory=memory), facts)
     assert m.limit_bytes is None and m.problems[0].severity == "error"
 
@@ -138,7 +138,7 @@ def test_too_few_gpus_is_an_error():
 
 def test_named_gpu_that_does_not_exist():
     config, facts = snapshots.desktop()
-    gpu = config.profile.gpu.copy(update={"devices": ["GPU-nope"]})
+    gpu = config.profile.gpu.model_copy(update={"devices": ["GPU-nope"]})
     p = plan_placement(with_profile(config, gpu=gpu), facts)
     assert any("GPU-nope" in x.message for x in p.problems)
 
@@ -270,11 +270,11 @@ def test_recipe_role_without_a_target():
 def test_power_limits_checked_against_each_gpus_range():
     config, facts = snapshots.desktop()
     assert [g.action for g in plan_power(config, facts).gpus] == ["keep", "keep"]
-    gpu = config.profile.gpu.copy(update={"power_limit_w": 700.0})
+    gpu = config.profile.gpu.model_copy(update={"power_limit_w": 700.0})
     p = plan_power(with_profile(config, gpu=gpu), facts)
     assert [g.action for g in p.gpus] == ["invalid", "invalid"]
     assert "150-600 W" in p.problems[0].message
-    gpu = config.profile.gpu.copy(update={"power_limit_w": 300.0, "power_limits_w": {"1": 450.0}})
+    gpu = config.profile.gpu.model_copy(update={"power_limit_w": 300.0, "power_limits_w": {"1": 450.0}})
     p = plan_power(with_profile(config, gpu=gpu), facts)
     assert [(g.action, g.desired_w) for g in p.gpus] == [("keep", 300.0), ("set", 450.0)]
 

@@ -81,14 +81,14 @@ def test_up_refuses_another_users_profile_before_anything_runs(tmp_path, shared,
     assert not project.exists()
 
 
-def test_a_remembered_profile_is_refused_once_another_user_owns_it(tmp_path, capsys):
-    """The config cache must not answer for a file load_config would now refuse."""
+def test_a_profile_read_before_is_refused_once_another_user_owns_it(tmp_path, capsys):
+    """What was read before does not answer for a file load_config would now refuse."""
     mine = tmp_path / "mine"
     mine.mkdir()
     profile = planted(mine / "hostctl.toml", uid=0)
     argv = ["plan", "--config", str(profile), "--facts", str(DESKTOP_FACTS)]
     assert run(argv, capsys)[0] in (0, 1)
-    assert run(argv, capsys)[0] in (0, 1)  # a hit
+    assert run(argv, capsys)[0] in (0, 1)
     os.chown(profile, NOBODY, NOBODY)
     code, _, err = run(argv, capsys)
     assert refused(code, err, profile), (code, err)

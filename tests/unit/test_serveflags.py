@@ -60,7 +60,7 @@ def parse_like_vllm(argv: list[str]) -> argparse.Namespace:
 
 def demo_recipe_with(args: list[str]) -> dict:
     config, _ = examples.load("demo-cpu")
-    data = {k: v for k, v in config.recipe.to_dict().items() if v is not None}
+    data = {k: v for k, v in config.recipe.model_dump().items() if v is not None}
     # each entry as a recipe writes it: "flag value" or a bare flag
     entries, i = [], 0
     while i < len(args):
@@ -91,7 +91,7 @@ def test_the_rendered_address_is_the_plans_for_every_spelling(args, tmp_path):
     """Whatever a recipe writes, what gets rendered makes argparse listen where the plan says."""
     config, facts = examples.load("demo-cpu")
     try:
-        config = config.copy(update={"recipe": parse_recipe(demo_recipe_with(args))})
+        config = config.model_copy(update={"recipe": parse_recipe(demo_recipe_with(args))})
     except InputError as exc:
         assert exc.exit_code == EXIT_BAD_INPUT
         return

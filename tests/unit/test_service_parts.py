@@ -185,9 +185,9 @@ def test_preflight_store_missing_and_not_on_a_real_filesystem(tmp_path):
         # /dev is refused as a bind source at load time (hostctl.safepaths), so the profile is
         # edited after loading: what is tested here is preflight's own filesystem check.
         cfg, _ = demo_config(tmp_path, tmp_path)
-        profile = cfg.profile.copy(update={"storage": cfg.profile.storage.copy(
+        profile = cfg.profile.model_copy(update={"storage": cfg.profile.storage.model_copy(
             update={"compile_cache": str(d)})})
-        cfg = cfg.copy(update={"profile": profile})
+        cfg = cfg.model_copy(update={"profile": profile})
         plan = build_plan(cfg, load_snapshot(HOSTS / "demo-cpu.facts.json"))
         (f,) = preflight.check_dirs(cfg, plan)
         assert f.id == "store-not-real-fs" and "tmpfs" in f.message
