@@ -230,7 +230,7 @@ def facts(ctx: typer.Context, json_: JsonOpt = False, config: ConfigOpt = None, 
             pass  # facts describe the host without a profile
     snapshot = c.facts(cfg)
     if json_:
-        sys.stdout.write(snapshot.to_json())
+        sys.stdout.write(snapshot.model_dump_json(indent=2) + "\n")
     else:
         out.print(facts_text(snapshot), end="", markup=False)
 
@@ -309,7 +309,7 @@ def plan(ctx: typer.Context, json_: JsonOpt = False, config: ConfigOpt = None, f
     result = build_plan(cfg, c.facts(cfg))
     # The plan carries the recipe's env values: secrets are hidden by name and by value.
     if json_:
-        sys.stdout.write(redact(result.to_json()))
+        sys.stdout.write(redact(result.model_dump_json(indent=2) + "\n"))
     else:
         out.print(redact(plan_text(result)), end="", markup=False)
     if result.errors:

@@ -165,7 +165,7 @@ def init_profile(*, facts_path: Path | None, options: InitOptions, recipe_ref: s
 
         requests = path_requests(proposal, recipes)
         if requests:
-            facts = facts.copy(update={"paths": probe_paths(requests)})
+            facts = facts.model_copy(update={"paths": probe_paths(requests)})
             proposal = decide(facts)
     if proposal.recipe is None:
         return InitResult(proposal, source, None, out, False)

@@ -974,9 +974,9 @@ def facts_after(facts: HostFacts, sp: StorageProvision) -> HostFacts:
     add = pending_swap_bytes(sp)
     if not add:
         return facts
-    memory = facts.memory.copy(update={"swap_total_bytes": facts.memory.swap_total_bytes + add,
+    memory = facts.memory.model_copy(update={"swap_total_bytes": facts.memory.swap_total_bytes + add,
                                              "swap_free_bytes": facts.memory.swap_free_bytes + add})
-    return facts.copy(update={"memory": memory})
+    return facts.model_copy(update={"memory": memory})
 
 
 def _mounted_and_settled(v: DriveVerdict | None, drive: Drive) -> bool:

@@ -186,7 +186,7 @@ def remote_facts(target: Target, profile_path: str, profile_bytes: bytes):
                           details=res.stderr.strip().splitlines()[-5:],
                           fix=f"run `hostctl --config {profile_path} facts` there to see why")
     try:
-        facts = HostFacts.from_json(res.stdout)
+        facts = HostFacts.model_validate_json(res.stdout, strict=True)
     except ValueError as exc:
         raise FailedError(f"the facts {target.name} printed are not this hostctl's {exc.__class__.__name__}",
                           details=str(exc).splitlines()[:3],
