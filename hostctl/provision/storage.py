@@ -873,7 +873,7 @@ def plan_storage_provision(config: Config, facts: HostFacts, system: SystemFiles
         sp.notes.append(f"disk facts unavailable: {facts.disks.reason}")
 
     for role, directory in plain:
-        state = system.plain_dirs.get(directory, DirState(False))
+        state = system.plain_dirs.get(directory, DirState(exists=False))
         owner_ok = opts.owner is None or state.owner == opts.owner
         if not state.exists or not owner_ok:
             sp.system.append(replace(_mkdir(f"storage/dirs/{role}", str(paths.system_path(directory)), opts.owner,

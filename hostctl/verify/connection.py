@@ -92,7 +92,7 @@ class Target:
         if r.rc != 0:
             return None
         kind, uid, gid = r.stdout.strip().rsplit(" ", 2)
-        return Stat(kind == "directory", int(uid), int(gid))
+        return Stat(is_dir=kind == "directory", uid=int(uid), gid=int(gid))
 
     def stat_real(self, path: str) -> Stat | None:
         """A path of the running system itself (a mountpoint, a binary), not under the sysroot."""
@@ -100,7 +100,7 @@ class Target:
         if r.rc != 0:
             return None
         kind, uid, gid = r.stdout.strip().rsplit(" ", 2)
-        return Stat(kind == "directory", int(uid), int(gid))
+        return Stat(is_dir=kind == "directory", uid=int(uid), gid=int(gid))
 
     def readlink(self, host_path: str) -> str | None:
         r = self.host.run("readlink -- %s", self._p(host_path))

@@ -12,11 +12,13 @@ import socket
 from pathlib import Path
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from fake_nvml import REFERENCE_HOSTS, FakeNvml, write_sysfs
+from hostctl import examples, paths
 from hostctl.facts import collect, load_snapshot
 from hostctl.facts.gpu import probe_gpus
+from hostctl.facts.model import HostFacts, MemoryFacts, StateFacts
 from hostctl.facts.state import probe_state
 
 
@@ -91,3 +93,30 @@ def test_a_snapshot_is_validated(tmp_path):
     bad.write_text(json.dumps(doc))
     with pytest.raises(Exception, match="memory.mem_total_bytes"):
         load_snapshot(bad)
+
+
+def test_memory_facts_are_never_negative():
+    good = {"mem_total_bytes": 1, "mem_available_bytes": 0, "swap_total_bytes": 0, "swap_free_bytes": 0}
+    assert MemoryFacts.model_validate(good, strict=True).mem_total_bytes == 1
+    with pytest.raises(ValidationError) as exc:
+        MemoryFacts.model_validate({**good, "swap_free_bytes": -4096}, strict=True)
+    [err] = exc.value.errors()
+    assert (err["loc"], err["type"]) == (("swap_free_bytes",), "greater_than_equal")
+
+
+def test_state_facts_leave_out_what_old_snapshots_lack():
+    assert set(StateFacts().model_dump()) == {"p2p", "qualify"}
+    assert StateFacts.model_validate_json('{"p2p": null, "qualify": null}', strict=True) == StateFacts()
+
+
+def test_there_are_bundled_snapshots():
+    assert len(examples.names()) >= 3
+
+
+@pytest.mark.parametrize("name", examples.names())
+def test_bundled_facts_snapshot_round_trips(name):
+    text = (paths.hosts_dir() / f"{name}.facts.json").read_text()
+    facts = HostFacts.model_validate_json(text, strict=True)
+    assert facts.model_dump_json(indent=2) + "\n" == text  # the file is what `facts --json` writes, byte for byte
+    assert HostFacts.model_validate_json(facts.model_dump_json(), strict=True) == facts
+    assert HostFacts.model_validate(facts.model_dump()) == facts
