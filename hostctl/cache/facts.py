@@ -9,13 +9,13 @@ size counts rows never written.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from hostctl.cache import layout
+from hostctl.data import Data
 from hostctl.safefs import TEMP_MARK
 from hostctl.safepaths import relative_name_problem
 
@@ -23,11 +23,7 @@ RootKind = Literal["planes", "store", "rank_store", "compile"]
 REMOVING_WHAT = "left by an interrupted `hostctl cache prune`: the next prune finishes removing it"
 
 
-class Part(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class Root(Part):
+class Root(Data):
     kind: RootKind
     path: str
     drive: str | None = None
@@ -35,14 +31,14 @@ class Root(Part):
     planned: bool = False  # the current plan binds this directory
 
 
-class Usage(Part):
+class Usage(Data):
     allocated: int = 0
     apparent: int = 0
     files: int = 0
     mtime: float = 0.0
 
 
-class PlanesRank(Part):
+class PlanesRank(Data):
     root: str
     key_dir: str  # <root>/v2/<key>: what removing this rank deletes
     rank_dir: str  # tp<W>-rank<R>
@@ -56,14 +52,14 @@ class PlanesRank(Part):
     usage: Usage = Field(default_factory=Usage)
 
 
-class PackFile(Part):
+class PackFile(Data):
     path: str
     size: int
     allocated: int
     mtime: float
 
 
-class PackRank(Part):
+class PackRank(Data):
     store: str  # the directory
     copy_of: str | None = None  # a rank store copy: the shared store directory it was copied from
     tag: str
@@ -78,13 +74,13 @@ class PackRank(Part):
     tmp: list[str] = Field(default_factory=list)
 
 
-class CompileRank(Part):
+class CompileRank(Data):
     name: str  # rank_<i>_<j>
     done: list[str] = Field(default_factory=list)  # prefixes with vllm_compile_cache.py
     pending: list[str] = Field(default_factory=list)  # prefixes without
 
 
-class CompileHash(Part):
+class CompileHash(Data):
     root: str
     hash: str
     dir: str
@@ -92,7 +88,7 @@ class CompileHash(Part):
     usage: Usage = Field(default_factory=Usage)
 
 
-class Other(Part):
+class Other(Data):
     """Something in a cache directory that is no generation hostctl recognises: listed, never pruned."""
 
     path: str
@@ -100,7 +96,7 @@ class Other(Part):
     usage: Usage = Field(default_factory=Usage)
 
 
-class CacheFacts(Part):
+class CacheFacts(Data):
     roots: list[Root] = Field(default_factory=list)
     planes: list[PlanesRank] = Field(default_factory=list)
     packs: list[PackRank] = Field(default_factory=list)
@@ -305,8 +301,7 @@ def scan(roots: list[Root]) -> CacheFacts:
     return out
 
 
-@dataclass(frozen=True)
-class RunningRuntime:
+class RunningRuntime(Data):
     name: str
     profile: str
     ours: bool  # this profile's runtime (its profile label, or its Compose project)
@@ -319,7 +314,8 @@ def running_runtimes(profile: str, project: str) -> tuple[list[RunningRuntime], 
     engine = probe_engine()
     if not engine.available:
         return [], engine.reason or "the Docker engine does not answer"
-    return [RunningRuntime(c.name, c.labels.get(RUNTIME_LABEL, ""),
-                           c.labels.get(RUNTIME_LABEL) == profile or c.labels.get("com.docker.compose.project") == project)
+    return [RunningRuntime(name=c.name, profile=c.labels.get(RUNTIME_LABEL, ""),
+                           ours=c.labels.get(RUNTIME_LABEL) == profile
+                           or c.labels.get("com.docker.compose.project") == project)
             for c in engine.containers
             if c.state in ("running", "restarting", "paused") and c.labels.get(RUNTIME_LABEL)], None

@@ -54,7 +54,7 @@ def facts(ctx: typer.Context, json_: JsonOpt = False, config: ConfigOpt = None, 
         except NoProfileError:
             pass  # facts describe the host without a profile
     snapshot = c.facts(cfg)
-    sys.stdout.write(snapshot.to_json() if json_ else facts_text(snapshot))
+    sys.stdout.write(snapshot.model_dump_json(indent=2) + "\n" if json_ else facts_text(snapshot))
 
 
 @app.command()
@@ -129,7 +129,7 @@ def plan(ctx: typer.Context, json_: JsonOpt = False, config: ConfigOpt = None, f
     cfg = c.config()
     result = build_plan(cfg, c.facts(cfg))
     # The plan carries the recipe's env values: secrets are hidden by name and by value.
-    sys.stdout.write(redact(result.to_json() if json_ else plan_text(result)))
+    sys.stdout.write(redact(result.model_dump_json(indent=2) + "\n" if json_ else plan_text(result)))
     if result.errors:
         raise typer.Exit(EXIT_FAILED)
 

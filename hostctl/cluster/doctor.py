@@ -15,9 +15,8 @@ import subprocess
 import time
 from typing import Protocol
 
-from pydantic import BaseModel, ConfigDict
-
 from hostctl.cluster.plan import ClusterPlan, MemberPlan
+from hostctl.data import Data
 from hostctl.model.manifest import SMALL_FILE_MAX
 from hostctl.safefs import read_bounded
 
@@ -49,16 +48,14 @@ class LocalReader:
             return None
 
 
-class NicFacts(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class NicFacts(Data):
     name: str
     operstate: str | None = None  # up, down, unknown (loopback reads "unknown")
     speed_mbps: int | None = None  # None: the driver does not say (virtual NICs, loopback)
     mtu: int | None = None
 
 
-class MemberFacts(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class MemberFacts(Data):
     member: str
     clock_offset_s: float | None = None  # the member's clock minus this machine's, at the read
     image_id: str | None = None

@@ -17,6 +17,7 @@ from typing import Callable
 
 from hostctl.cluster.profile import ClusterProfile, Member
 from hostctl.config import Config, HostProfile, Recipe, ServeArgs, load_config
+from hostctl.data import Data
 from hostctl.errors import InputError
 from hostctl.facts.model import HostFacts
 from hostctl.plan.model import Plan
@@ -35,29 +36,20 @@ CLUSTER_FLAGS = ("--tensor-parallel-size", "--pipeline-parallel-size", "--nnodes
                  "--master-port", "--headless", "--distributed-executor-backend", "--data-parallel-address")
 
 
-@dataclass
-class Decision:
+class Decision(Data):
+    member: str | None = None  # None: the cluster as a whole
     what: str
     value: str
     why: str
-    member: str | None = None
-
-    def to_dict(self) -> dict:
-        return {"member": self.member, "what": self.what, "value": self.value, "why": self.why}
 
 
-@dataclass
-class Identity:
+class Identity(Data):
     """What must be the same on every host: the service's recipe, image and model revision."""
 
-    recipe_id: str
+    recipe: str  # the recipe's id
     recipe_sha256: str
     image: str
     model_revision: str | None
-
-    def to_dict(self) -> dict:
-        return {"recipe": self.recipe_id, "recipe_sha256": self.recipe_sha256, "image": self.image,
-                "model_revision": self.model_revision}
 
 
 @dataclass
@@ -83,7 +75,7 @@ class MemberPlan:
         doc = {"name": self.member.name, "role": self.member.role, "address": self.member.address,
                "rank": self.member.rank, "project": self.project, "state_dir": self.state_dir,
                "endpoint": self.endpoint, "facts": self.facts_source,
-               "identity": self.identity.to_dict() if self.identity else None}
+               "identity": self.identity.model_dump() if self.identity else None}
         if self.plan is not None:
             rt = self.plan.runtime
             doc["runtime"] = {"image": rt.image, "command": rt.command, "env_names": sorted(rt.env),
@@ -114,7 +106,7 @@ class ClusterPlan:
         return {"schema": SCHEMA, "cluster": self.cluster.name, "mode": self.mode,
                 "tensor_parallel": self.tp, "pipeline_parallel": self.pp,
                 "members": [m.to_dict() for m in self.members],
-                "decisions": [d.to_dict() for d in self.decisions], "problems": self.problems}
+                "decisions": [d.model_dump() for d in self.decisions], "problems": self.problems}
 
 
 # ---------------------------------------------------------------- loading the members
@@ -150,7 +142,7 @@ def facts_path(cluster_path: Path, member: Member) -> Path | None:
 
 def identity(config: Config) -> Identity:
     recipe = config.recipe
-    return Identity(recipe_id=recipe.id,
+    return Identity(recipe=recipe.id,
                     recipe_sha256=hashlib.sha256(recipe.model_dump_json().encode()).hexdigest(),
                     image=config.profile.runtime.image or recipe.image or "",
                     model_revision=config.profile.runtime.model_revision or recipe.revision)
@@ -163,7 +155,7 @@ def _same_everywhere(cluster: ClusterProfile, ids: dict[str, Identity]) -> None:
         if m.name not in ids or m.name == names[0]:
             continue
         mine = ids[m.name]
-        for what, a, b in (("recipe", first.recipe_id, mine.recipe_id),
+        for what, a, b in (("recipe", first.recipe, mine.recipe),
                            ("recipe content", first.recipe_sha256[:12], mine.recipe_sha256[:12]),
                            ("runtime image", first.image, mine.image),
                            ("model revision", first.model_revision, mine.model_revision)):
@@ -179,20 +171,20 @@ def split(cluster: ClusterProfile, recipe: Recipe) -> tuple[int, int, list[Decis
     n = len(cluster.by_role("leader", "follower"))
     if cluster.mode == "replicas":
         tp = max(recipe.requires.gpus, 1)
-        return tp, 1, [Decision("parallelism", f"each replica TP={tp}",
-                                "every replica serves the whole recipe on its own; the router spreads requests")]
+        return tp, 1, [Decision(what="parallelism", value=f"each replica TP={tp}",
+                                why="every replica serves the whole recipe on its own; the router spreads requests")]
     pp, total = n, recipe.requires.gpus
     if total == 0:
-        return 1, pp, [Decision("parallelism", f"TP=1 per host, PP={pp}",
-                                f"the CPU runtime: one worker per host, {pp} pipeline stages (one per host)")]
+        return 1, pp, [Decision(what="parallelism", value=f"TP=1 per host, PP={pp}",
+                                why=f"the CPU runtime: one worker per host, {pp} pipeline stages (one per host)")]
     if total % pp:
         raise InputError(f"cluster {cluster.name} is not valid", details=[
             f"hosts: the recipe {recipe.id} needs {total} GPUs, which do not split evenly over {pp} hosts "
             "(tensor parallel inside a host needs the same GPU count on each)"],
             fix=f"use a number of hosts that divides {total}; nothing was changed")
     tp = total // pp
-    return tp, pp, [Decision("parallelism", f"TP={tp} per host x PP={pp}",
-                             f"the recipe needs {total} GPUs: tensor parallel over each host's {tp} GPUs (fast links "
+    return tp, pp, [Decision(what="parallelism", value=f"TP={tp} per host x PP={pp}",
+                             why=f"the recipe needs {total} GPUs: tensor parallel over each host's {tp} GPUs (fast links "
                              f"inside a host), pipeline parallel over the {pp} hosts (one activation hop per stage "
                              "over the network)")]
 
@@ -252,14 +244,14 @@ def apply_cluster(plan: Plan, cluster: ClusterProfile, member: Member, tp: int, 
     def env(key: str, value: str, why: str) -> None:
         rt.env[key] = value
         rt.env_sources[key] = "cluster"
-        decisions.append(Decision(f"env {key}", value, why, name))
+        decisions.append(Decision(what=f"env {key}", value=value, why=why, member=name))
 
     env("VLLM_HOST_IP", member.address, "the address this host's vLLM advertises to the others (its cluster address)")
     rt.labels.update({"io.hostctl.cluster": cluster.name, "io.hostctl.member": name, "io.hostctl.role": member.role})
     if cluster.mode == "replicas":
-        decisions.append(Decision("API", f"http://{member.address}:{rt.api_port}",
-                                  "a replica serves the whole API; it joins the router only after its own smoke "
-                                  "gate passed", name))
+        decisions.append(Decision(what="API", value=f"http://{member.address}:{rt.api_port}",
+                                  why="a replica serves the whole API; it joins the router only after its own smoke "
+                                  "gate passed", member=name))
         return
     env("NCCL_SOCKET_IFNAME", cluster.socket_ifname, "NCCL's bootstrap and socket transport between hosts")
     env("GLOO_SOCKET_IFNAME", cluster.socket_ifname, "torch.distributed's Gloo (CPU) groups between hosts")
@@ -282,13 +274,13 @@ def apply_cluster(plan: Plan, cluster: ClusterProfile, member: Member, tp: int, 
         # every rank is up.
         leader_port = cluster.api_port(leader, rt.api_port) if leader.api_port else rt.api_port
         rt.api_host, rt.api_port = leader.address, leader_port
-        decisions.append(Decision("role", f"follower, node rank {member.rank}, headless",
-                                  f"runs pipeline stage {member.rank} and serves no API; it joins the leader's "
-                                  f"rendezvous at {leader.address}:{cluster.master_port}", name))
+        decisions.append(Decision(what="role", value=f"follower, node rank {member.rank}, headless",
+                                  why=f"runs pipeline stage {member.rank} and serves no API; it joins the leader's "
+                                  f"rendezvous at {leader.address}:{cluster.master_port}", member=name))
     else:
-        decisions.append(Decision("role", "leader, node rank 0",
-                                  f"serves the API at http://{member.address}:{rt.api_port} and holds the rendezvous "
-                                  f"on port {cluster.master_port}; ready only when every follower has joined", name))
+        decisions.append(Decision(what="role", value="leader, node rank 0",
+                                  why=f"serves the API at http://{member.address}:{rt.api_port} and holds the rendezvous "
+                                  f"on port {cluster.master_port}; ready only when every follower has joined", member=name))
     rt.command = kept + flags
 
 
@@ -316,8 +308,8 @@ def build_cluster_plan(cluster: ClusterProfile, configs: dict[str, Config],
     _same_everywhere(cluster, ids)
     recipe = next(iter(configs.values())).recipe
     tp, pp, decisions = split(cluster, recipe)
-    decisions.append(Decision("network", "host networking on every host",
-                              "vLLM's ranks and the router reach each other by the hosts' addresses; no Docker bridge"))
+    decisions.append(Decision(what="network", value="host networking on every host",
+                              why="vLLM's ranks and the router reach each other by the hosts' addresses; no Docker bridge"))
     problems: list[dict] = []
     members: list[MemberPlan] = []
     for m in cluster.hosts:
@@ -326,15 +318,15 @@ def build_cluster_plan(cluster: ClusterProfile, configs: dict[str, Config],
             port = cluster.api_port(m)
             mp.endpoint = f"http://{m.address}:{port}"
             mp.router_command = router_command(cluster)
-            decisions.append(Decision("router", f"vllm-router on {m.address}:{port}, {cluster.router.policy}",
-                                      f"health check every {cluster.router.health_check_interval_s} s; a replica is "
+            decisions.append(Decision(what="router", value=f"vllm-router on {m.address}:{port}, {cluster.router.policy}",
+                                      why=f"health check every {cluster.router.health_check_interval_s} s; a replica is "
                                       f"taken out after {cluster.router.health_failure_threshold} failed checks",
-                                      m.name))
-            decisions.append(Decision("router admin", f"behind the key; vllm-router itself on 127.0.0.1:"
+                                      member=m.name))
+            decisions.append(Decision(what="router admin", value=f"behind the key; vllm-router itself on 127.0.0.1:"
                                       f"{cluster.router.internal_port}",
-                                      "vllm-router answers its admin routes (/add_worker, /workers, ...) to anyone; "
+                                      why="vllm-router answers its admin routes (/add_worker, /workers, ...) to anyone; "
                                       "hostctl's gate on the router's address passes the API and probes and asks the "
-                                      "cluster's key for every other route", m.name))
+                                      "cluster's key for every other route", member=m.name))
             members.append(mp)
             continue
         cfg = member_config(cluster, m, configs[m.name], tp)
@@ -344,9 +336,9 @@ def build_cluster_plan(cluster: ClusterProfile, configs: dict[str, Config],
         facts, source = facts_for(m)
         mp.facts_source = source
         if facts is None:
-            decisions.append(Decision("host plan", "not planned here",
-                                      f"no facts for {m.name} ({source}); give hosts[].facts a snapshot from that "
-                                      "host, or run `hostctl plan --cluster ... --member` there", m.name))
+            decisions.append(Decision(what="host plan", value="not planned here",
+                                      why=f"no facts for {m.name} ({source}); give hosts[].facts a snapshot from that "
+                                      "host, or run `hostctl plan --cluster ... --member` there", member=m.name))
         else:
             plan = build_plan(cfg, facts)
             apply_cluster(plan, cluster, m, tp, pp, decisions)

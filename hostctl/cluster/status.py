@@ -12,17 +12,16 @@ collects no host facts and builds no host plan.
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
 from pathlib import Path
 
 from hostctl.cluster.plan import ClusterPlan, MemberPlan
+from hostctl.data import Data
 from hostctl.urldisplay import display
 
 SCHEMA = "hostctl.cluster-status/v1"
 
 
-@dataclass
-class Reading:
+class Reading(Data):
     """What this machine read of one member (reached=False: it is on another host)."""
 
     reached: bool

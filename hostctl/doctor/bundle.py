@@ -61,9 +61,9 @@ def gather(*, doctor_json: str, facts: HostFacts, plan: Plan | None, config: Con
            log_path: Path | None = None) -> BundleContents:
     b = BundleContents()
     b.add("doctor.json", doctor_json)
-    b.add("facts.json", facts.to_json())
+    b.add("facts.json", facts.model_dump_json(indent=2) + "\n")
     if plan is not None:
-        b.add("plan.json", plan.to_json())
+        b.add("plan.json", plan.model_dump_json(indent=2) + "\n")
         try:
             from hostctl.service.render import render_files
 

@@ -4,10 +4,9 @@ one HostFacts; `load_snapshot()` reads a saved one (`hostctl facts --json > snap
 A probe that breaks unexpectedly becomes an absence or a note in the facts, never a crash:
 doctor must still be able to say what it could read.
 
-The probes make their records (hostctl/record.py) directly: what a probe read is trusted. A probe
-must therefore pass exactly the types validation would make (records, not dicts; floats where
-floats are declared): tests/unit/test_facts_trusted.py checks it. What comes from outside (a
-snapshot, hostctl's own state files) is validated.
+The probes make their data (hostctl/data.py), validated as pydantic validates any constructor
+call. What comes from outside (a snapshot, the state files earlier runs left) is validated with
+strict=True where it is read.
 """
 
 from __future__ import annotations
@@ -247,16 +246,19 @@ def _shown(value: object) -> str:
 
 def load_snapshot(path: str | os.PathLike[str]) -> HostFacts:
     """Read a facts snapshot; InputError names what is wrong (and for a field, where)."""
+    from pydantic import ValidationError
+
     from hostctl.facts.model import FACTS_SCHEMA, HostFacts
-    from hostctl.record import RecordError
-    from hostctl.safeload import load_json
+    from hostctl.safeload import MAX_SNAPSHOT_BYTES, parse_json, read_text
 
     p = Path(path)
     try:
-        data = load_json(p, "facts snapshot")
+        text = read_text(p, "facts snapshot", limit=MAX_SNAPSHOT_BYTES)
     except MissingFileError as exc:
         exc.fix = "make one with `hostctl facts --json > snap.json`"
         raise
+    # parsed first for safeload's limits (nesting, NaN, huge integers) and to name a wrong schema
+    data = parse_json(text, f"facts snapshot {p}")
     if not isinstance(data, dict):
         raise InputError(f"facts snapshot {p} must be a JSON object, not {type(data).__name__}")
     schema = data.get("schema", FACTS_SCHEMA)
@@ -266,8 +268,8 @@ def load_snapshot(path: str | os.PathLike[str]) -> HostFacts:
             fix="re-create it with this hostctl: `hostctl facts --json > snap.json`",
         )
     try:
-        return HostFacts.validate(data)
-    except RecordError as exc:
+        return HostFacts.model_validate_json(text, strict=True)
+    except ValidationError as exc:
         problems = [f"{_field_path(e['loc'])}: {e['msg']}" + (f" (got {_shown(e['input'])})" if "input" in e and
                     e["type"] not in ("missing", "extra_forbidden", "value_error") else "") for e in exc.errors()]
         raise InputError(

@@ -32,9 +32,10 @@ import os
 import pwd
 import re
 import stat
-from dataclasses import dataclass, field
+from pydantic import ConfigDict, Field
 
 from hostctl import paths, posixacl
+from hostctl.data import Data
 
 # The PATH systemd gives a unit: where `#!/usr/bin/env python3` finds python3 at boot.
 BOOT_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
@@ -56,8 +57,9 @@ PTH_PATH = "a directory a .pth file adds to sys.path"
 EDITABLE = "the source an editable install maps hostctl to"
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(Data):
+    model_config = ConfigDict(frozen=True)
+
     path: str  # real path on this machine
     role: str  # why it matters (one of the constants above)
     uid: int
@@ -68,17 +70,16 @@ class Entry:
     acl: bool = False
 
 
-@dataclass
-class ExecChain:
+class ExecChain(Data):
     """What the code behind one executable path is made of."""
 
     path: str  # the path the units name (a host path)
     euid: int  # who reads it: that account runs provision, so its own files are no escalation
-    entries: list[Entry] = field(default_factory=list)
+    entries: list[Entry] = Field(default_factory=list)
     missing: str | None = None  # the first path on the way that does not exist
     unreadable: str | None = None  # what could not be read or followed, and why
-    users: dict[int, str] = field(default_factory=dict)  # uid -> name, for the owners seen
-    groups: dict[int, str] = field(default_factory=dict)  # gid -> name
+    users: dict[int, str] = Field(default_factory=dict)  # uid -> name, for the owners seen
+    groups: dict[int, str] = Field(default_factory=dict)  # gid -> name
 
 
 class _Missing(Exception):
@@ -97,7 +98,7 @@ class _Walker:
         self.seen.add(path)
         # With an ACL that lets anyone but the owner write, the mode's group bits (the mask) show w.
         acl = bool(st.st_mode & stat.S_IWGRP) and not stat.S_ISLNK(st.st_mode) and bool(posixacl.writers(path))
-        self.chain.entries.append(Entry(path, role, st.st_uid, st.st_gid, st.st_mode, acl))
+        self.chain.entries.append(Entry(path=path, role=role, uid=st.st_uid, gid=st.st_gid, mode=st.st_mode, acl=acl))
 
     def resolve(self, path: str, role: str) -> str:
         """Follow `path` component by component from /, recording every directory and link on

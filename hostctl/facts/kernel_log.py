@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import errno
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic import ConfigDict
+
 from hostctl import runner
+from hostctl.data import Data
 from hostctl.facts.model import KernelEvent, KernelLogFacts
 
 KMSG = Path("/dev/kmsg")
@@ -90,9 +92,10 @@ def _first_time(lines: list[str]) -> float | None:
     return None
 
 
-@dataclass(frozen=True)
-class KernelLines:
+class KernelLines(Data):
     """The kernel log as read: its lines (None when no source could be read) and from where."""
+
+    model_config = ConfigDict(frozen=True)
 
     lines: list[str] | None
     source: str | None = None  # /dev/kmsg, dmesg or journalctl -k -b
@@ -107,21 +110,21 @@ def read_kernel_lines(kmsg: Path = KMSG) -> KernelLines:
     except OSError as exc:
         kmsg_problem = f"{kmsg}: {exc.strerror or exc}"
     else:
-        return KernelLines(lines, str(kmsg), first_seq)
+        return KernelLines(lines=lines, source=str(kmsg), first_seq=first_seq)
     dmesg = runner.run(["dmesg"], timeout=5)
     if dmesg.ok:
-        return KernelLines(dmesg.stdout.splitlines(), "dmesg")
+        return KernelLines(lines=dmesg.stdout.splitlines(), source="dmesg")
     journal = runner.run(["journalctl", "-k", "-b", "--no-pager", "-q", "-o", "short-monotonic"], timeout=10)
     if journal.ok and journal.stdout.strip():
-        return KernelLines(journal.stdout.splitlines(), "journalctl -k -b")
-    return KernelLines(None, why=f"kernel log unreadable: {kmsg_problem}; {dmesg.why()}; "
+        return KernelLines(lines=journal.stdout.splitlines(), source="journalctl -k -b")
+    return KernelLines(lines=None, why=f"kernel log unreadable: {kmsg_problem}; {dmesg.why()}; "
                        + (journal.why() if not journal.ok else "journalctl -k -b: no entries (no persistent journal)"))
 
 
 def kernel_log_tail(n: int, kmsg: Path = KMSG) -> KernelLines:
     """The last n lines of the kernel log (what a support bundle keeps), read as the facts read it."""
     read = read_kernel_lines(kmsg)
-    return read if read.lines is None else KernelLines(read.lines[-n:], read.source, read.first_seq)
+    return read if read.lines is None else KernelLines(lines=read.lines[-n:], source=read.source, first_seq=read.first_seq)
 
 
 def probe_kernel_log(kmsg: Path = KMSG) -> KernelLogFacts:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from hostctl.record import Record, field
+from pydantic import ConfigDict, Field
+
+from hostctl.data import Data
 
 FACTS_SCHEMA = "hostctl.facts/v1"
 
@@ -18,7 +20,7 @@ FACTS_SCHEMA = "hostctl.facts/v1"
 TOPOLOGY_ORDER = ("SELF", "NVLINK", "PIX", "PXB", "PHB", "NODE", "SYS")
 
 
-class Absence(Record):
+class Absence(Data):
     available: bool = True
     reason: str | None = None
 
@@ -26,7 +28,7 @@ class Absence(Record):
 # ---------------------------------------------------------------- GPUs
 
 
-class PowerLimits(Record):
+class PowerLimits(Data):
     limit_w: float | None = None  # the configured limit (nvmlDeviceGetPowerManagementLimit)
     default_w: float | None = None
     min_w: float | None = None
@@ -34,29 +36,29 @@ class PowerLimits(Record):
     enforced_w: float | None = None  # what the driver enforces now (lowest of all limiters)
 
 
-class PcieLink(Record):
+class PcieLink(Data):
     gen_current: int | None = None
     gen_max: int | None = None
     width_current: int | None = None
     width_max: int | None = None
 
 
-class Gpu(Record):
+class Gpu(Data):
     index: int
     name: str
     uuid: str
     pci_bus_id: str  # sysfs form, e.g. 0000:01:00.0
     memory_total_bytes: int
-    power: PowerLimits = field(default_factory=PowerLimits)
+    power: PowerLimits = Field(default_factory=PowerLimits)
     persistence_mode: bool | None = None
-    pcie: PcieLink = field(default_factory=PcieLink)
+    pcie: PcieLink = Field(default_factory=PcieLink)
     numa_node: int | None = None  # None when sysfs says -1: unknown, never guessed
     numa_reason: str | None = None
     local_cpus: list[int] | None = None
     bar1_total_bytes: int | None = None
 
 
-class GpuPair(Record):
+class GpuPair(Data):
     a: int
     b: int
     # One of TOPOLOGY_ORDER, or None if NVML could not tell; anything else in a snapshot is bad input.
@@ -71,8 +73,8 @@ class GpuFacts(Absence):
     cuda_driver_version: str | None = None
     nvml_version: str | None = None
     kernel_module: Literal["open", "proprietary"] | None = None
-    devices: list[Gpu] = field(default_factory=list)
-    pairs: list[GpuPair] = field(default_factory=list)
+    devices: list[Gpu] = Field(default_factory=list)
+    pairs: list[GpuPair] = Field(default_factory=list)
 
     def by_index(self, index: int) -> Gpu | None:
         return next((g for g in self.devices if g.index == index), None)
@@ -85,7 +87,7 @@ class GpuFacts(Absence):
 # ---------------------------------------------------------------- disks
 
 
-class BlankProof(Record):
+class BlankProof(Data):
     """What a disk that shows no partition table and no filesystem holds where data leaves
     traces: the first and last MiB (MBR, primary and backup GPT, most superblocks) and every
     signature `wipefs --no-act` finds at any offset. Blank is proven only when all is clean."""
@@ -96,9 +98,9 @@ class BlankProof(Record):
     mbr_signature: bool = False  # 0x55AA at byte 510
     primary_gpt: bool = False  # "EFI PART" at LBA 1 (512- or 4096-byte sectors)
     backup_gpt: bool = False  # "EFI PART" at the last LBA
-    signatures: list[str] = field(default_factory=list)  # wipefs: "<type> at <offset>"
+    signatures: list[str] = Field(default_factory=list)  # wipefs: "<type> at <offset>"
     # sampled offsets inside the disk whose first 4 KiB are not zero (facts.disks.sample_offsets)
-    sampled_nonzero: list[str] = field(default_factory=list)
+    sampled_nonzero: list[str] = Field(default_factory=list)
 
     @property
     def proven(self) -> bool:
@@ -130,7 +132,7 @@ class BlankProof(Record):
         return "; ".join(what)
 
 
-class FsCheck(Record):
+class FsCheck(Data):
     """For a partition carrying hostctl's marks and not in use: did its mkfs finish, and is the
     filesystem sound. Read only for such partitions (a user's filesystems are never checked)."""
 
@@ -142,7 +144,7 @@ class FsCheck(Record):
     detail: str | None = None  # the checker's own words, when damaged or unknown
 
 
-class Partition(Record):
+class Partition(Data):
     name: str
     path: str
     dev: str | None = None  # "major:minor"
@@ -155,21 +157,21 @@ class Partition(Record):
     fs_type: str | None = None
     fs_label: str | None = None
     fs_uuid: str | None = None
-    mountpoints: list[str] = field(default_factory=list)
-    holders: list[str] = field(default_factory=list)
+    mountpoints: list[str] = Field(default_factory=list)
+    holders: list[str] = Field(default_factory=list)
     swap_active: bool = False
     swap_priority: int | None = None
     fs_check: FsCheck | None = None
 
 
-class Disk(Record):
+class Disk(Data):
     name: str
     path: str
     dev: str | None = None  # "major:minor": two identities naming one disk are told apart by it
     model: str | None = None
     serial: str | None = None
     wwn: str | None = None
-    by_id: list[str] = field(default_factory=list)
+    by_id: list[str] = Field(default_factory=list)
     size_bytes: int = 0
     rotational: bool | None = None
     removable: bool | None = None
@@ -178,31 +180,31 @@ class Disk(Record):
     # (what the kernel has loaded): a loop device after sgdisk, before `partx -u`.
     table_entries: int | None = None
     fs_type: str | None = None  # a filesystem written straight onto the whole disk
-    mountpoints: list[str] = field(default_factory=list)
-    holders: list[str] = field(default_factory=list)
+    mountpoints: list[str] = Field(default_factory=list)
+    holders: list[str] = Field(default_factory=list)
     swap_active: bool = False
     is_root_disk: bool = False
     read_only: bool = False  # /sys/block/<disk>/ro: every write would fail
     blank: BlankProof | None = None  # read only for a disk that shows no table, partition or filesystem
     # sampled starts of the space right after each partition that are not zero (a partition
     # deleted by hand leaves its data there); read only for the profile's disks
-    nonzero_after_partitions: list[str] = field(default_factory=list)
-    partitions: list[Partition] = field(default_factory=list)
+    nonzero_after_partitions: list[str] = Field(default_factory=list)
+    partitions: list[Partition] = Field(default_factory=list)
 
 
 class DiskFacts(Absence):
     source: Literal["udev", "sysfs"] = "sysfs"
     source_reason: str | None = None
-    devices: list[Disk] = field(default_factory=list)
+    devices: list[Disk] = Field(default_factory=list)
     # `path:` identities the profile names, resolved on this host: the path as written ->
     # the kernel name of the block device it leads to (through symlinks), or None
-    aliases: dict[str, str | None] = field(default_factory=dict)
+    aliases: dict[str, str | None] = Field(default_factory=dict)
 
 
 # ---------------------------------------------------------------- memory, NUMA, IOMMU, kernel
 
 
-class SwapDevice(Record):
+class SwapDevice(Data):
     path: str
     kind: str  # partition or file
     size_bytes: int
@@ -210,13 +212,13 @@ class SwapDevice(Record):
     priority: int
 
 
-class MemoryFacts(Record):
+class MemoryFacts(Data):
     # Never negative: a snapshot that says so is bad input (exit 2), not a plan with odd numbers.
-    mem_total_bytes: int = field(ge=0)
-    mem_available_bytes: int = field(ge=0)
-    swap_total_bytes: int = field(ge=0)
-    swap_free_bytes: int = field(ge=0)
-    swaps: list[SwapDevice] = field(default_factory=list)
+    mem_total_bytes: int = Field(ge=0)
+    mem_available_bytes: int = Field(ge=0)
+    swap_total_bytes: int = Field(ge=0)
+    swap_free_bytes: int = Field(ge=0)
+    swaps: list[SwapDevice] = Field(default_factory=list)
     swappiness: int | None = None
     page_cluster: int | None = None
     memlock_limit_bytes: int | None = None  # None: unlimited
@@ -227,36 +229,36 @@ class MemoryFacts(Record):
         return self.mem_total_bytes + self.swap_total_bytes
 
 
-class NumaNode(Record):
+class NumaNode(Data):
     id: int
     cpus: list[int]
     mem_total_bytes: int | None = None
 
 
-class NumaFacts(Record):
-    nodes: list[NumaNode] = field(default_factory=list)
+class NumaFacts(Data):
+    nodes: list[NumaNode] = Field(default_factory=list)
     cpu_count: int
 
 
-class IommuFacts(Record):
-    class_entries: list[str] = field(default_factory=list)  # /sys/class/iommu
+class IommuFacts(Data):
+    class_entries: list[str] = Field(default_factory=list)  # /sys/class/iommu
     group_count: int = 0
     default_domain_type: str | None = None  # identity (passthrough), DMA, DMA-FQ, ...
-    cmdline_flags: dict[str, str] = field(default_factory=dict)
+    cmdline_flags: dict[str, str] = Field(default_factory=dict)
 
     @property
     def enabled(self) -> bool:
         return bool(self.class_entries) or self.group_count > 0
 
 
-class KernelFacts(Record):
+class KernelFacts(Data):
     release: str
     cmdline: str
     virtualization: str | None = None  # systemd-detect-virt / DMI verdict; None on bare metal
     virtualization_evidence: str | None = None
 
 
-class DaemonLimits(Record):
+class DaemonLimits(Data):
     """The engine daemon's own limits: what a container's `ulimits` start from."""
 
     pid: int
@@ -267,7 +269,7 @@ class DaemonLimits(Record):
     cap_sys_resource: bool | None = None  # may raise limits above the hard ones (runc needs it for memlock -1)
 
 
-class ContainerFacts(Record):
+class ContainerFacts(Data):
     """A container hostctl rendered (it carries the io.hostctl.profile label)."""
 
     id: str
@@ -282,10 +284,10 @@ class ContainerFacts(Record):
     image_id: str | None = None  # the image it runs, as the engine resolved its reference (sha256:...)
     started_at: str | None = None
     finished_at: str | None = None
-    labels: dict[str, str] = field(default_factory=dict)
+    labels: dict[str, str] = Field(default_factory=dict)
 
 
-class ImageFacts(Record):
+class ImageFacts(Data):
     ref: str
     id: str | None = None  # None: not in this engine (reason says why)
     reason: str | None = None
@@ -294,7 +296,7 @@ class ImageFacts(Record):
 class EngineFacts(Absence):
     version: str | None = None
     api_version: str | None = None
-    runtimes: list[str] = field(default_factory=list)
+    runtimes: list[str] = Field(default_factory=list)
     default_runtime: str | None = None
     cgroup_version: str | None = None
     cgroup_driver: str | None = None
@@ -302,20 +304,20 @@ class EngineFacts(Absence):
     compose_reason: str | None = None
     daemon: DaemonLimits | None = None
     daemon_reason: str | None = None
-    containers: list[ContainerFacts] = field(default_factory=list)
+    containers: list[ContainerFacts] = Field(default_factory=list)
     # The images the profile's plan names, resolved to the engine's image ids (the service
     # fingerprint's third part, hostctl/service/fingerprint.py).
-    images: list[ImageFacts] = field(default_factory=list)
+    images: list[ImageFacts] = Field(default_factory=list)
 
 
-class MountEntry(Record):
+class MountEntry(Data):
     source: str
     target: str
     fs_type: str
     options: str
 
 
-class PathFacts(Record):
+class PathFacts(Data):
     """A directory the plan relies on: where it lives and how much room it has."""
 
     path: str
@@ -333,7 +335,7 @@ class PathFacts(Record):
     entries: list[str] | None = None  # the first few names inside the directory, when it exists
 
 
-class P2PVerdict(Record):
+class P2PVerdict(Data):
     """The functional P2P verdict stored by `provision --only gpu`, with what it was measured under."""
 
     # failed: the run with P2P exited with an error (e.g. an NCCL/CUDA error) while the control passed
@@ -343,26 +345,29 @@ class P2PVerdict(Record):
     kernel_cmdline: str | None = None
     busbw_gbps: float | None = None
     control_busbw_gbps: float | None = None
-    gpu_uuids: list[str] = field(default_factory=list)  # the GPUs it was measured on, in rank order
+    gpu_uuids: list[str] = Field(default_factory=list)  # the GPUs it was measured on, in rank order
     detail: str | None = None  # the reason, in words
 
 
-class QualifyVerdict(Record):
+class QualifyVerdict(Data):
     """The context ladder's verdict stored by `hostctl bench --suite qualify`, with the service
     fingerprint (hostctl/service/fingerprint.py) it was measured under."""
 
-    schema_: Literal["hostctl.qualify/v1"] = field(default="hostctl.qualify/v1", alias="schema")
+    # "schema" is the JSON key; the attribute is schema_ (BaseModel has a schema()).
+    model_config = ConfigDict(validate_by_name=True, serialize_by_alias=True)
+
+    schema_: Literal["hostctl.qualify/v1"] = Field(default="hostctl.qualify/v1", alias="schema")
     passed: bool
     measured_at: str
     profile: str | None = None
     recipe: str | None = None
     context: int | None = None
-    fingerprint: dict = field(default_factory=dict)  # ServiceFingerprint.to_dict()
-    rungs: list[dict] = field(default_factory=list)  # [{name, pass, detail}]
+    fingerprint: dict = Field(default_factory=dict)  # ServiceFingerprint.to_dict()
+    rungs: list[dict] = Field(default_factory=list)  # [{name, pass, detail}]
     result: str | None = None  # the hostctl.bench/v1 file it came from
 
 
-class PortFacts(Record):
+class PortFacts(Data):
     """A TCP port the plan binds (the runtime's API): free, or who listens on it."""
 
     host: str
@@ -375,7 +380,7 @@ class PortFacts(Record):
     reason: str | None = None
 
 
-class ShmSegment(Record):
+class ShmSegment(Data):
     name: str
     size_bytes: int
     used_bytes: int  # RAM it occupies (tmpfs pages)
@@ -390,12 +395,12 @@ class ShmFacts(Absence):
     path: str = "/dev/shm"
     total_bytes: int | None = None
     free_bytes: int | None = None
-    segments: list[ShmSegment] = field(default_factory=list)
+    segments: list[ShmSegment] = Field(default_factory=list)
     scanned_processes: int = 0
     unreadable_processes: int = 0
 
 
-class KernelEvent(Record):
+class KernelEvent(Data):
     """An OOM kill or a GPU Xid error in the kernel log (hostctl.kernel_events)."""
 
     kind: Literal["host_oom", "memcg_oom", "xid"]
@@ -413,10 +418,10 @@ class KernelLogFacts(Absence):
     records: int = 0
     first_record_s: float | None = None
     complete: bool | None = None  # False: the ring buffer dropped records since boot
-    events: list[KernelEvent] = field(default_factory=list)
+    events: list[KernelEvent] = Field(default_factory=list)
 
 
-class PciBridgeAcs(Record):
+class PciBridgeAcs(Data):
     """One PCI device on a GPU's path, as `lspci -vvv` lists its ACS control register."""
 
     bdf: str  # full, with the domain: 0000:00:01.1
@@ -444,14 +449,14 @@ class AcsFacts(Absence):
     (sysfs) and the ACS control of every device on those paths (`lspci -vvv`). available=False:
     lspci could not run, or there are fewer than two GPUs (reason says which)."""
 
-    gpu_paths: dict[str, list[str]] = field(default_factory=dict)  # GPU bus id -> root..GPU; absent: no sysfs path
-    devices: list[PciBridgeAcs] = field(default_factory=list)  # the devices on those paths lspci lists
+    gpu_paths: dict[str, list[str]] = Field(default_factory=dict)  # GPU bus id -> root..GPU; absent: no sysfs path
+    devices: list[PciBridgeAcs] = Field(default_factory=list)  # the devices on those paths lspci lists
 
     def device(self, bdf: str) -> PciBridgeAcs | None:
         return next((d for d in self.devices if d.bdf == bdf), None)
 
 
-class ProvisionedPart(Record):
+class ProvisionedPart(Data):
     """A provision part that converged on this host: a fresh look decided nothing more to do."""
 
     converged_at: str
@@ -460,7 +465,7 @@ class ProvisionedPart(Record):
     hostctl: str | None = None  # the hostctl version that ran it
 
 
-class ServiceRecord(Record):
+class ServiceRecord(Data):
     """What the last `hostctl up` or `down` left: ready (up passed its gate), failed, or down."""
 
     state: str
@@ -468,7 +473,7 @@ class ServiceRecord(Record):
     at: str | None = None
 
 
-class SupervisedEnding(Record):
+class SupervisedEnding(Data):
     """One death or hang the supervisor (`up --foreground`) ended on (restarts.json, README "Supervision")."""
 
     ended_at: str
@@ -476,22 +481,25 @@ class SupervisedEnding(Record):
     cause: str  # a failure catalogue id, or runtime-died / runtime-hang
     title: str | None = None
     exit_code: int | None = None
-    lines: list[str] = field(default_factory=list)
+    lines: list[str] = Field(default_factory=list)
     restart_at: str | None = None  # the next supervised start began
     ready_again_at: str | None = None
 
 
-class StateFacts(Record):
+def _empty(value: object) -> bool:
+    return not value
+
+
+class StateFacts(Data):
     """What earlier hostctl runs left in /var/lib/hostctl."""
 
     p2p: P2PVerdict | None = None
     qualify: QualifyVerdict | None = None
-    provisioned: dict[str, ProvisionedPart] = field(default_factory=dict)  # part -> when it converged
-    service: ServiceRecord | None = None
-    supervised: list[SupervisedEnding] = field(default_factory=list)  # oldest first
-
-    # Snapshots made before these records existed (the bundled examples) stay byte-identical.
-    _omit_when = {"provisioned": {}, "service": None, "supervised": []}
+    # Left out of the JSON while empty: snapshots made before these fields existed (the bundled
+    # examples) stay byte-identical.
+    provisioned: dict[str, ProvisionedPart] = Field(default_factory=dict, exclude_if=_empty)  # part -> when it converged
+    service: ServiceRecord | None = Field(default=None, exclude_if=_empty)
+    supervised: list[SupervisedEnding] = Field(default_factory=list, exclude_if=_empty)  # oldest first
 
     @property
     def runtime_expected(self) -> bool:
@@ -499,11 +507,14 @@ class StateFacts(Record):
         return self.service is not None and self.service.state == "ready"
 
 
-class HostFacts(Record):
-    schema_: Literal["hostctl.facts/v1"] = field(default=FACTS_SCHEMA, alias="schema")
+class HostFacts(Data):
+    # "schema" is the JSON key; the attribute is schema_ (BaseModel has a schema()).
+    model_config = ConfigDict(validate_by_name=True, serialize_by_alias=True)
+
+    schema_: Literal["hostctl.facts/v1"] = Field(default=FACTS_SCHEMA, alias="schema")
     hostname: str
     collected_at: str
-    notes: list[str] = field(default_factory=list)  # provenance, e.g. for a snapshot made from a report in docs/field-reports.md
+    notes: list[str] = Field(default_factory=list)  # provenance, e.g. for a snapshot made from a report in docs/field-reports.md
     kernel: KernelFacts
     gpus: GpuFacts
     disks: DiskFacts
@@ -511,13 +522,13 @@ class HostFacts(Record):
     numa: NumaFacts
     iommu: IommuFacts
     engine: EngineFacts
-    mounts: list[MountEntry] = field(default_factory=list)
-    paths: list[PathFacts] = field(default_factory=list)
-    state: StateFacts = field(default_factory=StateFacts)
+    mounts: list[MountEntry] = Field(default_factory=list)
+    paths: list[PathFacts] = Field(default_factory=list)
+    state: StateFacts = Field(default_factory=StateFacts)
     # Read live for doctor; absent (None / empty) in snapshots made before they existed.
     kernel_log: KernelLogFacts | None = None
     shm: ShmFacts | None = None
-    ports: list[PortFacts] = field(default_factory=list)
+    ports: list[PortFacts] = Field(default_factory=list)
     acs: AcsFacts | None = None  # None: not read (a snapshot from before hostctl read ACS)
 
     def path(self, path: str) -> PathFacts | None:

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from hostctl import paths
 from hostctl.facts.model import (P2PVerdict, ProvisionedPart, QualifyVerdict, ServiceRecord, StateFacts,
                                  SupervisedEnding)
-from hostctl.record import RecordError
 
 P2P_FILE = "p2p.json"
 QUALIFY_FILE = "qualify.json"  # written by hostctl.service.saved.save_qualify
@@ -25,14 +26,15 @@ def probe_state(state_dir: Path | None = None) -> tuple[StateFacts, list[str]]:
     state_dir = state_dir or paths.state_dir()
     notes: list[str] = []
     state = StateFacts()
-    state.p2p = _load(state_dir / P2P_FILE, notes, P2PVerdict.validate)
-    state.qualify = _load(state_dir / QUALIFY_FILE, notes, QualifyVerdict.validate)
+    state.p2p = _load(state_dir / P2P_FILE, notes, lambda d: P2PVerdict.model_validate(d, strict=True))
+    state.qualify = _load(state_dir / QUALIFY_FILE, notes, lambda d: QualifyVerdict.model_validate(d, strict=True))
     provisioned = _load(state_dir / PROVISIONED_FILE, notes,
-                        lambda d: {k: ProvisionedPart.validate(v) for k, v in dict(d.get("parts", {})).items()})
+                        lambda d: {k: ProvisionedPart.model_validate(v, strict=True)
+                                   for k, v in dict(d.get("parts", {})).items()})
     state.provisioned = provisioned or {}
     state.service = _load(state_dir / SERVICE_FILE, notes, _service)
     state.supervised = _load(state_dir / RESTARTS_FILE, notes,
-                             lambda d: [SupervisedEnding.validate(e) for e in d["entries"]]) or []
+                             lambda d: [SupervisedEnding.model_validate(e, strict=True) for e in d["entries"]]) or []
     return state, notes
 
 
@@ -59,7 +61,7 @@ def _load(path: Path, notes: list[str], parse):
         return None
     try:
         return parse(data)
-    except RecordError as exc:
+    except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "(top level)"
         notes.append(f"ignored {path}: {where}: {first['msg']}")

@@ -12,17 +12,20 @@ reader maps them under its sysroot, except `real_*`, which read the running syst
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from pydantic import ConfigDict, Field
+
 from hostctl import paths, runner
+from hostctl.data import Data
 
 SYSTEMCTL_TIMEOUT = 60
 
 
-@dataclass(frozen=True)
-class Stat:
+class Stat(Data):
+    model_config = ConfigDict(frozen=True)
+
     is_dir: bool
     uid: int
     gid: int
@@ -59,7 +62,7 @@ class LocalReader:
             st = paths.system_path(host_path).stat()
         except (FileNotFoundError, NotADirectoryError):
             return None
-        return Stat(os.path.isdir(paths.system_path(host_path)), st.st_uid, st.st_gid)
+        return Stat(is_dir=os.path.isdir(paths.system_path(host_path)), uid=st.st_uid, gid=st.st_gid)
 
     def readlink(self, host_path: str) -> str | None:
         try:
@@ -82,26 +85,26 @@ def text_of(data: bytes | None) -> str | None:
 # ---------------------------------------------------------------- storage's files
 
 
-@dataclass(frozen=True)
-class DirState:
+class DirState(Data):
+    model_config = ConfigDict(frozen=True)
+
     exists: bool
     owner: tuple[int, int] | None = None
 
 
-@dataclass
-class SystemFiles:
+class SystemFiles(Data):
     """What the storage part reads of its system files (under the sysroot) before deciding."""
 
     fstab: str | None = None
     sysctl: str | None = None
-    plain_dirs: dict[str, DirState] = field(default_factory=dict)  # role directories not on a drive
+    plain_dirs: dict[str, DirState] = Field(default_factory=dict)  # role directories not on a drive
 
 
 def read_storage_files(reader: Reader, fstab_path: str, sysctl_path: str, plain_dirs: list[str]) -> SystemFiles:
     dirs: dict[str, DirState] = {}
     for directory in plain_dirs:
         st = reader.stat(directory)
-        dirs[directory] = DirState(False) if st is None else DirState(st.is_dir, (st.uid, st.gid))
+        dirs[directory] = DirState(exists=False) if st is None else DirState(exists=st.is_dir, owner=(st.uid, st.gid))
     return SystemFiles(fstab=text_of(reader.read_bytes(fstab_path)), sysctl=text_of(reader.read_bytes(sysctl_path)),
                        plain_dirs=dirs)
 
@@ -109,14 +112,13 @@ def read_storage_files(reader: Reader, fstab_path: str, sysctl_path: str, plain_
 # ---------------------------------------------------------------- units and /etc files (system, gpu)
 
 
-@dataclass
-class ManagedFiles:
+class ManagedFiles(Data):
     """The files, links and units a part manages, as they are now."""
 
-    files: dict[str, bytes | None] = field(default_factory=dict)  # host path -> bytes (None: absent)
-    links: dict[str, str | None] = field(default_factory=dict)  # host path -> symlink target (None: none)
-    enabled: dict[str, bool] = field(default_factory=dict)  # unit -> `systemctl is-enabled` says enabled
-    present: dict[str, bool] = field(default_factory=dict)  # host path -> is a file (the hostctl binary)
+    files: dict[str, bytes | None] = Field(default_factory=dict)  # host path -> bytes (None: absent)
+    links: dict[str, str | None] = Field(default_factory=dict)  # host path -> symlink target (None: none)
+    enabled: dict[str, bool] = Field(default_factory=dict)  # unit -> `systemctl is-enabled` says enabled
+    present: dict[str, bool] = Field(default_factory=dict)  # host path -> is a file (the hostctl binary)
     systemctl: bool = True  # installed
     systemd_running: bool = False  # PID 1 of this (real, not test-sysroot) host
 

@@ -71,7 +71,7 @@ class P2PLadder:
     def to_dict(self) -> dict:
         return {"gpus": self.gpus, "rungs": [r.to_dict() for r in self.rungs],
                 "functional": self.functional.to_dict() if self.functional else None,
-                "verdict": self.verdict.to_dict() if self.verdict else None, "stored_at": self.stored_at,
+                "verdict": self.verdict.model_dump() if self.verdict else None, "stored_at": self.stored_at,
                 "recommendations": self.recommendations}
 
 
@@ -187,7 +187,7 @@ def verdict_applies(verdict: P2PVerdict | None, facts: HostFacts, uuids: list[st
 
 def store_verdict(verdict: P2PVerdict, state_dir: Path | None = None) -> Path:
     """Write state_dir()/p2p.json atomically."""
-    return write_file((state_dir or paths.state_dir()) / P2P_FILE, json.dumps(verdict.to_dict(), indent=2) + "\n")
+    return write_file((state_dir or paths.state_dir()) / P2P_FILE, json.dumps(verdict.model_dump(), indent=2) + "\n")
 
 
 def _now() -> str:

@@ -9,18 +9,17 @@ import os
 import stat
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from hostctl.model.manifest import (INDEX_NAME, MANIFEST_NAME, MARKER_NAME, SMALL_FILE_MAX, TOO_LARGE_FIX, UNSAFE_NAME,
                                     Manifest, UnsafeIndexName, weight_files)
+from hostctl.data import Data
 from hostctl.errors import InputError
 from hostctl.safefs import TooLargeError, UntrustedPathError, closing_fd, open_below, read_below
 from hostctl.safeload import parse_json
 
 
-class CheckpointFacts(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class CheckpointFacts(Data):
     path: str
     exists: bool
     config_json: bool = False

@@ -21,9 +21,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from hostctl.data import Data
 from hostctl.safefs import opened_dir, read_below, write_file
 from hostctl.safepaths import relative_name_problem, relative_names_problem
 
@@ -49,9 +50,7 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-class ManifestFile(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class ManifestFile(Data):
     name: str  # the path in the repository (and under the checkpoint directory)
     size: int
     lfs: bool = False
@@ -69,8 +68,9 @@ class ManifestFile(BaseModel):
         return name
 
 
-class Manifest(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+class Manifest(Data):
+    # "schema" is the JSON key; the attribute is schema_ (BaseModel has a schema()).
+    model_config = ConfigDict(validate_by_name=True, serialize_by_alias=True)
 
     schema_: Literal["hostctl.model-manifest/v1"] = Field(default=MANIFEST_SCHEMA, alias="schema")
     repo: str
@@ -96,16 +96,13 @@ class Manifest(BaseModel):
         self.files = [f for f in self.files if f.name != entry.name] + [entry]
         self.files.sort(key=lambda f: f.name)
 
-    def to_json(self) -> str:
-        return self.model_dump_json(by_alias=True, indent=2) + "\n"
-
 
 def manifest_path(model_dir: str | Path) -> Path:
     return Path(model_dir) / MANIFEST_NAME
 
 
 def write_manifest(model_dir: str | Path, manifest: Manifest) -> Path:
-    return write_file(manifest_path(model_dir), manifest.to_json())
+    return write_file(manifest_path(model_dir), manifest.model_dump_json(indent=2) + "\n")
 
 
 class UnsafeIndexName(Exception):

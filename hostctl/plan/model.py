@@ -3,28 +3,29 @@
 Plans are values. The planners in this package build them from a Config and HostFacts
 without any I/O; renderers, provision steps and doctor checks read them.
 
-They are records (hostctl/record.py), made as the planners say: the inputs are a validated
-Config and trusted or validated facts.
+They are data (hostctl/data.py): pydantic models, validated as the planners make them.
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
+from pydantic import ConfigDict, Field
+
+from hostctl.data import Data
 from hostctl.plan.codes import CODES
-from hostctl.record import Record, field
 from hostctl.storage_roles import Role
 
 PLAN_SCHEMA = "hostctl.plan/v1"
 
 
-class Decision(Record):
+class Decision(Data):
     key: str
     value: str
     reason: str
 
 
-class Problem(Record):
+class Problem(Data):
     """Something that stops (error) or weakens (warn) the plan, with what to do about it."""
 
     code: str  # stable: what is wrong (hostctl/plan/codes.py); doctor routes by it, never by the wording
@@ -34,9 +35,9 @@ class Problem(Record):
     fix: str | None = None
 
 
-class Section(Record):
-    decisions: list[Decision] = field(default_factory=list)
-    problems: list[Problem] = field(default_factory=list)
+class Section(Data):
+    decisions: list[Decision] = Field(default_factory=list)
+    problems: list[Problem] = Field(default_factory=list)
 
     def decide(self, key: str, value: object, reason: str) -> None:
         self.decisions.append(Decision(key=key, value=str(value), reason=reason))
@@ -67,7 +68,7 @@ class MemoryPlan(Section):
     conversion_missing_bytes: int = 0
 
 
-class SelectedGpu(Record):
+class SelectedGpu(Data):
     rank: int
     index: int
     uuid: str
@@ -77,12 +78,12 @@ class SelectedGpu(Record):
 
 
 class PlacementPlan(Section):
-    gpus: list[SelectedGpu] = field(default_factory=list)
+    gpus: list[SelectedGpu] = Field(default_factory=list)
     numa_node: int | None = None  # the node the runtime is bound to, if any
     cpuset: str | None = None
     bind_memory: bool = False
-    env: dict[str, str] = field(default_factory=dict)
-    cap_add: dict[str, str] = field(default_factory=dict)  # capability -> why
+    env: dict[str, str] = Field(default_factory=dict)
+    cap_add: dict[str, str] = Field(default_factory=dict)  # capability -> why
 
 
 class NcclPlan(Section):
@@ -90,11 +91,11 @@ class NcclPlan(Section):
     p2p: bool | None = None
     p2p_level: str | None = None
     custom_all_reduce: bool | None = None
-    env: dict[str, str] = field(default_factory=dict)
-    serve_flags: list[str] = field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    serve_flags: list[str] = Field(default_factory=list)
 
 
-class RoleTarget(Record):
+class RoleTarget(Data):
     role: Role
     drive: str | None  # drive name, or None for a plain directory
     host_path: str
@@ -102,25 +103,25 @@ class RoleTarget(Record):
     mount: str | None  # the drive's mountpoint the path depends on
 
 
-class RankStore(Record):
+class RankStore(Data):
     rank: int
     drive: str
     host_dir: str
     shared: bool  # True: this rank reads the shared expert store as it is
-    files: list[str] = field(default_factory=list)  # files bound over the shared store path
+    files: list[str] = Field(default_factory=list)  # files bound over the shared store path
     status: str
 
 
 class StoragePlan(Section):
-    roles: list[RoleTarget] = field(default_factory=list)
-    rank_stores: list[RankStore] = field(default_factory=list)
-    required_mounts: list[str] = field(default_factory=list)
+    roles: list[RoleTarget] = Field(default_factory=list)
+    rank_stores: list[RankStore] = Field(default_factory=list)
+    required_mounts: list[str] = Field(default_factory=list)
 
     def role(self, name: str) -> RoleTarget | None:
         return next((r for r in self.roles if r.role == name), None)
 
 
-class PowerSetting(Record):
+class PowerSetting(Data):
     index: int
     uuid: str
     desired_w: float | None
@@ -131,17 +132,17 @@ class PowerSetting(Record):
 
 
 class PowerPlan(Section):
-    gpus: list[PowerSetting] = field(default_factory=list)
+    gpus: list[PowerSetting] = Field(default_factory=list)
 
 
-class Volume(Record):
+class Volume(Data):
     source: str
     target: str
     read_only: bool = False
     why: str
 
 
-class BoundPlaceholder(Record):
+class BoundPlaceholder(Data):
     """One placeholder of the recipe as the runtime sees it: its container path and the host directory
     bound there."""
 
@@ -162,7 +163,7 @@ class RuntimeSpec(Section):
     project: str = "hostctl"
     service: str = "runtime"
     image: str
-    gpu_uuids: list[str] = field(default_factory=list)
+    gpu_uuids: list[str] = Field(default_factory=list)
     api_host: str
     api_port: int
     api_key_env: str | None = None
@@ -172,15 +173,15 @@ class RuntimeSpec(Section):
     mem_reservation: str | None = None
     memswap_limit: str | None = None
     cpuset: str | None = None
-    cap_add: dict[str, str] = field(default_factory=dict)
-    env: dict[str, str] = field(default_factory=dict)
-    env_sources: dict[str, str] = field(default_factory=dict)  # variable -> where its value came from
-    volumes: list[Volume] = field(default_factory=list)
-    placeholders: list[BoundPlaceholder] = field(default_factory=list)
-    command: list[str] = field(default_factory=list)
+    cap_add: dict[str, str] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict)
+    env_sources: dict[str, str] = Field(default_factory=dict)  # variable -> where its value came from
+    volumes: list[Volume] = Field(default_factory=list)
+    placeholders: list[BoundPlaceholder] = Field(default_factory=list)
+    command: list[str] = Field(default_factory=list)
     health_start_period_s: int
-    labels: dict[str, str] = field(default_factory=dict)
-    required_mounts: list[str] = field(default_factory=list)
+    labels: dict[str, str] = Field(default_factory=dict)
+    required_mounts: list[str] = Field(default_factory=list)
     load_timeout_s: int
     hang_timeout_s: int = 60  # the recipe's; the unit's WatchdogSec= is set above it
 
@@ -191,8 +192,11 @@ class BoxPlan(Section):
     box: str | None = None  # the box's id; None: the profile declares no box
 
 
-class Plan(Record):
-    schema_: Literal["hostctl.plan/v1"] = field(default=PLAN_SCHEMA, alias="schema")
+class Plan(Data):
+    # "schema" is the JSON key; the attribute is schema_ (BaseModel has a schema()).
+    model_config = ConfigDict(validate_by_name=True, serialize_by_alias=True)
+
+    schema_: Literal["hostctl.plan/v1"] = Field(default=PLAN_SCHEMA, alias="schema")
     profile: str
     recipe: str
     phase: str
@@ -202,8 +206,8 @@ class Plan(Record):
     storage: StoragePlan
     power: PowerPlan
     runtime: RuntimeSpec
-    box: BoxPlan = field(default_factory=BoxPlan)
-    warnings: list[str] = field(default_factory=list)
+    box: BoxPlan = Field(default_factory=BoxPlan)
+    warnings: list[str] = Field(default_factory=list)
 
     def sections(self) -> list[Section]:
         # The box section only when the profile declares one: a profile without it plans as before.

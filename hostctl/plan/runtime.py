@@ -48,7 +48,7 @@ def _resolve(where: str, text: str, roles: dict[str, RoleTarget], models_dir: st
             if model is None:
                 unresolved = True  # runtime.no_model_dir says why
                 return m.group(0)
-            bound.append(model.copy(update={"field": where}))
+            bound.append(model.model_copy(update={"field": where}))
         elif name == "model" and models_dir:
             bound.append(BoundPlaceholder(placeholder=m.group(0), field=where,
                                           container_path=f"{MODELS_IN_CONTAINER}/{m.group(2)}",

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import os
 import tomllib
-from dataclasses import dataclass
 from pathlib import Path
 
 from hostctl import paths
 from hostctl.safefs import write_file
 from hostctl.config import DriveIdentity, load_recipe, parse_profile, recipe_path
+from hostctl.data import Data
 from hostctl.errors import FailedError, InputError, RefusedError
 from hostctl.facts.model import HostFacts
 from hostctl.profile_init.model import INIT_SCHEMA, InitOptions, Proposal, RecipeSource
@@ -28,8 +28,7 @@ from hostctl.bytesizes import fmt_bytes
 __all__ = ["INIT_SCHEMA", "InitOptions", "InitResult", "Proposal", "init_profile", "propose", "render_profile"]
 
 
-@dataclass
-class InitResult:
+class InitResult(Data):
     proposal: Proposal
     facts_source: str  # "this host" or the snapshot's path
     text: str | None  # the profile; None when no recipe fits
@@ -165,15 +164,15 @@ def init_profile(*, facts_path: Path | None, options: InitOptions, recipe_ref: s
 
         requests = path_requests(proposal, recipes)
         if requests:
-            facts = facts.copy(update={"paths": probe_paths(requests)})
+            facts = facts.model_copy(update={"paths": probe_paths(requests)})
             proposal = decide(facts)
     if proposal.recipe is None:
-        return InitResult(proposal, source, None, out, False)
+        return InitResult(proposal=proposal, facts_source=source, text=None, out=out, written=False)
     config_arg = "" if out is None or out == Path("hostctl.toml") else f" --config {out}"
     text = render_profile(proposal, facts_source=source, config_arg=config_arg)
     check_loads(text, (out or Path("hostctl.toml")).resolve().parent, proposal)
     if out is None:
-        return InitResult(proposal, source, text, None, False)
+        return InitResult(proposal=proposal, facts_source=source, text=text, out=None, written=False)
     try:
         # shown as typed; written with its `..` taken lexically (cli.typed_path's rule)
         write_file(Path(os.path.abspath(out)), text, exclusive=not force)
@@ -182,7 +181,7 @@ def init_profile(*, facts_path: Path | None, options: InitOptions, recipe_ref: s
     except OSError as exc:
         raise FailedError(f"cannot write {out}: {exc.strerror or exc}; nothing was written",
                           fix="choose a writable place with --out, or print it with --out -") from None
-    return InitResult(proposal, source, text, out, True)
+    return InitResult(proposal=proposal, facts_source=source, text=text, out=out, written=True)
 
 
 def summary_text(r: InitResult) -> str:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from hostctl import marks
 from hostctl.config import Drive, DriveIdentity
+from hostctl.data import Data
 from hostctl.facts.model import Disk, HostFacts, Partition
 from hostctl.provision.storage import DriveVerdict, StorageOptions, identity_matches, plan_drive, required_bytes
 from hostctl.bytesizes import MIB, fmt_bytes
@@ -67,8 +68,7 @@ def _probe(ident: DriveIdentity, name: str = PROBE_NAME, **kw) -> Drive:
     return Drive(name=name, identity=ident, **kw)
 
 
-@dataclass
-class Existing:
+class Existing(Data):
     """hostctl's layout found on a disk by its partition names."""
 
     name: str

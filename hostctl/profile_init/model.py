@@ -7,9 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from hostctl.config import DriveIdentity, Recipe
+from hostctl.data import Data
 
 INIT_SCHEMA = "hostctl.init/v1"
 
@@ -30,11 +31,7 @@ class RecipeSource:
     recipe: Recipe
 
 
-class Part(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class Choice(Part):
+class Choice(Data):
     key: str  # the profile field, e.g. memory.host_reserve, or a topic such as "swap"
     value: Any
     reason: str
@@ -43,7 +40,7 @@ class Choice(Part):
     source: str | None = None
 
 
-class BoxValue(Part):
+class BoxValue(Data):
     """A box value this profile does not use, and why (`init --box` never drops one silently)."""
 
     field: str  # as the box names it: shm_size, env.CUDA_HOME, models.GLM-5.2-NVFP4
@@ -51,7 +48,7 @@ class BoxValue(Part):
     why: str
 
 
-class BoxSource(Part):
+class BoxSource(Data):
     """The vLLM-MoET box an `init --box` profile was written from."""
 
     file: str
@@ -61,7 +58,7 @@ class BoxSource(Part):
     unknown_keys: list[str] = Field(default_factory=list)  # keys vLLM-MoET's runner does not read either
 
 
-class RecipeOption(Part):
+class RecipeOption(Data):
     ref: str
     id: str
     fits: bool  # its `requires` (gpus, vram_gb, host_ram_gb) fit this host
@@ -69,7 +66,7 @@ class RecipeOption(Part):
     plan_errors: list[str] = Field(default_factory=list)  # what the plan rejects, for a recipe that fits
 
 
-class DriveChoice(Part):
+class DriveChoice(Data):
     name: str
     identity: str
     disk: str  # the kernel name now, e.g. /dev/nvme1n1 (it may move; the identity does not)
@@ -85,14 +82,14 @@ class DriveChoice(Part):
     notes: list[str] = Field(default_factory=list)
 
 
-class SkippedDisk(Part):
+class SkippedDisk(Data):
     disk: str
     identity: str
     size_bytes: int
     reason: str
 
 
-class GpuRange(Part):
+class GpuRange(Data):
     index: int
     name: str
     uuid: str
@@ -102,7 +99,7 @@ class GpuRange(Part):
     limit_w: float | None = None  # configured now
 
 
-class SwapArithmetic(Part):
+class SwapArithmetic(Data):
     need_bytes: int  # MemTotal + SwapTotal the recipe's first conversion needs (0: none declared)
     mem_total_bytes: int
     other_swap_bytes: int  # swap this host has that is not on a profile drive (not counted)
@@ -114,7 +111,7 @@ class SwapArithmetic(Part):
     text: list[str] = Field(default_factory=list)  # the arithmetic, line by line
 
 
-class Proposal(Part):
+class Proposal(Data):
     schema_: Literal["hostctl.init/v1"] = Field(default=INIT_SCHEMA, alias="schema")
     host: str
     facts_collected_at: str
@@ -132,12 +129,13 @@ class Proposal(Part):
     warnings: list[str] = Field(default_factory=list)
     box: BoxSource | None = None  # `init --box`: the box and what of it the profile does not use
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    # "schema" is the JSON key; the attribute is schema_ (BaseModel has a schema()).
+    model_config = ConfigDict(validate_by_name=True, serialize_by_alias=True)
 
     def choice(self, key: str) -> Choice | None:
         return next((c for c in self.choices if c.key == key), None)
 
     def document(self, **extra: Any) -> dict[str, Any]:
-        doc = self.model_dump(mode="json", by_alias=True)
+        doc = self.model_dump(mode="json")
         doc.update(extra)
         return doc

@@ -136,7 +136,7 @@ def read_gpu(config: Config, facts: HostFacts, reader: Reader, *, gpus: Callable
         update["gpus"] = gpus()
     if state is not None:
         update["state"] = state()
-    facts = facts.copy(update=update) if update else facts
+    facts = facts.model_copy(update=update) if update else facts
     hostctl_bin = paths.hostctl_for_units(hostctl_bin)
     files = read_managed(reader, files=[UNIT_PATH, INSTALLED_PROFILE], links=[WANTS_LINK], present=[hostctl_bin])
     if files.systemd_running:
@@ -376,7 +376,7 @@ def _p2p(d: Decision, facts: HostFacts, plan: Plan, snap: GpuSnapshot, opts: dic
                 "line and GPUs); not measured again")
         d.add(Settled("gpu/p2p/functional", text))
         d.add(Note("gpu/p2p/verdict", f"P2P verdict {stored.verdict}: {stored.detail or ''}".rstrip(": "),
-                   severity="info" if stored.verdict == "ok" else "warn", data=stored.to_dict()))
+                   severity="info" if stored.verdict == "ok" else "warn", data=stored.model_dump()))
         for rec in recommendations(stored, facts):
             d.add(Note("gpu/p2p", rec))
         if stored.verdict == "inconclusive":
@@ -396,7 +396,7 @@ def _p2p(d: Decision, facts: HostFacts, plan: Plan, snap: GpuSnapshot, opts: dic
         run_opts["torch_python"] = snap.torch
 
     def _measure() -> None:
-        read = facts.copy(update={"acs": snap.acs_facts}) if snap.acs_facts is not None else facts
+        read = facts.model_copy(update={"acs": snap.acs_facts}) if snap.acs_facts is not None else facts
         ladder = run_ladder(read, serving, measure=True, recheck=True,
                             **({} if snap.acs_facts is not None else {"lspci": (None, "not read this round")}), **run_opts)
         if ladder.verdict is None:
@@ -430,7 +430,7 @@ def boot_driver(adapter: NvmlAdapter, facts: HostFacts, *, timeout_s: float = DR
     ready, waited, why = wait_for_driver(adapter, timeout_s=timeout_s, version_file=version_file)
     if not ready:
         raise FailedError(f"gpu/driver: the NVIDIA driver did not come up within {timeout_s:g} s: {why}")
-    facts = facts.copy(update={"gpus": probe_gpus(adapter)})
+    facts = facts.model_copy(update={"gpus": probe_gpus(adapter)})
     return facts, f"driver {facts.gpus.driver_version} ready after {waited:.0f} s"
 
 

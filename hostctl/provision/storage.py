@@ -873,7 +873,7 @@ def plan_storage_provision(config: Config, facts: HostFacts, system: SystemFiles
         sp.notes.append(f"disk facts unavailable: {facts.disks.reason}")
 
     for role, directory in plain:
-        state = system.plain_dirs.get(directory, DirState(False))
+        state = system.plain_dirs.get(directory, DirState(exists=False))
         owner_ok = opts.owner is None or state.owner == opts.owner
         if not state.exists or not owner_ok:
             sp.system.append(replace(_mkdir(f"storage/dirs/{role}", str(paths.system_path(directory)), opts.owner,
@@ -974,9 +974,9 @@ def facts_after(facts: HostFacts, sp: StorageProvision) -> HostFacts:
     add = pending_swap_bytes(sp)
     if not add:
         return facts
-    memory = facts.memory.copy(update={"swap_total_bytes": facts.memory.swap_total_bytes + add,
+    memory = facts.memory.model_copy(update={"swap_total_bytes": facts.memory.swap_total_bytes + add,
                                              "swap_free_bytes": facts.memory.swap_free_bytes + add})
-    return facts.copy(update={"memory": memory})
+    return facts.model_copy(update={"memory": memory})
 
 
 def _mounted_and_settled(v: DriveVerdict | None, drive: Drive) -> bool:

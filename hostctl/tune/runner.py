@@ -86,11 +86,11 @@ def _with_knob_files(plan: Plan, boot: tplan.Boot, knob_dir: Path) -> Plan:
     """The boot's plan plus a read-only bind of each knob file at the path its variable names."""
     if not boot.knob_files:
         return plan
-    rt = plan.runtime.copy(deep=True)
+    rt = plan.runtime.model_copy(deep=True)
     for var, target in boot.knob_files.items():
         rt.volumes.append(Volume(source=str(knob_dir / var), target=target, read_only=True,
                                  why=f"tune knob file ({var})"))
-    return plan.copy(update={"runtime": rt})
+    return plan.model_copy(update={"runtime": rt})
 
 
 def _write_knobs(knob_dir: Path, values: dict) -> None:

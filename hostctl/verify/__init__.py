@@ -16,11 +16,13 @@ test file, its own output parsing and ~1 s of start-up for what is a list of rea
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from typing import Any
+
+from pydantic import Field
 
 from hostctl import __version__
 from hostctl.config import Config
+from hostctl.data import Data
 from hostctl.errors import EXIT_FAILED, EXIT_OK, FailedError, InputError
 from hostctl.verify.suite import PARTS, VerifyCheck, Ctx, VerifyResult, suite
 
@@ -38,8 +40,7 @@ def parse_only(only: str | None) -> tuple[str, ...]:
     return names
 
 
-@dataclass
-class CheckResult:
+class CheckResult(Data):
     check: VerifyCheck
     result: VerifyResult
     seconds: float = 0.0
@@ -51,20 +52,18 @@ class CheckResult:
                 "seconds": round(self.seconds, 3)}
 
 
-@dataclass
-class PartResult:
+class PartResult(Data):
     part: str
     status: str  # pass | fail | not-provisioned | not-expected
     reason: str
 
 
-@dataclass
-class VerifyReport:
+class VerifyReport(Data):
     host: str
     profile: str
-    parts: list[PartResult] = field(default_factory=list)
-    checks: list[CheckResult] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
+    parts: list[PartResult] = Field(default_factory=list)
+    checks: list[CheckResult] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
     seconds: float = 0.0
 
     @property
@@ -163,16 +162,16 @@ def verify(config: Config, *, host: str | None = None, only: str | None = None, 
                     why = ("not expected to run: `hostctl up` has not passed here" if svc is None else
                            f"not expected to run: the last `up`/`down` left it {svc.state}"
                            + (f" ({svc.at})" if svc.at else ""))
-                    report.parts.append(PartResult(part, "not-expected", why))
-                    report.checks += [CheckResult(c, VerifyResult("not-run", why)) for c in checks]
+                    report.parts.append(PartResult(part=part, status="not-expected", reason=why))
+                    report.checks += [CheckResult(check=c, result=VerifyResult("not-run", why)) for c in checks]
                     continue
                 reason = f"expected up (ready since {state.service.at})"
             else:
                 record = state.provisioned.get(part)
                 if record is None:
                     why = "not provisioned (no converged `hostctl provision` recorded on this host)"
-                    report.parts.append(PartResult(part, "not-provisioned", why))
-                    report.checks += [CheckResult(c, VerifyResult("not-run", why)) for c in checks]
+                    report.parts.append(PartResult(part=part, status="not-provisioned", reason=why))
+                    report.checks += [CheckResult(check=c, result=VerifyResult("not-run", why)) for c in checks]
                     continue
                 reason = f"provisioned {record.converged_at} with profile {record.profile}"
                 from hostctl.provision.record import profile_digest
@@ -180,7 +179,7 @@ def verify(config: Config, *, host: str | None = None, only: str | None = None, 
                 if record.profile_sha256 and record.profile_sha256 != profile_digest(config):
                     report.notes.append(f"{part} converged with another version of the profile "
                                         f"({record.profile}); it is judged against this one")
-            part_result = PartResult(part, "pass", reason)
+            part_result = PartResult(part=part, status="pass", reason=reason)
             report.parts.append(part_result)
             for c in checks:
                 c0 = time.monotonic()
@@ -188,7 +187,7 @@ def verify(config: Config, *, host: str | None = None, only: str | None = None, 
                     result = c.run(ctx)
                 except Exception as exc:  # a check that cannot read what it needs fails, naming why
                     result = VerifyResult("fail", f"could not check: {exc.__class__.__name__}: {exc}")
-                report.checks.append(CheckResult(c, result, time.monotonic() - c0))
+                report.checks.append(CheckResult(check=c, result=result, seconds=time.monotonic() - c0))
             if any(cr.result.status == "fail" for cr in report.checks if cr.check.part == part):
                 part_result.status = "fail"
         report.seconds = time.monotonic() - t0

@@ -92,7 +92,7 @@ class Target:
         if r.rc != 0:
             return None
         kind, uid, gid = r.stdout.strip().rsplit(" ", 2)
-        return Stat(kind == "directory", int(uid), int(gid))
+        return Stat(is_dir=kind == "directory", uid=int(uid), gid=int(gid))
 
     def stat_real(self, path: str) -> Stat | None:
         """A path of the running system itself (a mountpoint, a binary), not under the sysroot."""
@@ -100,7 +100,7 @@ class Target:
         if r.rc != 0:
             return None
         kind, uid, gid = r.stdout.strip().rsplit(" ", 2)
-        return Stat(kind == "directory", int(uid), int(gid))
+        return Stat(is_dir=kind == "directory", uid=int(uid), gid=int(gid))
 
     def readlink(self, host_path: str) -> str | None:
         r = self.host.run("readlink -- %s", self._p(host_path))
@@ -186,7 +186,7 @@ def remote_facts(target: Target, profile_path: str, profile_bytes: bytes):
                           details=res.stderr.strip().splitlines()[-5:],
                           fix=f"run `hostctl --config {profile_path} facts` there to see why")
     try:
-        facts = HostFacts.from_json(res.stdout)
+        facts = HostFacts.model_validate_json(res.stdout, strict=True)
     except ValueError as exc:
         raise FailedError(f"the facts {target.name} printed are not this hostctl's {exc.__class__.__name__}",
                           details=str(exc).splitlines()[:3],

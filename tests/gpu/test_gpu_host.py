@@ -37,7 +37,7 @@ def host():
     if not gpus.available:
         pytest.skip(f"no GPU readable here: {gpus.reason}")
     config, facts = examples.load("pro6000x1-resident")
-    facts = facts.copy(update={"gpus": gpus})
+    facts = facts.model_copy(update={"gpus": gpus})
     facts.state.p2p = None
     return config, facts
 
@@ -118,7 +118,7 @@ def test_pinned_copy_bandwidth_against_the_link(host, capsys):
     bw = measure_copy_bandwidth(gpu, mib=256, iters=10)
     assert bw.error is None, bw.error
     assert bw.h2d_gbps > 0 and bw.d2h_gbps > 0
-    r = _doctor(facts.copy(update={"gpus": facts.gpus.copy(update={"devices": [gpu]})}),
+    r = _doctor(facts.model_copy(update={"gpus": facts.gpus.model_copy(update={"devices": [gpu]})}),
                 "gpu.pcie.bandwidth", level="full")
     with capsys.disabled():
         print(f"\n  {r.status}: {r.summary}\n  {r.evidence.observed if r.evidence else ''}")

@@ -33,7 +33,7 @@ SECRET = "c2VjcmV0OnB3-planted-auth"
 def _plan():
     config, facts = snapshots.desktop()
     plan = build_plan(config, facts)
-    return plan.copy(update={"runtime": plan.runtime.copy(update={"image": images.base_tag(), "volumes": [],
+    return plan.model_copy(update={"runtime": plan.runtime.model_copy(update={"image": images.base_tag(), "volumes": [],
                                                                   "api_key_env": None})})
 
 

@@ -70,7 +70,7 @@ def numa_image() -> str:
 def plan_on_node0_cpu1():
     """The mapped host's plan with node 0 = CPU 1 (this machine's second CPU): bound to node 0."""
     config, facts = examples.load("pro6000x1-mapped")
-    facts = facts.copy(deep=True)
+    facts = facts.model_copy(deep=True)
     facts.numa.nodes = [NumaNode(id=0, cpus=[1]), NumaNode(id=1, cpus=[0])]
     facts.gpus.devices[0].local_cpus = [1]
     plan = build_plan(config, facts)

@@ -81,7 +81,7 @@ def test_provision_stores_the_verdict_and_the_plan_turns_p2p_on(tmp_path, monkey
     monkeypatch.setenv("HOSTCTL_SYSROOT", str(tmp_path / "root"))
     config, facts = examples.load("pro6000x2-desktop")
     host = pro6000x2_phb()
-    facts = facts.copy(update={"gpus": probe_gpus(FakeNvml(host), pci_root=write_sysfs(host, tmp_path / "pci"))})
+    facts = facts.model_copy(update={"gpus": probe_gpus(FakeNvml(host), pci_root=write_sysfs(host, tmp_path / "pci"))})
     facts.state.p2p = None
     assert build_plan(config, facts).nccl.p2p is False  # no verdict yet: off
     opts = dict(torch_python=TorchPython(sys.executable, "test"), lspci=(None, "not read in this test"),
@@ -97,5 +97,5 @@ def test_provision_stores_the_verdict_and_the_plan_turns_p2p_on(tmp_path, monkey
         "stored verdict ok")
     state, notes = probe_state(tmp_path / "root" / "var/lib/hostctl")
     assert notes == [] and state.p2p.verdict == "ok" and state.p2p.busbw_gbps > 0
-    plan = build_plan(config, facts.copy(update={"state": state}))
+    plan = build_plan(config, facts.model_copy(update={"state": state}))
     assert plan.nccl.p2p is True and plan.nccl.env["NCCL_P2P_LEVEL"] == "PHB"

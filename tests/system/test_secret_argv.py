@@ -26,7 +26,7 @@ def test_the_bench_container_gets_the_key_without_it_in_argv(monkeypatch, tmp_pa
     monkeypatch.setenv("HC_BENCH_KEY", KEY)
     config, facts = snapshots.desktop()
     plan = build_plan(config, facts)
-    plan = plan.copy(update={"runtime": plan.runtime.copy(update={"api_key_env": "HC_BENCH_KEY"})})
+    plan = plan.model_copy(update={"runtime": plan.runtime.model_copy(update={"api_key_env": "HC_BENCH_KEY"})})
     argv = vllm_bench.docker_argv(plan, "hc-bench-argv-test", tmp_path, [["--help"]])
     assert KEY not in " ".join(argv)
     # The same -e options, on a container that prints what it was given (the base image: python3).

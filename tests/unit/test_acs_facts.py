@@ -30,7 +30,7 @@ def desktop(tmp_path, lspci: tuple[str | None, str]):
     host = pro6000x2_phb()
     gpus = probe_gpus(FakeNvml(host), pci_root=write_sysfs(host, tmp_path / "sysfs"), version_file=tmp_path / "absent")
     acs = probe_acs([g.pci_bus_id for g in gpus.devices], lspci=lspci, pci_root=pci_tree(tmp_path / "pci", GPU_PATHS))
-    return config, facts.copy(update={"gpus": gpus, "acs": acs})
+    return config, facts.model_copy(update={"gpus": gpus, "acs": acs})
 
 
 def ladder(config, facts):
@@ -55,7 +55,7 @@ def test_probe_keeps_the_bridges_on_the_gpu_paths_and_their_acs_control(tmp_path
 def test_acs_survives_a_snapshot_round_trip(tmp_path):
     _, facts = desktop(tmp_path, (REDIRECT, ""))
     path = tmp_path / "snap.json"
-    path.write_text(facts.to_json())
+    path.write_text(facts.model_dump_json(indent=2))
     again = load_snapshot(path)
     assert again.acs == facts.acs
 
@@ -76,7 +76,7 @@ def test_doctor_warns_when_a_bridge_between_the_gpus_redirects(tmp_path):
     r = ladder(config, facts)
     assert r.status == "pass" and "ACS redirects on 0000:00:01.1, 0000:00:01.3" in r.summary
     # without one, the redirect is what the user must know before turning P2P on
-    facts = facts.copy(update={"state": facts.state.copy(update={"p2p": None})})
+    facts = facts.model_copy(update={"state": facts.state.model_copy(update={"p2p": None})})
     r = ladder(config, facts)
     assert r.status == "warn", r.summary
     assert "0000:00:01.1, 0000:00:01.3" in r.summary and "ACS warn" in r.evidence.observed
@@ -107,7 +107,7 @@ def test_doctor_says_unknown_when_lspci_cannot_read_or_run(tmp_path):
 def test_one_gpu_runs_no_lspci():
     acs = probe_acs(["0000:01:00.0"], lspci=None)  # would run lspci if it did not stop first
     assert not acs.available and "1 GPU" in acs.reason
-    assert HostFacts._fields["acs"].default is None
+    assert HostFacts.model_fields["acs"].default is None
 
 
 def test_facts_text_shows_the_acs_of_each_bridge(tmp_path):
@@ -117,4 +117,4 @@ def test_facts_text_shows_the_acs_of_each_bridge(tmp_path):
     text = facts_text(facts)
     assert "ACS: 2 device(s) on the paths between 2 GPU(s)" in text
     assert "0000:00:01.1" in text and "redirects ReqRedir, CmpltRedir" in text
-    assert "ACS: not read" in facts_text(facts.copy(update={"acs": None}))
+    assert "ACS: not read" in facts_text(facts.model_copy(update={"acs": None}))

@@ -32,7 +32,7 @@ needs_systemctl = needs(shutil.which("systemctl") is not None, "systemctl not in
 
 def chain(*entries: tuple[str, int, int, int], euid: int = 0) -> ExecChain:
     return ExecChain(path="/usr/local/bin/hostctl", euid=euid,
-                     entries=[Entry(p, ENVIRONMENT, uid, gid, mode) for p, uid, gid, mode in entries],
+                     entries=[Entry(path=p, role=ENVIRONMENT, uid=uid, gid=gid, mode=mode) for p, uid, gid, mode in entries],
                      users={0: "root", NOBODY: "nobody", 1000: "alice"}, groups={0: "root", 100: "users"})
 
 

@@ -65,7 +65,7 @@ def with_profile(config: Config, **changes) -> Config:
 
 def desktop() -> tuple[Config, HostFacts]:
     config, facts = snapshots.desktop()
-    return config, facts.copy(deep=True)
+    return config, facts.model_copy(deep=True)
 
 
 def h200() -> HostFacts:
@@ -75,7 +75,7 @@ def h200() -> HostFacts:
 def plain() -> HostFacts:
     """A plain machine like the one the tests run on: no GPU, no swap, Docker without nvidia."""
     _, f = examples.load("demo-cpu")
-    f = f.copy(deep=True)
+    f = f.model_copy(deep=True)
     f.memory.swaps, f.memory.swap_total_bytes, f.memory.swap_free_bytes = [], 0, 0
     return f
 
@@ -267,7 +267,7 @@ def test_stored_verdicts():
     r = result("nccl.p2p.functional", facts, config)
     assert r.status == "warn" and "driver 595.71.05 (now 600.1)" in r.summary
     _, facts = desktop()
-    facts.state.p2p = facts.state.p2p.copy(update={"verdict": "hang"})
+    facts.state.p2p = facts.state.p2p.model_copy(update={"verdict": "hang"})
     facts.iommu.class_entries = ["ivhd0"]
     r = result("nccl.p2p.functional", facts, config)
     assert r.status == "warn" and "hang" in r.summary and "DMA isolation" in r.fix
@@ -335,7 +335,7 @@ def test_ram_plus_swap_against_the_conversion():
 def test_swap_partitions_and_priorities():
     config, facts = desktop()
     assert result("memory.swap", facts, config).summary.endswith("2 partition(s) striped at priority 100")
-    facts.memory.swaps[2] = facts.memory.swaps[2].copy(update={"priority": 50})
+    facts.memory.swaps[2] = facts.memory.swaps[2].model_copy(update={"priority": 50})
     r = result("memory.swap", facts, config)
     assert r.status == "warn" and "unequal priorities 100, 50" in r.summary
     r = result("memory.swap", snapshots.too_little_ram_swap(), config)  # only the 8 GiB swap file
@@ -386,7 +386,7 @@ def test_shm_size_and_stale_segments():
     r = result("memory.shm.stale", facts, config)
     assert r.status == "warn" and "1 stale segment(s) hold 1 GiB" in r.summary
     assert r.fix.endswith("rm -f /dev/shm/nccl-Xa1b2c")
-    facts.shm.segments[0] = facts.shm.segments[0].copy(update={"in_use": None})
+    facts.shm.segments[0] = facts.shm.segments[0].model_copy(update={"in_use": None})
     facts.shm.unreadable_processes = 3
     assert "as root" in result("memory.shm.stale", facts, config).fix
     facts.shm.segments = facts.shm.segments[1:]
@@ -406,7 +406,7 @@ def test_missing_mount_fails():
 
 
 def _move(facts: HostFacts, path: str, **changes) -> None:
-    facts.paths = [p.copy(update=changes) if p.path == path else p for p in facts.paths]
+    facts.paths = [p.model_copy(update=changes) if p.path == path else p for p in facts.paths]
 
 
 def test_cache_directories_real_filesystem_and_free_space():
@@ -476,17 +476,17 @@ def test_api_port():
     r = result("docker.api_port", facts, config)
     assert r.status == "fail" and "taken by PID 4242 (nginx)" in r.summary and "runtime.api_port" in r.fix
     facts.engine.containers = [OURS]
-    facts.ports[0] = facts.ports[0].copy(update={"process": "python3", "container_id": OURS.id})
+    facts.ports[0] = facts.ports[0].model_copy(update={"process": "python3", "container_id": OURS.id})
     r = result("docker.api_port", facts, config)
     assert r.status == "pass" and "our runtime container hostctl-runtime" in r.summary
-    facts.ports[0] = facts.ports[0].copy(update={"pid": None, "container_id": None})
+    facts.ports[0] = facts.ports[0].model_copy(update={"pid": None, "container_id": None})
     assert result("docker.api_port", facts, config).status == "pass"  # invisible holder, our runtime runs
     facts.engine.containers = []
     assert result("docker.api_port", facts, config).status == "fail"
     # another profile's runtime is not ours, even when it is hostctl's
-    other = OURS.copy(update={"labels": {"io.hostctl.profile": "demo-cpu"}})
+    other = OURS.model_copy(update={"labels": {"io.hostctl.profile": "demo-cpu"}})
     facts.engine.containers = [other]
-    facts.ports[0] = facts.ports[0].copy(update={"pid": 4242, "container_id": other.id})
+    facts.ports[0] = facts.ports[0].model_copy(update={"pid": 4242, "container_id": other.id})
     assert result("docker.api_port", facts, config).status == "fail"
     assert result("logs.runtime", facts, config).summary == ("no hostctl runtime container on this engine for profile "
                                                              "pro6000x2-desktop")
@@ -537,10 +537,10 @@ def test_runtime_container_state():
     config, facts = desktop()
     facts.engine.containers = [OURS]
     assert result("logs.runtime", facts, config).summary == "hostctl-runtime running"
-    facts.engine.containers = [OURS.copy(update={"state": "exited", "exit_code": 137, "oom_killed": True})]
+    facts.engine.containers = [OURS.model_copy(update={"state": "exited", "exit_code": 137, "oom_killed": True})]
     r = result("logs.runtime", facts, config)
     assert r.status == "fail" and "its own memory cap" in r.summary and "2 GiB steps" in r.fix
-    facts.engine.containers = [OURS.copy(update={"state": "exited", "exit_code": 1, "oom_killed": False})]
+    facts.engine.containers = [OURS.model_copy(update={"state": "exited", "exit_code": 1, "oom_killed": False})]
     r = result("logs.runtime", facts, config)
     assert r.status == "warn" and "doctor --log" in r.fix
     facts.kernel_log = _kernel(HOST_OOM)  # a rank killed by the host OOM killer inside our container

@@ -57,9 +57,9 @@ def test_collect_returns_complete_facts(host):
 
 
 def test_collect_round_trips_through_json(host):
-    text = host.to_json()
+    text = host.model_dump_json(indent=2)
     assert json.loads(text)["schema"] == "hostctl.facts/v1"
-    assert HostFacts.from_json(text) == host
+    assert HostFacts.model_validate_json(text, strict=True) == host
 
 
 def test_collect_is_fast():
@@ -138,7 +138,7 @@ def test_mount_for_takes_longest_and_topmost():
     assert mount_for("/mnt/ssd 1/tmp/x", mounts).fs_type == "tmpfs"
     assert mount_for("/mnt/ssd 10", mounts).target == "/"  # a prefix of the name is not a parent
     assert mount_for("/home", mounts).fs_type == "btrfs"
-    stacked = mounts + [mounts[1].copy(update={"source": "overlay", "fs_type": "overlay"})]
+    stacked = mounts + [mounts[1].model_copy(update={"source": "overlay", "fs_type": "overlay"})]
     assert mount_for("/etc", stacked).fs_type == "overlay"
 
 
@@ -356,7 +356,7 @@ def test_state_absent_valid_and_invalid(tmp_path):
 
 def test_load_snapshot_round_trip(tmp_path, host):
     path = tmp_path / "snap.json"
-    path.write_text(host.to_json())
+    path.write_text(host.model_dump_json(indent=2))
     assert load_snapshot(path) == host
 
 
@@ -367,7 +367,7 @@ def test_load_snapshot_errors_are_readable(tmp_path, host):
     bad.write_text('{"schema": ')
     with pytest.raises(InputError, match=r"not valid JSON.*line 1"):
         load_snapshot(bad)
-    data = json.loads(host.to_json())
+    data = json.loads(host.model_dump_json(indent=2))
     bad.write_text(json.dumps({**data, "schema": "hostctl.facts/v0"}))
     with pytest.raises(InputError, match="hostctl.facts/v0"):
         load_snapshot(bad)

@@ -1,8 +1,8 @@
-"""The probes make HostFacts records directly (no validation: what a probe read is trusted;
-hostctl/record.py). So nothing may differ from what validation would have made: every nested value
-is a record, not a dict; every field has the type validation gives it (a float where a float is declared, ...); and
-the JSON document is byte-identical to the one validation yields. Checked on this host's live
-facts and on the fake-NVML reference GPU hosts; snapshots (untrusted input) are still validated."""
+"""The probes make HostFacts (pydantic, hostctl/data.py) and fill some fields in after making
+them, which pydantic does not check. So nothing they make may differ from what a snapshot read back
+validates to: the JSON document read back with strict=True equals the probes' facts and writes the
+same bytes (an int where a float is declared, a list where a tuple is, would show). Checked on this
+host's live facts and on the fake-NVML reference GPU hosts; snapshots and state files are validated."""
 
 from __future__ import annotations
 
@@ -12,43 +12,21 @@ import socket
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel, ValidationError
 
 from fake_nvml import REFERENCE_HOSTS, FakeNvml, write_sysfs
+from hostctl import examples, paths
 from hostctl.facts import collect, load_snapshot
 from hostctl.facts.gpu import probe_gpus
-from hostctl.facts.model import HostFacts
+from hostctl.facts.model import HostFacts, MemoryFacts, StateFacts
 from hostctl.facts.state import probe_state
-from hostctl.record import Record
 
 
-def assert_same(trusted: object, validated: object, where: str) -> None:
-    assert type(trusted) is type(validated), f"{where}: {type(trusted).__name__} where validation gives {type(validated).__name__}"
-    if isinstance(trusted, Record):
-        assert vars(trusted).keys() == vars(validated).keys(), where
-        for name in type(trusted)._fields:
-            assert_same(getattr(trusted, name), getattr(validated, name), f"{where}.{name}")
-    elif isinstance(trusted, (list, tuple)):
-        assert len(trusted) == len(validated), where
-        for i, (a, b) in enumerate(zip(trusted, validated)):
-            assert_same(a, b, f"{where}[{i}]")
-    elif isinstance(trusted, dict):
-        assert list(trusted) == list(validated), where
-        for key in trusted:
-            assert_same(trusted[key], validated[key], f"{where}[{key!r}]")
-    else:
-        assert trusted == validated, where
-
-
-def assert_as_validated(model: Record, where: str) -> None:
-    cls = type(model)
-    # Python-level: validating the trusted record's own values gives the same types and values
-    validated = cls.validate(model.to_dict())
-    assert_same(model, validated, where)
-    # and through JSON, as a snapshot is read back: the same document, byte for byte
-    text = model.to_json()
-    again = cls.from_json(text)
-    assert again.to_json() == text
-    assert validated.to_json() == text
+def assert_as_validated(model: BaseModel, where: str) -> None:
+    text = model.model_dump_json(indent=2)
+    again = type(model).model_validate_json(text, strict=True)
+    assert again == model, where
+    assert again.model_dump_json(indent=2) == text, where
 
 
 @pytest.fixture
@@ -110,8 +88,35 @@ def test_state_files_are_still_validated(tmp_path):
 
 def test_a_snapshot_is_validated(tmp_path):
     bad = tmp_path / "snap.json"
-    doc = json.loads(collect().to_json())
+    doc = json.loads(collect().model_dump_json())
     doc["memory"]["mem_total_bytes"] = "lots"
     bad.write_text(json.dumps(doc))
     with pytest.raises(Exception, match="memory.mem_total_bytes"):
         load_snapshot(bad)
+
+
+def test_memory_facts_are_never_negative():
+    good = {"mem_total_bytes": 1, "mem_available_bytes": 0, "swap_total_bytes": 0, "swap_free_bytes": 0}
+    assert MemoryFacts.model_validate(good, strict=True).mem_total_bytes == 1
+    with pytest.raises(ValidationError) as exc:
+        MemoryFacts.model_validate({**good, "swap_free_bytes": -4096}, strict=True)
+    [err] = exc.value.errors()
+    assert (err["loc"], err["type"]) == (("swap_free_bytes",), "greater_than_equal")
+
+
+def test_state_facts_leave_out_what_old_snapshots_lack():
+    assert set(StateFacts().model_dump()) == {"p2p", "qualify"}
+    assert StateFacts.model_validate_json('{"p2p": null, "qualify": null}', strict=True) == StateFacts()
+
+
+def test_there_are_bundled_snapshots():
+    assert len(examples.names()) >= 3
+
+
+@pytest.mark.parametrize("name", examples.names())
+def test_bundled_facts_snapshot_round_trips(name):
+    text = (paths.hosts_dir() / f"{name}.facts.json").read_text()
+    facts = HostFacts.model_validate_json(text, strict=True)
+    assert facts.model_dump_json(indent=2) + "\n" == text  # the file is what `facts --json` writes, byte for byte
+    assert HostFacts.model_validate_json(facts.model_dump_json(), strict=True) == facts
+    assert HostFacts.model_validate(facts.model_dump()) == facts

@@ -24,7 +24,7 @@ def result(check_id: str, facts, config=None, level="quick") -> CheckResult:
 
 def desktop():
     config, facts = examples.load("pro6000x2-desktop")
-    return config, facts.copy(deep=True)
+    return config, facts.model_copy(deep=True)
 
 
 @pytest.mark.parametrize("gen,width,gbps", [(5, 16, 63.0), (5, 8, 31.5), (4, 16, 31.5), (3, 16, 15.8), (6, 16, 121.0),

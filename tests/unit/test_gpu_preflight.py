@@ -119,11 +119,11 @@ def test_no_daemon_reload_while_the_gpu_runtime_runs():
     assert reload_deferred(plan, facts) is None  # nothing running
     running = ContainerFacts(id="abc", name="hostctl-runtime", state="running",
                              labels={"io.hostctl.profile": "pro6000x2-desktop"})
-    up = facts.copy(update={"engine": facts.engine.copy(update={"containers": [running]})})
+    up = facts.model_copy(update={"engine": facts.engine.model_copy(update={"containers": [running]})})
     why = reload_deferred(plan, up)
     assert why and "hostctl-runtime is up" in why and "#48" in why and "systemd" in why
-    stopped = running.copy(update={"state": "exited"})
-    assert reload_deferred(plan, facts.copy(update={"engine": facts.engine.copy(
+    stopped = running.model_copy(update={"state": "exited"})
+    assert reload_deferred(plan, facts.model_copy(update={"engine": facts.engine.model_copy(
         update={"containers": [stopped]})})) is None
     cpu_config, cpu_facts = examples.load("demo-cpu")
     assert reload_deferred(build_plan(cpu_config, cpu_facts), up) is None  # a CPU runtime has no GPUs to lose

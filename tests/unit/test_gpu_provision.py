@@ -55,7 +55,7 @@ def with_power(config: Config, watts: float | None, per_gpu: dict[str, float] | 
 def fake_facts(tmp_path: Path, host: FakeHost, base: str = "pro6000x2-desktop") -> tuple[Config, HostFacts]:
     config, facts = examples.load(base)
     gpus = probe_gpus(FakeNvml(host), pci_root=write_sysfs(host, tmp_path / "pci"), version_file=tmp_path / "absent")
-    return config, facts.copy(update={"gpus": gpus})
+    return config, facts.model_copy(update={"gpus": gpus})
 
 
 @dataclass
@@ -234,7 +234,7 @@ def test_installed_unit_passes_systemd_analyze_verify(tmp_path, sysroot):
 
 def test_host_without_driver_installs_the_unit_and_skips_the_rest(tmp_path, sysroot):
     config, facts = examples.load("pro6000x2-desktop")
-    facts = facts.copy(update={"gpus": GpuFacts(available=False, reason="NVIDIA driver not loaded")})
+    facts = facts.model_copy(update={"gpus": GpuFacts(available=False, reason="NVIDIA driver not loaded")})
     fake = FakeNvml(pro6000x2_phb())
     result = provision(config, facts, fake)
     assert (sysroot / "etc/systemd/system" / UNIT_NAME).is_file()
@@ -254,7 +254,7 @@ def test_no_limits_configured_needs_no_unit(tmp_path, sysroot):
 
 def test_boot_mode_waits_for_the_driver_then_sets_only_the_limits(tmp_path, sysroot):
     config, facts = fake_facts(tmp_path, pro6000x2_phb())
-    no_driver = facts.copy(update={"gpus": GpuFacts(available=False, reason="not yet")})
+    no_driver = facts.model_copy(update={"gpus": GpuFacts(available=False, reason="not yet")})
     version = tmp_path / "version"
     version.write_text("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  595.71.05\n")
     fake = FakeNvml(pro6000x2_phb(), driver_after=2)  # NVML answers on the third try

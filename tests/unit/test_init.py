@@ -63,7 +63,7 @@ def errors(config, facts) -> list[str]:
 
 def provisioned(facts: HostFacts, proposal) -> HostFacts:
     """These facts once `hostctl provision` has made the proposed swap partitions active."""
-    f = facts.copy(deep=True)
+    f = facts.model_copy(deep=True)
     added = sum(d.swap_bytes for d in proposal.drives if d.verdict == "create")
     f.memory.swap_total_bytes += added
     f.memory.swap_free_bytes += added
@@ -212,7 +212,7 @@ def test_named_removable_drive_is_used_and_only_named_ones(tmp_path):
 
 def test_rotational_disks_only_when_nothing_faster():
     facts = awkward("blank_drives")
-    hdd = facts.disks.devices[1].copy(update={"name": "sdb", "path": "/dev/sdb", "serial": "ZL2ABCDE",
+    hdd = facts.disks.devices[1].model_copy(update={"name": "sdb", "path": "/dev/sdb", "serial": "ZL2ABCDE",
                                                     "wwn": None, "by_id": [], "rotational": True})
     facts.disks.devices.append(hdd)
     p = propose(facts, RECIPES)
@@ -284,7 +284,7 @@ def test_name_and_mountpoint_never_collide(tmp_path):
     """A new drive gets a name no hostctl layout on the host uses and whose mountpoint is free."""
     facts = example("pro6000x2-desktop")
     facts.disks.devices.append(_blank_disk("nvme3n1", serial="NEW3"))
-    facts.mounts.append(facts.mounts[0].copy(update={"target": "/mnt/hostctl/ssd3", "source": "/dev/sdz1"}))
+    facts.mounts.append(facts.mounts[0].model_copy(update={"target": "/mnt/hostctl/ssd3", "source": "/dev/sdz1"}))
     proposal, config, _ = written(facts, tmp_path)
     assert [d.name for d in config.profile.drives] == ["ssd1", "ssd2", "ssd4"]
     assert drive_verdicts(config, facts)["ssd4"] == "create"

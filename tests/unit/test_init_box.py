@@ -96,17 +96,17 @@ def box_facts(box_file: Path) -> HostFacts:
     """The desktop's snapshot made into the box: its GPU count, model and VRAM, its host RAM."""
     box = load_box(box_file)
     _, f = snapshots.desktop()
-    f = f.copy(deep=True)
+    f = f.model_copy(deep=True)
     first = f.gpus.devices[0]
     gpus = []
     for i in range(box.gpu_count):
-        g = first.copy(deep=True)
+        g = first.model_copy(deep=True)
         g.index, g.uuid, g.pci_bus_id = i, f"GPU-00000000-0000-4000-8000-{i:012x}", f"0000:{0x10 + i:02x}:00.0"
         g.name, g.memory_total_bytes = f"NVIDIA {box.gpu_name}", int(box.vram_gb * 1e9)
         gpus.append(g)
     f.gpus.devices = gpus
     pair = f.gpus.pairs[0]
-    f.gpus.pairs = [pair.copy(update={"a": a, "b": b}) for a, b in combinations(range(len(gpus)), 2)]
+    f.gpus.pairs = [pair.model_copy(update={"a": a, "b": b}) for a, b in combinations(range(len(gpus)), 2)]
     f.state.p2p = None  # measured on the desktop's two GPUs, not these
     f.memory.mem_total_bytes = int(box.host_ram_gb * 1e9)
     f.memory.mem_available_bytes = int(box.host_ram_gb * 1e9 * 0.9)
@@ -115,7 +115,7 @@ def box_facts(box_file: Path) -> HostFacts:
 
 def write_facts(facts: HostFacts, tmp_path: Path) -> Path:
     path = tmp_path / "box.facts.json"
-    path.write_text(facts.to_json())
+    path.write_text(facts.model_dump_json(indent=2))
     return path
 
 

@@ -106,9 +106,9 @@ def profile_for(box: dict, recipe: dict, recipe_file: Path) -> dict:
 
 def facts_for(gpus: int):
     """The desktop's facts with the box's GPU count (copies of its first card, all at PHB)."""
-    facts = load_snapshot(FACTS).copy(deep=True)
+    facts = load_snapshot(FACTS).model_copy(deep=True)
     first = facts.gpus.devices[0]
-    facts.gpus.devices = [first.copy(update={"index": i, "uuid": f"GPU-00000000-0000-4000-8000-{i:012x}",
+    facts.gpus.devices = [first.model_copy(update={"index": i, "uuid": f"GPU-00000000-0000-4000-8000-{i:012x}",
                                              "pci_bus_id": f"0000:{i + 1:02x}:00.0"}) for i in range(gpus)]
     facts.gpus.pairs = [GpuPair(a=a, b=b, topology="PHB", p2p_read="ok", p2p_write="ok")
                         for a in range(gpus) for b in range(a + 1, gpus)]

@@ -152,7 +152,7 @@ def test_judge_group_outcomes():
 def fake_facts(tmp_path, host, base="pro6000x2-desktop"):
     config, facts = examples.load(base)
     gpus = probe_gpus(FakeNvml(host), pci_root=write_sysfs(host, tmp_path / "sysfs"), version_file=tmp_path / "absent")
-    return config, facts.copy(update={"gpus": gpus})
+    return config, facts.model_copy(update={"gpus": gpus})
 
 
 NO_TORCH = TorchPython(None, "no torch in the unit tier")
@@ -228,7 +228,7 @@ def test_a_hang_is_stored_and_the_plan_keeps_p2p_off_stating_the_iommu_cost(tmp_
     assert all(IOMMU_COST in r for r in recs if "IOMMU off" in r or "turning the IOMMU off" in r)
     state, _ = probe_state(tmp_path / "state")
     assert state.p2p.verdict == "hang" and verdict_applies(state.p2p, facts, [g.uuid for g in facts.gpus.devices])
-    plan = build_plan(config, facts.copy(update={"state": state}))
+    plan = build_plan(config, facts.model_copy(update={"state": state}))
     assert plan.nccl.p2p is False and plan.nccl.env["NCCL_P2P_DISABLE"] == "1"
     assert any(IOMMU_COST in (p.fix or "") for p in plan.nccl.problems)
 

@@ -173,7 +173,7 @@ def test_p2p_refused_by_the_driver_turns_p2p_off_and_names_the_iommu_cost():
 
 def test_driver_ok_but_no_functional_verdict_keeps_p2p_off():
     config, facts = snapshots.desktop()
-    facts = facts.copy(deep=True)
+    facts = facts.model_copy(deep=True)
     facts.state.p2p = None
     n = plan_nccl(config, facts, plan_placement(config, facts))
     assert n.p2p is False and n.env["NCCL_P2P_DISABLE"] == "1"
@@ -182,7 +182,7 @@ def test_driver_ok_but_no_functional_verdict_keeps_p2p_off():
 
 def test_a_verdict_from_another_driver_is_stale():
     config, facts = snapshots.desktop()
-    facts = facts.copy(deep=True)
+    facts = facts.model_copy(deep=True)
     facts.gpus.driver_version = "600.10.01"
     n = plan_nccl(config, facts, plan_placement(config, facts))
     assert n.p2p is False and any(d.value == "stale" for d in n.decisions)
@@ -190,7 +190,7 @@ def test_a_verdict_from_another_driver_is_stale():
 
 def test_hang_verdict_with_iommu_on_explains_the_cost():
     config, facts = snapshots.desktop()
-    facts = facts.copy(deep=True)
+    facts = facts.model_copy(deep=True)
     facts.iommu.class_entries = ["ivhd0"]
     facts.state.p2p = P2PVerdict(verdict="hang", measured_at="2026-08-01T00:00:00Z",
                                  driver_version=facts.gpus.driver_version, kernel_cmdline=facts.kernel.cmdline)
@@ -221,7 +221,7 @@ def test_desktop_storage_roles_and_rank_stores():
 
 def test_rank_store_not_split_yet_reads_the_shared_store():
     config, facts = snapshots.desktop()
-    facts = facts.copy(deep=True)
+    facts = facts.model_copy(deep=True)
     facts.paths = [p for p in facts.paths if not p.path.endswith("rank0")]
     s = plan_storage(config, facts, world=2)
     assert s.rank_stores[0].files == [] and s.rank_stores[0].status == "not split yet"
@@ -230,7 +230,7 @@ def test_rank_store_not_split_yet_reads_the_shared_store():
 
 def test_stale_rank_copy_is_an_error():
     config, facts = snapshots.desktop()
-    facts = facts.copy(deep=True)
+    facts = facts.model_copy(deep=True)
     copy = facts.path("/mnt/hostctl/ssd1/moet-store-rank0")
     copy.files = [(n, s - 1 if n.endswith(".pack") else s) for n, s in copy.files]
     s = plan_storage(config, facts, world=2)
@@ -240,7 +240,7 @@ def test_stale_rank_copy_is_an_error():
 
 def test_cache_on_overlay_or_unmounted_drive_is_an_error():
     config, facts = snapshots.desktop()
-    facts = facts.copy(deep=True)
+    facts = facts.model_copy(deep=True)
     planes = facts.path("/mnt/hostctl/ssd1/moet-planes")
     planes.fs_type, planes.mount_target = "overlay", "/"
     s = plan_storage(config, facts, world=2)
@@ -250,7 +250,7 @@ def test_cache_on_overlay_or_unmounted_drive_is_an_error():
 
 def test_converting_needs_free_space():
     config, facts = snapshots.desktop()
-    facts = facts.copy(deep=True)
+    facts = facts.model_copy(deep=True)
     facts.path("/mnt/hostctl/ssd2/moet-store").free_bytes = 100 * GIB
     assert not plan_storage(config, facts, world=2).problems
     s = plan_storage(with_profile(config, phase="converting"), facts, world=2)
@@ -322,8 +322,8 @@ def test_plan_json_round_trips():
 
     config, facts = snapshots.desktop()
     plan = build_plan(config, facts)
-    assert Plan.from_json(plan.to_json()) == plan
-    assert yaml.safe_load(plan.to_json())["schema"] == "hostctl.plan/v1"
+    assert Plan.model_validate_json(plan.model_dump_json(), strict=True) == plan
+    assert yaml.safe_load(plan.model_dump_json())["schema"] == "hostctl.plan/v1"
 
 
 def test_nvlink_pair_from_a_real_two_gpu_machine():

@@ -73,7 +73,7 @@ def test_blank_drives_get_the_layout_with_consent_yes():
 
 def test_erasing_foreign_contents_needs_consent_level_erase():
     config, facts = examples.load("pro6000x2-desktop")
-    facts = facts.copy(deep=True)
+    facts = facts.model_copy(deep=True)
     disk = next(x for x in facts.disks.devices if x.serial == "25120G800102")
     for p in disk.partitions:  # someone else's filesystems on the second drive, nothing mounted
         p.part_label, p.fs_label, p.mountpoints, p.swap_active = "photos", "photos", [], False
@@ -220,7 +220,7 @@ def test_gpu_without_a_verdict_measures_only_where_torch_is():
     from hostctl.gpu.harness import TorchPython
 
     config, facts = examples.load("pro6000x2-desktop")
-    facts = facts.copy(deep=True)
+    facts = facts.model_copy(deep=True)
     facts.state.p2p = None
     d = gpu.decide(config, _gpu_snap(config, facts, torch=TorchPython("/usr/bin/python3", "test")), hostctl_bin="/x")
     action = by_id(d)["gpu/p2p/functional"]
@@ -242,7 +242,7 @@ def test_gpu_decision_on_the_awkward_hosts(snapshot):
 
 def test_gpu_without_driver_installs_only_the_unit():
     config, facts = examples.load("pro6000x2-desktop")
-    facts = facts.copy(update={"gpus": GpuFacts(available=False, reason="NVIDIA driver not loaded")})
+    facts = facts.model_copy(update={"gpus": GpuFacts(available=False, reason="NVIDIA driver not loaded")})
     d = gpu.decide(config, _gpu_snap(config, facts), hostctl_bin="/x")
     assert [a.id for a in d.actions] == ["gpu/power-unit", "gpu/power-unit/enable"]
     assert "the boot unit applies the limits once the driver loads" in by_id(d)["gpu"].reason

@@ -47,7 +47,7 @@ def test_verify_endpoint_checks_do_not_import_a_json_py_from_the_cwd(tmp_path, m
     config = load_config(ROOT / "runtime" / "hosts" / "demo-cpu.toml")
     plan = build_plan(config, load_snapshot(ROOT / "runtime" / "hosts" / "demo-cpu.facts.json"))
     # port 9 (discard): nothing answers, so only the snippet's own start-up is exercised
-    plan = plan.copy(update={"runtime": plan.runtime.copy(update={"api_port": 9})})
+    plan = plan.model_copy(update={"runtime": plan.runtime.model_copy(update={"api_port": 9})})
     ctx = types.SimpleNamespace(target=connect(None), plan=plan, config=config)
     got = suite._get(ctx, "/health")
     assert not marker.exists()

@@ -1,7 +1,7 @@
 """hostctl.record.Record on its own: how a record is made (keywords, defaults, field order), how
 `validate`/`from_json` check untrusted data (each type the checker knows, the `loc` of each error,
 unknown and missing keys, aliases, bounds, every error reported), how `to_dict`/`to_json` write the
-JSON form, and copy, equality and hashing. The bundled facts snapshots round-trip through it."""
+JSON form, and copy, equality and hashing."""
 
 from __future__ import annotations
 
@@ -11,8 +11,6 @@ from typing import Literal
 
 import pytest
 
-from hostctl import examples, paths
-from hostctl.facts.model import HostFacts, MemoryFacts, StateFacts
 from hostctl.record import Record, RecordError, field
 
 # ---------------------------------------------------------------- records for the tests
@@ -296,13 +294,6 @@ def test_ge_bound_refuses_a_smaller_value_and_accepts_the_bound():
     assert (err["loc"], err["type"], err["input"]) == (("count",), "greater_than_equal", -1)
 
 
-def test_ge_bound_on_the_real_memory_facts():
-    good = {"mem_total_bytes": 1, "mem_available_bytes": 0, "swap_total_bytes": 0, "swap_free_bytes": 0}
-    assert MemoryFacts.validate(good).mem_total_bytes == 1
-    err = only_error(MemoryFacts, {**good, "swap_free_bytes": -4096})
-    assert (err["loc"], err["type"]) == (("swap_free_bytes",), "greater_than_equal")
-
-
 def test_unknown_key_is_extra_forbidden_at_every_level():
     err = only_error(Box, {"name": "n", "colour": "red"})
     assert (err["loc"], err["type"], err["input"]) == (("colour",), "extra_forbidden", "red")
@@ -408,11 +399,6 @@ def test_to_dict_leaves_out_fields_at_their_omit_value_only():
     assert Box.validate(Box(name="n").to_dict()) == Box(name="n")
 
 
-def test_state_facts_leaves_out_the_records_old_snapshots_lack():
-    assert set(StateFacts().to_dict()) == {"p2p", "qualify"}
-    assert StateFacts.validate({"p2p": None, "qualify": None}) == StateFacts()
-
-
 def test_non_finite_floats_become_null_at_any_depth():
     box = Box(name="n", ratio=math.inf, items=[math.nan, -math.inf, 1.5], raw={"k": math.inf})
     out = box.to_dict()
@@ -436,20 +422,6 @@ def test_to_dict_of_a_record_is_independent_of_the_record():
     out = box.to_dict()
     out["devices"][0]["tags"].append("changed")
     assert box.devices[0].tags == ["t"]
-
-
-@pytest.mark.parametrize("name", examples.names())
-def test_bundled_facts_snapshot_round_trips(name):
-    text = (paths.hosts_dir() / f"{name}.facts.json").read_text()
-    facts = HostFacts.from_json(text)
-    assert facts.to_json() == text  # the file is what to_json writes, byte for byte
-    again = HostFacts.from_json(facts.to_json())
-    assert again == facts
-    assert HostFacts.validate(facts.to_dict()) == facts
-
-
-def test_there_are_bundled_snapshots():
-    assert len(examples.names()) >= 3
 
 
 # ---------------------------------------------------------------- copy

@@ -21,7 +21,7 @@ def desktop_plan(**runtime_changes):
     config, facts = snapshots.desktop()
     plan = build_plan(config, facts)
     if runtime_changes:
-        plan = plan.copy(update={"runtime": plan.runtime.copy(update=runtime_changes)})
+        plan = plan.model_copy(update={"runtime": plan.runtime.model_copy(update=runtime_changes)})
     return plan
 
 
@@ -40,7 +40,7 @@ def test_a_newline_that_slipped_past_validation_cannot_add_a_unit_key():
 
 
 def test_a_recipe_id_with_a_newline_cannot_reach_the_units():
-    plan = desktop_plan().copy(update={"recipe": "x\nExecStartPre=/bin/sh"})
+    plan = desktop_plan().model_copy(update={"recipe": "x\nExecStartPre=/bin/sh"})
     with pytest.raises(InputError):
         render_files(plan)
 

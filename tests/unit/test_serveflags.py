@@ -109,7 +109,7 @@ def test_a_rendered_argv_that_disagrees_with_the_plan_is_never_written(extra, tm
     """The second line: a plan whose argv slipped past validation is refused before a file exists."""
     config, facts = snapshots.desktop()
     plan = build_plan(config, facts)
-    plan = plan.copy(update={"runtime": plan.runtime.copy(update={"command": plan.runtime.command + extra})})
+    plan = plan.model_copy(update={"runtime": plan.runtime.model_copy(update={"command": plan.runtime.command + extra})})
     out = tmp_path / "project"
     with pytest.raises(InputError) as exc:
         write_project(render_files(plan), out)

@@ -134,7 +134,7 @@ def _doctor(supervised: list[dict]):
     from hostctl.facts.model import SupervisedEnding
 
     config, facts = examples.load("demo-cpu")
-    facts.state.supervised = [SupervisedEnding.validate(e) for e in supervised]
+    facts.state.supervised = [SupervisedEnding.model_validate(e) for e in supervised]
     ctx = CheckContext(facts=facts, config=config, plan=None, level="quick", facts_source="snapshot")
     check = next(c for c in all_checks() if c.id == "service.supervision")
     return run_checks(ctx, [check])[0].result

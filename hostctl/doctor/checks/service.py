@@ -66,7 +66,7 @@ def supervision(ctx: CheckContext) -> CheckResult:
 
     from hostctl.service.restarts import summary
 
-    endings = [e.to_dict() for e in ctx.facts.state.supervised]
+    endings = [e.model_dump() for e in ctx.facts.state.supervised]
     if not endings:
         return passed("no death or hang of a supervised runtime recorded", source=SUPERVISION_SOURCE)
     doc = summary(endings, datetime.now(timezone.utc))

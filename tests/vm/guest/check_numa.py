@@ -115,7 +115,7 @@ class OneGpuAt(NvmlAdapter):
 def plan_for(serial: str):
     config = load_config(PROFILE)
     facts = collect()
-    facts = facts.copy(update={"gpus": probe_gpus(OneGpuAt(pci_address(serial)))})
+    facts = facts.model_copy(update={"gpus": probe_gpus(OneGpuAt(pci_address(serial)))})
     return build_plan(config, facts)
 
 
@@ -141,7 +141,7 @@ def test_plan_binds_to_the_node_of_the_device(serial, node):
     assert (p.numa_node, p.cpuset, p.bind_memory) == (node, str(node), True)
     assert p.env[MEMBIND_ENV] == str(node)
     assert "SYS_NICE" in p.cap_add
-    (OUT / f"numa-plan-{serial}.json").write_text(plan.to_json())
+    (OUT / f"numa-plan-{serial}.json").write_text(plan.model_dump_json(indent=2))
 
 
 def test_plan_leaves_an_unknown_node_unbound_and_says_so():
