@@ -738,7 +738,8 @@ def doctor(
     --log when the log matches a known failure). Without a host profile the checks that need
     one skip and say so.
     """
-    from hostctl.doctor import DoctorOptions, run
+    from hostctl.doctor import run
+    from hostctl.doctor.options import DoctorOptions
 
     if cluster is not None:
         from hostctl.cluster.commands import doctor_cmd
@@ -748,7 +749,7 @@ def doctor(
             raise typer.Exit(code)
         return
     c = _ctx(ctx, config, facts)
-    code = run(DoctorOptions(config_path=c.config_path, facts_path=c.facts_path, level=level.value, json=json_, strict=strict,
+    code = run(DoctorOptions(config_path=c.config_path, facts_path=c.facts_path, level=level.value, as_json=json_, strict=strict,
                        log=log, bundle=typed_path(bundle)))
     if code:
         raise typer.Exit(code)
