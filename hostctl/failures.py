@@ -14,17 +14,20 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
+from pydantic import ConfigDict, Field
+
+from hostctl.data import Data
 from hostctl import loglines
 from hostctl.kernel_events import XID
 
 MAX_LINES = 6  # evidence lines kept per finding
 
 
-@dataclass(frozen=True)
-class StartEvidence:
+class StartEvidence(Data):
     """What is known about a failed or stuck start. Only `log` is required."""
+
+    model_config = ConfigDict(frozen=True)
 
     log: str = ""
     kernel_log: str = ""
@@ -33,22 +36,23 @@ class StartEvidence:
     stalled_s: float | None = None  # seconds without progress while the container was alive
 
 
-@dataclass(frozen=True)
-class Finding:
+class Finding(Data):
+    model_config = ConfigDict(frozen=True)
+
     id: str
     title: str
     cause: str
     fix: str
-    lines: list[str] = field(default_factory=list)  # "source:line: text" evidence
+    lines: list[str] = Field(default_factory=list)  # "source:line: text" evidence
 
 
-@dataclass(frozen=True)
 class Signature:
-    id: str
-    title: str
-    cause: str
-    fix: str
-    match: Callable[[StartEvidence], list[str] | None]
+    """One known failure: what it means, what to do, and the matcher that finds it (a callable: a
+    plain class, not data)."""
+
+    def __init__(self, id: str, title: str, cause: str, fix: str,
+                 match: Callable[[StartEvidence], list[str] | None]) -> None:
+        self.id, self.title, self.cause, self.fix, self.match = id, title, cause, fix, match
 
 
 def _grep(text: str, pattern, source: str) -> list[str]:
@@ -433,5 +437,5 @@ def classify(evidence: StartEvidence) -> list[Finding]:
     for sig in SIGNATURES:
         lines = sig.match(evidence)
         if lines:
-            findings.append(Finding(sig.id, sig.title, sig.cause, sig.fix, lines[:MAX_LINES]))
+            findings.append(Finding(id=sig.id, title=sig.title, cause=sig.cause, fix=sig.fix, lines=lines[:MAX_LINES]))
     return findings

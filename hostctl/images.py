@@ -22,10 +22,12 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 
+from pydantic import ConfigDict
+
+from hostctl.data import Data
 from hostctl import paths, runner
 from hostctl.errors import FailedError
 
@@ -219,8 +221,9 @@ def ensure_demo(*, rebuild: bool = False) -> str:
     return tag
 
 
-@dataclass(frozen=True)
-class Staleness:
+class Staleness(Data):
+    model_config = ConfigDict(frozen=True)
+
     image: str
     current: str | None  # the hash the image carries
     expected: str  # the hash of the inputs in this checkout
@@ -235,7 +238,7 @@ def demo_staleness(image: str) -> Staleness | None:
     except FailedError:
         return None
     current = image_label(image)
-    return None if current == expected else Staleness(image, current, expected)
+    return None if current == expected else Staleness(image=image, current=current, expected=expected)
 
 
 # ---------------------------------------------------------------- router image

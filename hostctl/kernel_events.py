@@ -9,8 +9,10 @@ hosts this tool is for, sooner or later) compiles these three patterns, not the 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
+from pydantic import ConfigDict
+
+from hostctl.data import Data
 from hostctl import loglines
 
 XID = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F:.]{1,32})\): (\d{1,10})")
@@ -45,9 +47,10 @@ OOM_CONSTRAINT = re.compile(r"oom-kill:constraint=(?P<constraint>\w{1,64}).{0,10
 _KERNEL_TIME = re.compile(r"^\s*\[\s*(?P<t>\d{1,12}\.\d{1,9})\]")
 
 
-@dataclass(frozen=True)
-class KernelLogMatch:
+class KernelLogMatch(Data):
     """One OOM kill or Xid error in a kernel log."""
+
+    model_config = ConfigDict(frozen=True, defer_build=False)
 
     kind: str  # "host_oom", "memcg_oom" or "xid"
     line: str
@@ -79,11 +82,11 @@ def kernel_events(text: str) -> list[KernelLogMatch]:
         if (m := KILLED.search(line)) is not None:
             constraint, memcg = constraints.pop(m.group("pid"), (None, None))
             in_cgroup = bool(m.group("memcg")) or constraint == "CONSTRAINT_MEMCG"
-            events.append(KernelLogMatch("memcg_oom" if in_cgroup else "host_oom", line, t,
+            events.append(KernelLogMatch(kind="memcg_oom" if in_cgroup else "host_oom", line=line, time_s=t,
                                       process=f"{m.group('comm')} (pid {m.group('pid')})", cgroup=memcg or None))
             continue
         if (m := XID.search(line)) is not None:
             code = int(m.group(2))
-            events.append(KernelLogMatch("xid", line, t, xid=code, pci_bus_id=m.group(1),
+            events.append(KernelLogMatch(kind="xid", line=line, time_s=t, xid=code, pci_bus_id=m.group(1),
                                       severity=XID_MEANINGS.get(code, ("", "unknown"))[1]))
     return events

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 from functools import lru_cache
 
 # What of one line a pattern sees. The lines the catalogue knows name their cause within the
@@ -36,12 +35,12 @@ def numbered(text: str) -> Iterator[tuple[int, str]]:
     return enumerate(lines(text), 1)
 
 
-@dataclass(frozen=True)
 class Then:
     """Patterns that must occur on one line in this order, each searched from where the previous
     one's first match ended: `A.*B` in two linear searches instead of one quadratic one."""
 
-    parts: tuple[re.Pattern, ...]
+    def __init__(self, parts: tuple[re.Pattern, ...]) -> None:
+        self.parts = parts
 
     def search(self, line: str) -> bool:
         pos = 0
@@ -53,13 +52,13 @@ class Then:
         return True
 
 
-@dataclass(frozen=True)
 class LinePattern:
     """Any of its alternatives matches one (bounded) line. An alternative is a regex or a Then.
     Every regex in one is free of unbounded repetition that can backtrack across the line
     (tests/unit/test_failures_bounded.py runs each against pathological 1 MiB input)."""
 
-    alternatives: tuple[re.Pattern | Then, ...]
+    def __init__(self, alternatives: tuple[re.Pattern | Then, ...]) -> None:
+        self.alternatives = alternatives
 
     def search(self, line: str) -> bool:
         line = bounded(line)

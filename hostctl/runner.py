@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from dataclasses import dataclass
+from pydantic import ConfigDict
 
 from hostctl import testhooks
+from hostctl.data import Data
 
 
-@dataclass(frozen=True)
-class Result:
+class Result(Data):
+    # Built at import, not on first use: the facts probes run commands from a thread pool, and a
+    # deferred validator would be built by whichever threads get there first, at once.
+    model_config = ConfigDict(frozen=True, defer_build=False)
+
     argv: tuple[str, ...]
     returncode: int
     stdout: str
@@ -41,7 +45,7 @@ def run(argv: list[str], *, timeout: float = 30.0, input_text: str | None = None
     if not argv:
         raise ValueError("empty command")
     if shutil.which(argv[0]) is None:
-        return Result(tuple(argv), 127, "", f"{argv[0]}: not found", missing=True)
+        return Result(argv=tuple(argv), returncode=127, stdout="", stderr=f"{argv[0]}: not found", missing=True)
     when = testhooks.armed_for_command(argv)
     if when is not None:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
@@ -55,5 +59,5 @@ def run(argv: list[str], *, timeout: float = 30.0, input_text: str | None = None
     except subprocess.TimeoutExpired as exc:
         out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
         err = exc.stderr.decode() if isinstance(exc.stderr, bytes) else (exc.stderr or "")
-        return Result(tuple(argv), 124, out, err, timed_out=True)
-    return Result(tuple(argv), proc.returncode, proc.stdout, proc.stderr)
+        return Result(argv=tuple(argv), returncode=124, stdout=out, stderr=err, timed_out=True)
+    return Result(argv=tuple(argv), returncode=proc.returncode, stdout=proc.stdout, stderr=proc.stderr)

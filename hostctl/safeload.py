@@ -19,7 +19,6 @@ import codecs
 import json
 import re
 import tomllib
-from dataclasses import dataclass
 from pathlib import Path
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -249,10 +248,13 @@ def yaml_loader() -> type:
     return Loader
 
 
-@dataclass(frozen=True)
 class YamlDoc:
-    data: Any
-    root: yaml.Node | None  # the composed node graph, for the source text of scalars
+    """What a YAML file holds, and the parser's node graph it was built from (PyYAML's own
+    objects: a plain class, not data)."""
+
+    def __init__(self, data: Any, root: yaml.Node | None) -> None:
+        self.data = data
+        self.root = root  # the composed node graph, for the source text of scalars
 
     def plain_scalars(self, key: str) -> dict[str, tuple[str, str]]:
         """{name: (YAML tag, source text)} of the non-string scalars in the top-level mapping `key`

@@ -22,8 +22,10 @@ import ipaddress
 import os
 import re
 import stat
-from dataclasses import dataclass
 
+from pydantic import ConfigDict
+
+from hostctl.data import Data
 from hostctl import safefs
 from hostctl.errors import InputError
 from hostctl.safetext import control_problem
@@ -37,9 +39,10 @@ LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
 FORM = "ssh://[user@]host[:port]"
 
 
-@dataclass(frozen=True)
-class SshTarget:
+class SshTarget(Data):
     """A checked target: nothing in it can start with '-' or hold a character ssh treats specially."""
+
+    model_config = ConfigDict(frozen=True)
 
     host: str  # a host name or an IP address (IPv6 without brackets)
     user: str | None = None

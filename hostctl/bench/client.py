@@ -10,18 +10,21 @@ each answer read up to a cap set by the request's max_tokens or prompt.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 import httpx
 
+from pydantic import ConfigDict
+
+from hostctl.data import Data
 from hostctl.service import apiclient
 from hostctl.service.smoke import check_loopback
 
 REQUEST_TIMEOUT_S = 1800.0  # a 400K-token prefill on a slow host takes minutes
 
 
-@dataclass
-class Timed:
+class Timed(Data):
+    model_config = ConfigDict(defer_build=False)
+
     doc: dict
     wall_s: float
     ttft_s: float | None = None  # streamed requests only
@@ -82,7 +85,7 @@ class Api:
                 "ignore_eos": ignore_eos, **extra}
         t0 = time.perf_counter()
         doc = self._post("/v1/completions", body, apiclient.completion_cap(max_tokens))
-        return Timed(doc, time.perf_counter() - t0)
+        return Timed(doc=doc, wall_s=time.perf_counter() - t0)
 
     def completion_streamed(self, prompt: str | list[int], max_tokens: int, *, ignore_eos: bool = True) -> Timed:
         """Time to the first generated token and to the last one; usage from the final chunk."""
@@ -121,14 +124,14 @@ class Api:
             raise ApiError(str(exc)) from exc
         wall = time.perf_counter() - t0
         doc = {"choices": [{"text": "".join(text), "finish_reason": finish}], "usage": usage}
-        return Timed(doc, wall, ttft if ttft is not None else wall)
+        return Timed(doc=doc, wall_s=wall, ttft_s=ttft if ttft is not None else wall)
 
     def chat(self, content: str, max_tokens: int, **extra) -> Timed:
         body = {"model": self.model, "messages": [{"role": "user", "content": content}], "max_tokens": max_tokens,
                 "temperature": 0, **extra}
         t0 = time.perf_counter()
         doc = self._post("/v1/chat/completions", body, apiclient.completion_cap(max_tokens))
-        return Timed(doc, time.perf_counter() - t0)
+        return Timed(doc=doc, wall_s=time.perf_counter() - t0)
 
     def tokenize(self, text: str) -> list[int]:
         """Token ids of a raw prompt, as the completions endpoint would see it."""

@@ -32,7 +32,6 @@ import statistics
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from hostctl.bench import text
 from hostctl.bench.client import Api, ApiError
@@ -45,14 +44,18 @@ class Skip(Exception):
     """This probe (or case) cannot run here; the message says why."""
 
 
-@dataclass
 class ProbeContext:
-    api: Api
-    context: int  # the served context (max_model_len)
-    max_num_seqs: int | None
-    say: Say
-    batch_runner: Callable[..., dict] | None = None  # vllm bench serve (hostctl.bench.vllm_bench)
-    seed: int = field(default_factory=lambda: secrets.randbits(32))
+    """What a probe works with: the client, the served context and where to say what it does (a
+    plain class: it holds the client and callables)."""
+
+    def __init__(self, *, api: Api, context: int, max_num_seqs: int | None, say: Say,
+                 batch_runner: Callable[..., dict] | None = None, seed: int | None = None) -> None:
+        self.api = api
+        self.context = context  # the served context (max_model_len)
+        self.max_num_seqs = max_num_seqs
+        self.say = say
+        self.batch_runner = batch_runner  # vllm bench serve (hostctl.bench.vllm_bench)
+        self.seed = secrets.randbits(32) if seed is None else seed
 
 
 def _median(xs: list[float]) -> float | None:

@@ -25,12 +25,12 @@ import secrets
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 import httpx
 
+from hostctl.data import Data
 from hostctl import __version__, paths
 from hostctl.safefs import write_file
 from hostctl.bench import probes as probes_mod
@@ -55,8 +55,7 @@ def default_out_dir() -> Path:
     return paths.state_dir() / "bench"
 
 
-@dataclass
-class Service:
+class Service(Data):
     """The service `up` declared ready and that still answers."""
 
     endpoint: str

@@ -11,11 +11,13 @@ parameter of the wrong type is bad input naming its field.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 
+from pydantic import ConfigDict, Field
+
+from hostctl.data import Data
 from hostctl import paths, safepaths
 from hostctl.config import Recipe
 from hostctl.errors import InputError
@@ -40,8 +42,9 @@ def suites_dir() -> Path:
     return paths.resource_root() / "runtime" / "suites"
 
 
-@dataclass(frozen=True)
-class ProbeSpec:
+class ProbeSpec(Data):
+    model_config = ConfigDict(frozen=True)
+
     key: str  # the probe's id, else its kind: what results and suite_params are keyed by
     kind: str
     params: dict[str, Any]
@@ -49,12 +52,13 @@ class ProbeSpec:
     overridden: tuple[str, ...] = ()  # parameters the recipe's suite_params set
 
 
-@dataclass(frozen=True)
-class Suite:
+class Suite(Data):
+    model_config = ConfigDict(frozen=True)
+
     id: str
     source: str
     allow_recipe_overrides: bool
-    probes: list[dict] = field(default_factory=list)  # as written in the file
+    probes: list[dict] = Field(default_factory=list)  # as written in the file
 
 
 def suite_path(ref: str) -> Path:

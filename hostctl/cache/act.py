@@ -18,10 +18,12 @@ import stat
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TextIO
 
+from pydantic import Field
+
+from hostctl.data import Data
 from hostctl import safefs
 from hostctl.cache import layout
 from hostctl.cache.decide import Generation, PlanKey, PrunePlan, generations, plan_prune
@@ -118,8 +120,7 @@ def scan_for(roots: list[Root]) -> CacheFacts:
     return scan(roots)
 
 
-@dataclass
-class CacheView:
+class CacheView(Data):
     key: PlanKey
     facts: CacheFacts
     gens: list[Generation]
@@ -140,7 +141,7 @@ def view(config: Config) -> CacheView:
 
     key, roots = plan_key_for(config)
     facts = scan(roots)
-    return CacheView(key, facts, generations(facts, key, usage.load().get("used_at") or {}))
+    return CacheView(key=key, facts=facts, gens=generations(facts, key, usage.load().get("used_at") or {}))
 
 
 def _when(ts: float | str | None) -> str:
@@ -204,10 +205,9 @@ def first_difference(a: str, b: str, progress=None) -> int | None:
                 progress(len(x))
 
 
-@dataclass
-class VerifyReport:
+class VerifyReport(Data):
     view: CacheView
-    copy_results: dict[str, list[str]] = field(default_factory=dict)  # gen id -> problems with its copies
+    copy_results: dict[str, list[str]] = Field(default_factory=dict)  # gen id -> problems with its copies
 
     def failing(self) -> list[Generation]:
         return [g for g in self.view.gens if g.use == "used" and (not g.complete or self.copy_results.get(g.id))]
@@ -233,7 +233,7 @@ def verify(config: Config, err: TextIO) -> VerifyReport:
     from hostctl.model.progress import Progress
 
     v = view(config)
-    report = VerifyReport(v)
+    report = VerifyReport(view=v)
     for g in v.gens:
         if g.kind != "pack" or not g.copies or g.use == "unused":
             continue
@@ -319,12 +319,11 @@ def _folder(root: str, head: str) -> Iterator[int | None]:
         os.close(dfd)
 
 
-@dataclass
-class PruneReport:
+class PruneReport(Data):
     view: CacheView
     plan: PrunePlan
     dry_run: bool
-    removed: list[str] = field(default_factory=list)
+    removed: list[str] = Field(default_factory=list)
 
     def doc(self) -> dict:
         return self.view.doc("prune", dry_run=self.dry_run, freed_bytes=self.plan.freed_bytes,
@@ -387,11 +386,11 @@ def prune(config: Config, *, dry_run: bool, yes: bool, stdin: TextIO | None = No
     stdin, stdout, stderr = stdin or sys.stdin, stdout or sys.stdout, stderr or sys.stderr
     v = view(config)
     plan = plan_prune(v.gens, v.facts.other)
-    report = PruneReport(v, plan, dry_run)
+    report = PruneReport(view=v, plan=plan, dry_run=dry_run)
     if dry_run or (not plan.remove and not plan.leftovers):
         return report
     _refuse_if_running(config, stderr)
-    preview = PruneReport(v, plan, True).text()
+    preview = PruneReport(view=v, plan=plan, dry_run=True).text()
     stderr.write(preview)
     _consent(plan, yes, stdin, stderr)
     _refuse_if_running(config, stderr)  # consent can take a while: look again right before removing

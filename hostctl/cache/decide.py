@@ -20,9 +20,11 @@ runtime's own rules, whether the current plan uses it, and what a prune removes.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
 from typing import Literal
 
+from pydantic import Field
+
+from hostctl.data import Data
 from hostctl.cache import layout
 from hostctl.cache.facts import CacheFacts, CompileHash, Other, PackRank, PlanesRank
 
@@ -30,8 +32,7 @@ Use = Literal["used", "unused", "unknown"]
 Kind = Literal["planes", "pack", "compile"]
 
 
-@dataclass
-class PlanKey:
+class PlanKey(Data):
     """What the current plan would key its caches by, as far as hostctl can tell."""
 
     world: int
@@ -40,13 +41,12 @@ class PlanKey:
     ckpt_reason: str
     compile_hashes: list[str] | None = None  # from the last ready `up` of this profile, recipe and image
     compile_reason: str = "no `hostctl up` of this profile, recipe and image has recorded its compile cache yet"
-    packs_opened: list[str] = field(default_factory=list)  # pack files the runtime named at that `up`
+    packs_opened: list[str] = Field(default_factory=list)  # pack files the runtime named at that `up`
     conversion_layers: int | None = None
     checkpoint: str | None = None  # what the checkpoint is, in words (its manifest's repo@revision)
 
 
-@dataclass
-class Generation:
+class Generation(Data):
     kind: Kind
     id: str
     root: str
@@ -59,14 +59,14 @@ class Generation:
     files: int
     last_written: float
     complete: bool = True
-    problems: list[str] = field(default_factory=list)  # why it is incomplete
+    problems: list[str] = Field(default_factory=list)  # why it is incomplete
     use: Use = "unknown"
     use_reason: str = ""
     last_used: str | None = None  # recorded by `up` (usage.py)
-    copies: list[tuple[str, str]] = field(default_factory=list)  # (rank store copy, its source in the shared store)
+    copies: list[tuple[str, str]] = Field(default_factory=list)  # (rank store copy, its source in the shared store)
 
     def to_dict(self) -> dict:
-        d = asdict(self)
+        d = self.model_dump()
         d["copies"] = [{"copy": c, "source": s} for c, s in self.copies]
         return d
 
@@ -296,8 +296,7 @@ def generations(facts: CacheFacts, key: PlanKey, used_at: dict[str, str] | None 
 # ---------------------------------------------------------------- prune
 
 
-@dataclass
-class PrunePlan:
+class PrunePlan(Data):
     remove: list[Generation]
     keep: list[Generation]
     leftovers: list[Other]  # generations an interrupted prune was removing: finished now

@@ -95,10 +95,11 @@ def doctor(
         if code:
             raise typer.Exit(code)
         return
-    from hostctl.doctor import DoctorOptions, run
+    from hostctl.doctor import run
+    from hostctl.doctor.options import DoctorOptions
 
     c = global_options(ctx, config, facts)
-    code = run(DoctorOptions(config_path=c.config_path, facts_path=c.facts_path, level=level.value, json=json_,
+    code = run(DoctorOptions(config_path=c.config_path, facts_path=c.facts_path, level=level.value, as_json=json_,
                              strict=strict, log=log, bundle=typed_path(bundle)))
     if code:
         raise typer.Exit(code)

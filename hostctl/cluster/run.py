@@ -23,12 +23,14 @@ import os
 import socket
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import httpx
 
+from pydantic import ConfigDict
+
+from hostctl.data import Data
 from hostctl import paths, secrets
 from hostctl.cluster.commands import load
 from hostctl.cluster.plan import ClusterPlan, MemberPlan
@@ -100,11 +102,12 @@ def router_url(cp: ClusterPlan) -> str | None:
     return cp.member(r.name).endpoint if r else None
 
 
-@dataclass(frozen=True)
-class Backend:
+class Backend(Data):
     """One worker the router holds: vllm-router keeps a dead worker in its list and only stops
     routing to it (and routes to it again once its /health answers), so whether a replica is in
     the selection pool is `healthy`, not membership (README "More than one host")."""
+
+    model_config = ConfigDict(frozen=True)
 
     url: str
     healthy: bool
@@ -113,7 +116,7 @@ class Backend:
 def parse_backends(doc: object) -> list[Backend]:
     """vllm-router's GET /workers document -> its backends (pure; an unknown shape reads as none)."""
     rows = doc.get("workers") if isinstance(doc, dict) else None
-    return [Backend(str(w["url"]), w.get("is_healthy") is True) for w in rows or []
+    return [Backend(url=str(w["url"]), healthy=w.get("is_healthy") is True) for w in rows or []
             if isinstance(w, dict) and isinstance(w.get("url"), str)]
 
 

@@ -11,25 +11,16 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from hostctl import paths
 from hostctl.errors import InputError, NoProfileError
 
+if TYPE_CHECKING:  # every command imports this package (doctor.redact): pydantic only when doctor runs
+    from hostctl.doctor.options import DoctorOptions
+
 LEVELS = ("quick", "full")
-
-
-@dataclass(frozen=True)
-class DoctorOptions:
-    config_path: Path | None = None
-    facts_path: Path | None = None
-    level: str = "quick"
-    json: bool = False
-    strict: bool = False
-    log: Path | None = None
-    bundle: Path | None = None
 
 
 def _load_config(opts: DoctorOptions):
@@ -162,7 +153,7 @@ def run(opts: DoctorOptions, out: TextIO | None = None, err: TextIO | None = Non
         err.write(f"wrote {opts.bundle} ({len(contents.files) + 1} files, {sum(redactions.values())} secret(s) "
                   "redacted)\n")
     report.timings["total"] = time.perf_counter() - start
-    if opts.json:
+    if opts.as_json:
         out.write(rep.json_text(report))
     else:
         out.write(rep.text(report, colour=rep.use_colour(out)))

@@ -13,9 +13,11 @@ import io
 import os
 import tarfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
+from pydantic import Field
+
+from hostctl.data import Data
 from hostctl import safefs
 from hostctl.config import Config
 from hostctl.secrets import MASK, count, redact
@@ -28,10 +30,9 @@ RUNTIME_TAIL = 2000
 LOG_TAIL_BYTES = 4 * 1024 * 1024
 
 
-@dataclass
-class BundleContents:
-    files: dict[str, str] = field(default_factory=dict)  # archive name -> text (not yet redacted)
-    missing: list[str] = field(default_factory=list)  # "what: why"
+class BundleContents(Data):
+    files: dict[str, str] = Field(default_factory=dict)  # archive name -> text (not yet redacted)
+    missing: list[str] = Field(default_factory=list)  # "what: why"
 
     def add(self, name: str, text: str) -> None:
         self.files[name] = text

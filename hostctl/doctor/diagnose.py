@@ -8,9 +8,11 @@ container's log and state, then prints diagnosis_text(). Evidence lines are reda
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 
+from pydantic import ConfigDict, Field
+
+from hostctl.data import Data
 from hostctl import safefs
 from hostctl.failures import StartEvidence, Finding, classify
 from hostctl.secrets import redact
@@ -20,11 +22,12 @@ from hostctl.facts.model import HostFacts
 MAX_LOG_BYTES = 64 * 1024 * 1024  # the tail of a bigger log is what matters
 
 
-@dataclass(frozen=True)
-class Diagnosis:
+class Diagnosis(Data):
+    model_config = ConfigDict(frozen=True)
+
     source: str  # the log's path, or what it came from ("container hostctl-runtime")
     lines: int
-    findings: list[Finding] = field(default_factory=list)
+    findings: list[Finding] = Field(default_factory=list)
     kernel_lines: int = 0  # kernel log lines that took part
 
     def to_dict(self) -> dict:
@@ -48,7 +51,7 @@ def diagnose(log: str, *, source: str = "log", kernel_log: str = "", oom_killed:
              exit_code: int | None = None, stalled_s: float | None = None) -> Diagnosis:
     findings = classify(StartEvidence(log=log, kernel_log=kernel_log, oom_killed=oom_killed, exit_code=exit_code,
                                  stalled_s=stalled_s))
-    clean = [Finding(f.id, f.title, f.cause, f.fix, [redact(line) for line in f.lines]) for f in findings]
+    clean = [Finding(id=f.id, title=f.title, cause=f.cause, fix=f.fix, lines=[redact(line) for line in f.lines]) for f in findings]
     return Diagnosis(source=source, lines=len(log.splitlines()), findings=clean,
                      kernel_lines=len(kernel_log.splitlines()))
 

@@ -7,9 +7,11 @@ stores the one the plan uses.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pydantic import ConfigDict
+
+from hostctl.data import Data
 from hostctl.facts.model import HostFacts, P2PVerdict
 from hostctl.plan.placement import serving_gpus
 
@@ -17,9 +19,10 @@ if TYPE_CHECKING:  # annotations only: doctor without a profile builds no plan, 
     from hostctl.plan.model import Plan
 
 
-@dataclass(frozen=True)
-class Bandwidth:
+class Bandwidth(Data):
     """One GPU's pinned copy bandwidth against its link's capability."""
+
+    model_config = ConfigDict(frozen=True)
 
     index: int
     h2d_gbps: float
@@ -53,6 +56,6 @@ def measure_bandwidth(facts: HostFacts) -> tuple[list[Bandwidth], list[str]]:
         if bw.error or bw.h2d_gbps is None or bw.d2h_gbps is None or link is None:
             errors.append(f"GPU {gpu.index}: {bw.error or 'link generation/width unknown'}")
             continue
-        results.append(Bandwidth(gpu.index, bw.h2d_gbps, bw.d2h_gbps, link, (gpu.pcie.gen_max, gpu.pcie.width_max),
-                                 bw.link_under_load))
+        results.append(Bandwidth(index=gpu.index, h2d_gbps=bw.h2d_gbps, d2h_gbps=bw.d2h_gbps, link_gbps=link, link_max=(gpu.pcie.gen_max, gpu.pcie.width_max),
+                                 link_under_load=bw.link_under_load))
     return results, errors

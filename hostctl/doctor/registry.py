@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
+
+from pydantic import ConfigDict
+
+from hostctl.data import Data
 
 if TYPE_CHECKING:  # annotations only: importing config, plan and the model manifest costs ~50 ms
     from hostctl.config import Config
@@ -27,8 +30,9 @@ Level = Literal["quick", "full"]
 STATUSES: tuple[Status, ...] = ("pass", "warn", "fail", "skip")
 
 
-@dataclass(frozen=True)
-class Evidence:
+class Evidence(Data):
+    model_config = ConfigDict(frozen=True)
+
     observed: str
     expected: str | None = None
     source: str | None = None  # the file, command or API the observation came from
@@ -37,8 +41,9 @@ class Evidence:
         return {"observed": self.observed, "expected": self.expected, "source": self.source}
 
 
-@dataclass(frozen=True)
-class CheckResult:
+class CheckResult(Data):
+    model_config = ConfigDict(frozen=True)
+
     status: Status
     summary: str  # one line: what was found
     evidence: Evidence | None = None
@@ -46,35 +51,42 @@ class CheckResult:
 
 
 def passed(summary: str, observed: str | None = None, expected: str | None = None, source: str | None = None) -> CheckResult:
-    return CheckResult("pass", summary, Evidence(observed or summary, expected, source))
+    return CheckResult(status="pass", summary=summary, evidence=Evidence(observed=observed or summary, expected=expected, source=source))
 
 
 def warned(summary: str, fix: str, observed: str | None = None, expected: str | None = None,
            source: str | None = None) -> CheckResult:
-    return CheckResult("warn", summary, Evidence(observed or summary, expected, source), fix)
+    return CheckResult(status="warn", summary=summary, evidence=Evidence(observed=observed or summary, expected=expected, source=source), fix=fix)
 
 
 def failed(summary: str, fix: str, observed: str | None = None, expected: str | None = None,
            source: str | None = None) -> CheckResult:
-    return CheckResult("fail", summary, Evidence(observed or summary, expected, source), fix)
+    return CheckResult(status="fail", summary=summary, evidence=Evidence(observed=observed or summary, expected=expected, source=source), fix=fix)
 
 
 def skipped(reason: str, source: str | None = None) -> CheckResult:
     """Not applicable or not knowable here; `reason` completes "skip, because ..."."""
-    return CheckResult("skip", reason, Evidence(reason, None, source) if source else None)
+    return CheckResult(status="skip", summary=reason, evidence=Evidence(observed=reason, expected=None, source=source) if source else None)
 
 
-@dataclass
 class CheckContext:
-    facts: HostFacts
-    config: Config | None = None
-    plan: Plan | None = None
-    level: Level = "quick"
-    facts_source: str = "live"  # "live", or the snapshot's path
-    no_config_reason: str = "no host profile"
-    checkpoint: CheckpointFacts | None = None  # runtime.model_dir read live (not part of a facts snapshot)
-    boot_code: ExecChain | None = None  # the code behind the units' hostctl, read live (None: a snapshot)
-    boot_units: tuple[str, ...] = ()  # the hostctl units installed on this host (host paths)
+    """What every check reads. A plain class, not data: it carries the profile, the plan and the
+    facts records as they are, and as a model its validator would import their classes (config,
+    plan, the model manifest: ~50 ms) on every doctor run, with or without a profile."""
+
+    def __init__(self, *, facts: HostFacts, config: Config | None = None, plan: Plan | None = None,
+                 level: Level = "quick", facts_source: str = "live", no_config_reason: str = "no host profile",
+                 checkpoint: CheckpointFacts | None = None, boot_code: ExecChain | None = None,
+                 boot_units: tuple[str, ...] = ()) -> None:
+        self.facts = facts
+        self.config = config
+        self.plan = plan
+        self.level = level
+        self.facts_source = facts_source  # "live", or the snapshot's path
+        self.no_config_reason = no_config_reason
+        self.checkpoint = checkpoint  # runtime.model_dir read live (not part of a facts snapshot)
+        self.boot_code = boot_code  # the code behind the units' hostctl, read live (None: a snapshot)
+        self.boot_units = boot_units  # the hostctl units installed on this host (host paths)
 
     @property
     def live(self) -> bool:
@@ -101,18 +113,17 @@ class CheckContext:
 CheckFn = Callable[[CheckContext], CheckResult]
 
 
-@dataclass(frozen=True)
 class Check:
     """One doctor check. `codes`: the plan problem codes (hostctl/plan/codes.py) it reports; every
     code belongs to exactly one check. `area` is the name of the checks/ module that exports it
-    (filled in by hostctl.doctor.checks.all_checks)."""
+    (filled in by hostctl.doctor.checks.all_checks). A plain class: it holds the check's function."""
 
-    id: str
-    title: str
-    level: Level
-    fn: CheckFn = field(compare=False, repr=False)
-    codes: tuple[str, ...] = ()
-    area: str = ""
+    def __init__(self, id: str, title: str, level: Level, fn: CheckFn, codes: tuple[str, ...] = (),
+                 area: str = "") -> None:
+        self.id, self.title, self.level, self.fn, self.codes, self.area = id, title, level, fn, codes, area
+
+    def in_area(self, area: str) -> Check:
+        return Check(self.id, self.title, self.level, self.fn, self.codes, area)
 
     def __call__(self, ctx: CheckContext) -> CheckResult:
         return self.fn(ctx)
@@ -127,8 +138,10 @@ def check(id: str, title: str, *, level: Level = "quick", codes: tuple[str, ...]
     return declare
 
 
-@dataclass(frozen=True)
-class CheckRun:
+class CheckRun(Data):
+    # `check` is a Check, a plain class (it holds a function): taken as it is, not validated
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
     check: Check
     result: CheckResult
     seconds: float
@@ -139,7 +152,7 @@ def run_checks(ctx: CheckContext, checks: Sequence[Check]) -> list[CheckRun]:
     outcomes: list[CheckRun] = []
     for c in checks:
         if c.level == "full" and ctx.level != "full":
-            outcomes.append(CheckRun(c, skipped("a full-level check: run `hostctl doctor --level full`"), 0.0))
+            outcomes.append(CheckRun(check=c, result=skipped("a full-level check: run `hostctl doctor --level full`"), seconds=0.0))
             continue
         start = time.perf_counter()
         try:
@@ -147,5 +160,5 @@ def run_checks(ctx: CheckContext, checks: Sequence[Check]) -> list[CheckRun]:
         except Exception as exc:  # a bug in one check must not hide the others
             result = failed(f"the check itself broke: {exc.__class__.__name__}: {exc}",
                             fix="this is a hostctl bug: report it with `hostctl doctor --bundle FILE`")
-        outcomes.append(CheckRun(c, result, time.perf_counter() - start))
+        outcomes.append(CheckRun(check=c, result=result, seconds=time.perf_counter() - start))
     return outcomes

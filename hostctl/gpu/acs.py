@@ -11,8 +11,10 @@ functions: nothing here reads the host.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
+from pydantic import Field
+
+from hostctl.data import Data
 from hostctl.facts.model import AcsFacts, Gpu, PciBridgeAcs
 
 
@@ -29,18 +31,17 @@ def bridges_between(chain_a: list[str], chain_b: list[str]) -> list[str]:
     return sorted(dict.fromkeys(meet + below))
 
 
-@dataclass
-class AcsReading:
+class AcsReading(Data):
     status: str  # ok | warn | unknown
     summary: str
-    evidence: list[str] = field(default_factory=list)
-    redirecting: list[str] = field(default_factory=list)  # bridges with a redirect flag on
+    evidence: list[str] = Field(default_factory=list)
+    redirecting: list[str] = Field(default_factory=list)  # bridges with a redirect flag on
 
 
 def judge_acs(bridges: list[str], devices: dict[str, PciBridgeAcs]) -> AcsReading:
     """Whether the given bridges redirect peer traffic, from the devices lspci listed."""
     if not bridges:
-        return AcsReading("unknown", "no PCI path between the GPUs could be read from sysfs")
+        return AcsReading(status="unknown", summary="no PCI path between the GPUs could be read from sysfs")
     evidence, redirecting, unreadable, missing = [], [], [], []
     for bdf in bridges:
         dev = devices.get(bdf)
@@ -60,21 +61,21 @@ def judge_acs(bridges: list[str], devices: dict[str, PciBridgeAcs]) -> AcsReadin
     if missing:
         evidence.append("not in lspci output: " + ", ".join(missing))
     if redirecting:
-        return AcsReading("warn", f"ACS redirects peer requests upstream on {', '.join(redirecting)}: P2P traffic goes "
-                          "through the root complex (and the IOMMU, when it translates DMA)", evidence, redirecting)
+        return AcsReading(status="warn", summary=f"ACS redirects peer requests upstream on {', '.join(redirecting)}: P2P traffic goes "
+                          "through the root complex (and the IOMMU, when it translates DMA)", evidence=evidence, redirecting=redirecting)
     if unreadable:
-        return AcsReading("unknown", "lspci cannot read the ACS capability of " + ", ".join(unreadable)
-                          + " (extended config space needs root)", evidence)
+        return AcsReading(status="unknown", summary="lspci cannot read the ACS capability of " + ", ".join(unreadable)
+                          + " (extended config space needs root)", evidence=evidence)
     if missing and len(missing) == len(bridges):
-        return AcsReading("unknown", "lspci does not list the bridges between the GPUs", evidence)
-    return AcsReading("ok", "no bridge between the GPUs redirects peer requests", evidence)
+        return AcsReading(status="unknown", summary="lspci does not list the bridges between the GPUs", evidence=evidence)
+    return AcsReading(status="ok", summary="no bridge between the GPUs redirects peer requests", evidence=evidence)
 
 
 def judge_paths(acs: AcsFacts, gpus: Sequence[Gpu]) -> AcsReading:
     """The ACS verdict over every pair of these GPUs: warn when any bridge between two of them
     redirects, unknown when some path could not be read, ok otherwise."""
     if not acs.available:
-        return AcsReading("unknown", acs.reason or "ACS was not read")
+        return AcsReading(status="unknown", summary=acs.reason or "ACS was not read")
     devices = {d.bdf: d for d in acs.devices}
     evidence: list[str] = []
     statuses: list[str] = []
@@ -95,8 +96,8 @@ def judge_paths(acs: AcsFacts, gpus: Sequence[Gpu]) -> AcsReading:
             statuses.append(reading.status)
             redirecting += [x for x in reading.redirecting if x not in redirecting]
     if redirecting:
-        return AcsReading("warn", "ACS redirects peer requests upstream on " + ", ".join(redirecting)
-                          + ": P2P goes through the root complex (and the IOMMU when it translates)", evidence, redirecting)
+        return AcsReading(status="warn", summary="ACS redirects peer requests upstream on " + ", ".join(redirecting)
+                          + ": P2P goes through the root complex (and the IOMMU when it translates)", evidence=evidence, redirecting=redirecting)
     if "unknown" in statuses:
-        return AcsReading("unknown", "ACS could not be read on every path between the GPUs", evidence)
-    return AcsReading("ok", "no bridge between the GPUs redirects peer requests", evidence)
+        return AcsReading(status="unknown", summary="ACS could not be read on every path between the GPUs", evidence=evidence)
+    return AcsReading(status="ok", summary="no bridge between the GPUs redirects peer requests", evidence=evidence)

@@ -22,10 +22,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from pydantic import ConfigDict, Field
+
+from hostctl.data import Data
 from hostctl import runner
 
 TORCH_PYTHON_ENV = "HOSTCTL_TORCH_PYTHON"
@@ -39,8 +41,9 @@ Verdict = Literal["ok", "hang", "wrong_data", "failed", "inconclusive", "not_app
 # ---------------------------------------------------------------- which Python has torch
 
 
-@dataclass(frozen=True)
-class TorchPython:
+class TorchPython(Data):
+    model_config = ConfigDict(frozen=True)
+
     python: str | None  # None: no Python with torch found
     why: str  # how it was found, or why none was
 
@@ -53,11 +56,11 @@ def find_torch_python() -> TorchPython:
         # would run as root). -I would also drop the user site and PYTHONPATH a torch install may need.
         res = runner.run([named, "-c", "import torch"], timeout=120, cwd="/")
         if res.ok:
-            return TorchPython(named, f"{TORCH_PYTHON_ENV}={named}")
-        return TorchPython(None, f"{TORCH_PYTHON_ENV}={named} cannot import torch: {res.why()}")
+            return TorchPython(python=named, why=f"{TORCH_PYTHON_ENV}={named}")
+        return TorchPython(python=None, why=f"{TORCH_PYTHON_ENV}={named} cannot import torch: {res.why()}")
     if importlib.util.find_spec("torch") is not None:
-        return TorchPython(sys.executable, f"hostctl's own Python ({sys.executable}) has torch")
-    return TorchPython(None, f"torch is not installed for the host's Python ({sys.executable}); install PyTorch "
+        return TorchPython(python=sys.executable, why=f"hostctl's own Python ({sys.executable}) has torch")
+    return TorchPython(python=None, why=f"torch is not installed for the host's Python ({sys.executable}); install PyTorch "
                        f"there (pip install torch) or set {TORCH_PYTHON_ENV} to a Python that has it (a venv); "
                        "the check then runs on the host, where the driver, ACS and IOMMU live")
 
@@ -82,8 +85,7 @@ def processes_in_group(pgid: int) -> list[int]:
     return found
 
 
-@dataclass
-class GroupRun:
+class GroupRun(Data):
     """What a group of child processes did: exit codes (None: killed at the deadline), outputs."""
 
     returncodes: list[int | None]
@@ -93,8 +95,8 @@ class GroupRun:
     timed_out: bool
     killed: bool
     pgid: int | None
-    pids: list[int] = field(default_factory=list)
-    leftover: list[int] = field(default_factory=list)  # processes still in the group after the kill
+    pids: list[int] = Field(default_factory=list)
+    leftover: list[int] = Field(default_factory=list)  # processes still in the group after the kill
 
 
 def run_group(argvs: list[list[str]], *, env: dict[str, str], timeout_s: float,
@@ -172,16 +174,14 @@ def free_port(candidates: range | None = None) -> int:
 # ---------------------------------------------------------------- the all-reduce check
 
 
-@dataclass
-class Fault:
+class Fault(Data):
     """An injected fault (tests only): `stall` or `wrong` on one rank."""
 
     kind: Literal["stall", "wrong"]
     rank: int = 1
 
 
-@dataclass
-class AllReduceRun:
+class AllReduceRun(Data):
     label: str  # configured | control
     env: dict[str, str]  # the NCCL settings this run used
     outcome: Outcome
@@ -189,13 +189,13 @@ class AllReduceRun:
     seconds: float
     busbw_gbps: float | None = None
     algbw_gbps: float | None = None
-    leftover: list[int] = field(default_factory=list)
-    ranks: list[dict] = field(default_factory=list)
+    leftover: list[int] = Field(default_factory=list)
+    ranks: list[dict] = Field(default_factory=list)
     pgid: int | None = None
-    pids: list[int] = field(default_factory=list)
+    pids: list[int] = Field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return self.model_dump()
 
 
 def _rank_reports(stdouts: list[str]) -> list[dict | None]:
@@ -281,8 +281,7 @@ def run_allreduce(world: int, *, label: str, python: str, env: dict[str, str], t
     return judge_group(label, env, group, timeout_s)
 
 
-@dataclass
-class FunctionalCheck:
+class FunctionalCheck(Data):
     verdict: Verdict
     reason: str
     configured: AllReduceRun | None = None
@@ -325,7 +324,7 @@ def functional_check(world: int, *, python: str, configured_env: dict[str, str],
     """Run the all-reduce as configured, then with NCCL_P2P_DISABLE=1, and decide the verdict."""
     if world < 2:
         verdict, reason = decide_verdict(world, None, None)
-        return FunctionalCheck(verdict, reason)
+        return FunctionalCheck(verdict=verdict, reason=reason)
     faults = faults or {}
     base = dict(base_env or {})
     runs = {}
@@ -335,4 +334,4 @@ def functional_check(world: int, *, python: str, configured_env: dict[str, str],
                                     device=device, size_bytes=size_bytes, iters=iters,
                                     port=ports[i] if ports else None, fault=faults.get(label))
     verdict, reason = decide_verdict(world, runs["configured"], runs["control"])
-    return FunctionalCheck(verdict, reason, runs["configured"], runs["control"])
+    return FunctionalCheck(verdict=verdict, reason=reason, configured=runs["configured"], control=runs["control"])

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from hostctl.data import Data
 from hostctl.facts.model import Gpu
 
 if TYPE_CHECKING:
@@ -33,8 +33,7 @@ def link_capability_gbps(gen: int | None, width: int | None) -> float | None:
     return round(LANE_GBPS[gen] * width, 1)
 
 
-@dataclass
-class CopyBandwidth:
+class CopyBandwidth(Data):
     gpu_index: int
     h2d_gbps: float | None = None
     d2h_gbps: float | None = None

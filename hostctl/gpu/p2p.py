@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import itertools
 import json
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Literal
 
+from pydantic import ConfigDict, Field
+
+from hostctl.data import Data
 from hostctl import paths
 from hostctl.safefs import write_file
 from hostctl.facts.acs import PCI_DEVICES, probe_acs
@@ -43,12 +45,11 @@ TOPOLOGY_WORDS = {
 DEFAULT_TIMEOUT_S = 120.0
 
 
-@dataclass
-class Rung:
+class Rung(Data):
     name: str
     status: Status
     summary: str
-    evidence: list[str] = field(default_factory=list)
+    evidence: list[str] = Field(default_factory=list)
     fix: str | None = None
 
     def to_dict(self) -> dict:
@@ -56,14 +57,17 @@ class Rung:
                 "fix": self.fix}
 
 
-@dataclass
-class P2PLadder:
+class P2PLadder(Data):
+    # P2PVerdict (hostctl.facts.model) is still a Record on this branch: taken as it is. Delete this
+    # line once facts.model's records are Data (issue 28, merged from the facts branch).
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
     gpus: list[str]  # "index:uuid" in rank order
-    rungs: list[Rung] = field(default_factory=list)
+    rungs: list[Rung] = Field(default_factory=list)
     functional: FunctionalCheck | None = None
     verdict: P2PVerdict | None = None  # a fresh verdict (measured now, or the stored one that still applies)
     stored_at: str | None = None  # the file the verdict was written to, when written now
-    recommendations: list[str] = field(default_factory=list)
+    recommendations: list[str] = Field(default_factory=list)
 
     def rung(self, name: str) -> Rung | None:
         return next((r for r in self.rungs if r.name == name), None)
@@ -114,12 +118,12 @@ def topology_rung(facts: HostFacts, gpus: list[Gpu]) -> Rung:
         else:
             evidence.append(f"GPU {a.index}<->{b.index}: {pair.topology} ({TOPOLOGY_WORDS.get(pair.topology, '?')})")
     if unknown:
-        return Rung("topology", "unknown", "topology unknown for GPU pair(s) " + ", ".join(unknown), evidence)
+        return Rung(name="topology", status="unknown", summary="topology unknown for GPU pair(s) " + ", ".join(unknown), evidence=evidence)
     worst = worst_topology(facts, gpus)
     summary = f"worst path {worst} ({TOPOLOGY_WORDS.get(worst, '?')})"
     if worst and worst != "NVLINK" and TOPOLOGY_ORDER.index(worst) > TOPOLOGY_ORDER.index(NCCL_DEFAULT_P2P_REACH):
         summary += f"; NCCL uses P2P that far only with NCCL_P2P_LEVEL={worst}"
-    return Rung("topology", "ok", summary, evidence)
+    return Rung(name="topology", status="ok", summary=summary, evidence=evidence)
 
 
 def driver_rung(facts: HostFacts, gpus: list[Gpu]) -> Rung:
@@ -132,8 +136,8 @@ def driver_rung(facts: HostFacts, gpus: list[Gpu]) -> Rung:
         if read != "ok" or write != "ok":
             refused.append(f"{a.index}<->{b.index}")
     if refused:
-        rung = Rung("driver", "fail", "the driver refuses P2P for GPU pair(s) " + ", ".join(refused)
-                    + ": NCCL goes through host memory", evidence)
+        rung = Rung(name="driver", status="fail", summary="the driver refuses P2P for GPU pair(s) " + ", ".join(refused)
+                    + ": NCCL goes through host memory", evidence=evidence)
         if facts.kernel.virtualization:
             rung.evidence.append(f"read inside a VM ({facts.kernel.virtualization}): P2P status may describe the "
                                  "hypervisor, not the hardware")
@@ -141,8 +145,8 @@ def driver_rung(facts: HostFacts, gpus: list[Gpu]) -> Rung:
             rung.fix = ("with the IOMMU translating DMA the driver often refuses P2P on PCIe-only hosts; turning it off "
                         "may enable P2P - at a cost: " + IOMMU_COST)
         return rung
-    return Rung("driver", "ok", "the driver reports P2P read and write for every pair (a capability, not proof)",
-                evidence)
+    return Rung(name="driver", status="ok", summary="the driver reports P2P read and write for every pair (a capability, not proof)",
+                evidence=evidence)
 
 
 def iommu_rung(facts: HostFacts) -> Rung:
@@ -153,28 +157,28 @@ def iommu_rung(facts: HostFacts) -> Rung:
     if io.cmdline_flags:
         evidence.append("kernel command line: " + " ".join(f"{k}={v}" if v else k for k, v in io.cmdline_flags.items()))
     if not io.enabled:
-        return Rung("iommu", "ok", "IOMMU off: device DMA is not translated", evidence)
+        return Rung(name="iommu", status="ok", summary="IOMMU off: device DMA is not translated", evidence=evidence)
     if io.default_domain_type == "identity":
-        return Rung("iommu", "ok", "IOMMU on in passthrough (identity): device DMA is not translated by default",
-                    evidence)
-    return Rung("iommu", "warn",
-                f"IOMMU on and translating DMA ({io.default_domain_type or 'domain type unknown'}): peer traffic that "
+        return Rung(name="iommu", status="ok", summary="IOMMU on in passthrough (identity): device DMA is not translated by default",
+                    evidence=evidence)
+    return Rung(name="iommu", status="warn",
+                summary=f"IOMMU on and translating DMA ({io.default_domain_type or 'domain type unknown'}): peer traffic that "
                 "ACS sends upstream passes through it - the setting under which two PRO 6000s behind one host bridge deadlocked (docs/field-reports.md, 001)",
-                evidence, fix="let the functional check decide; if it fails, " + IOMMU_COST)
+                evidence=evidence, fix="let the functional check decide; if it fails, " + IOMMU_COST)
 
 
 def acs_rung(acs: AcsFacts, gpus: list[Gpu]) -> Rung:
     """The ACS rung from the facts (hostctl/facts/acs.py reads lspci and sysfs)."""
     if not acs.available:
-        return Rung("acs", "unknown", acs.reason or "cannot read ACS", fix="install pciutils and run as root")
+        return Rung(name="acs", status="unknown", summary=acs.reason or "cannot read ACS", fix="install pciutils and run as root")
     reading = acs_mod.judge_paths(acs, gpus)
     if reading.status == "warn":
-        return Rung("acs", "warn", reading.summary, reading.evidence,
+        return Rung(name="acs", status="warn", summary=reading.summary, evidence=reading.evidence,
                     fix="the functional check decides; firmware options for ACS/IOMMU change this - " + IOMMU_COST)
     if reading.status == "unknown":
-        return Rung("acs", "unknown", reading.summary, reading.evidence,
+        return Rung(name="acs", status="unknown", summary=reading.summary, evidence=reading.evidence,
                     fix="run as root (lspci reads ACS from the extended config space)")
-    return Rung("acs", "ok", reading.summary, reading.evidence)
+    return Rung(name="acs", status="ok", summary=reading.summary, evidence=reading.evidence)
 
 
 # ---------------------------------------------------------------- the stored verdict
@@ -224,7 +228,7 @@ def run_ladder(
     ladder = P2PLadder(gpus=[f"{g.index}:{g.uuid}" for g in gpus])
     uuids = [g.uuid for g in gpus]
     if len(gpus) < 2:
-        ladder.rungs.append(Rung("functional", "skip", f"not applicable: {len(gpus)} GPU, no peer to talk to"))
+        ladder.rungs.append(Rung(name="functional", status="skip", summary=f"not applicable: {len(gpus)} GPU, no peer to talk to"))
         ladder.verdict = P2PVerdict(verdict="not_applicable", measured_at=_now(),
                                     driver_version=facts.gpus.driver_version, kernel_cmdline=facts.kernel.cmdline,
                                     gpu_uuids=uuids, detail=f"{len(gpus)} GPU: no collectives run")
@@ -243,7 +247,7 @@ def run_ladder(
     if not measure:
         return ladder
     if driver.status == "fail":
-        ladder.rungs.append(Rung("functional", "skip", "not run: the driver refuses P2P, so NCCL cannot use it and "
+        ladder.rungs.append(Rung(name="functional", status="skip", summary="not run: the driver refuses P2P, so NCCL cannot use it and "
                                  "the plan keeps it off (NCCL_P2P_DISABLE=1)", fix=driver.fix))
         if driver.fix:
             ladder.recommendations.append(driver.fix)
@@ -251,21 +255,21 @@ def run_ladder(
     stored = facts.state.p2p
     if not recheck and verdict_applies(stored, facts, uuids) and stored.verdict != "not_applicable":
         ladder.verdict = stored
-        ladder.rungs.append(Rung("functional", "ok" if stored.verdict == "ok" else "fail",
-                                 f"stored verdict {stored.verdict} from {stored.measured_at} still applies (same driver, "
-                                 "kernel command line and GPUs); not measured again", [stored.detail or ""]))
+        ladder.rungs.append(Rung(name="functional", status="ok" if stored.verdict == "ok" else "fail",
+                                 summary=f"stored verdict {stored.verdict} from {stored.measured_at} still applies (same driver, "
+                                 "kernel command line and GPUs); not measured again", evidence=[stored.detail or ""]))
         _recommend(ladder, facts)
         return ladder
     env = configured_env(facts, gpus)
     if dry_run:
-        ladder.rungs.append(Rung("functional", "skip",
-                                 f"would run an all-reduce on GPUs {', '.join(str(g.index) for g in gpus)} with "
+        ladder.rungs.append(Rung(name="functional", status="skip",
+                                 summary=f"would run an all-reduce on GPUs {', '.join(str(g.index) for g in gpus)} with "
                                  f"{' '.join(f'{k}={v}' for k, v in env.items())}, then with NCCL_P2P_DISABLE=1, each "
                                  f"killed after {timeout_s:g} s, and write {(state_dir or paths.state_dir()) / P2P_FILE}"))
         return ladder
     tp = torch_python or find_torch_python()
     if tp.python is None:
-        ladder.rungs.append(Rung("functional", "unknown", f"cannot run the functional check: {tp.why}",
+        ladder.rungs.append(Rung(name="functional", status="unknown", summary=f"cannot run the functional check: {tp.why}",
                                  fix="install PyTorch for the host's Python, or set HOSTCTL_TORCH_PYTHON, then re-run "
                                  "`hostctl provision --only gpu`; P2P stays off until then"))
         return ladder
@@ -285,7 +289,7 @@ def run_ladder(
     evidence = [f"{r.label} ({' '.join(f'{k}={v}' for k, v in r.env.items())}): {r.outcome} in {r.seconds:g} s - {r.detail}"
                 for r in (check.configured, check.control) if r]
     evidence.append(f"python: {tp.python} ({tp.why})")
-    ladder.rungs.append(Rung("functional", status, f"verdict {check.verdict}: {check.reason}", evidence))
+    ladder.rungs.append(Rung(name="functional", status=status, summary=f"verdict {check.verdict}: {check.reason}", evidence=evidence))
     if store:
         ladder.stored_at = str(store_verdict(ladder.verdict, state_dir))
     _recommend(ladder, facts)

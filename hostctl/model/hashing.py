@@ -15,7 +15,10 @@ import os
 import queue
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+
+from pydantic import ConfigDict
+
+from hostctl.data import Data
 
 CHUNK = 16 * 1024 * 1024
 
@@ -95,8 +98,9 @@ def stream(path: str | int, consume: Callable[[memoryview], None], progress: Cal
         os.close(fd)
 
 
-@dataclass(frozen=True)
-class Digests:
+class Digests(Data):
+    model_config = ConfigDict(frozen=True, defer_build=False)
+
     size: int
     sha256: str
     blob_id: str | None = None  # git's blob sha1 ("blob <size>\\0" + content), when asked for
@@ -118,7 +122,7 @@ def digests(path: str | int, progress: Callable[[int], None] | None = None, *, b
             blob.update(chunk)
 
     size = stream(path, consume, progress, drop_cache=drop_cache)
-    return Digests(size, sha.hexdigest(), blob.hexdigest() if blob is not None else None)
+    return Digests(size=size, sha256=sha.hexdigest(), blob_id=blob.hexdigest() if blob is not None else None)
 
 
 def read_only(path: str, progress: Callable[[int], None] | None = None, *, drop_cache: bool = True) -> int:

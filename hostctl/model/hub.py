@@ -22,8 +22,10 @@ import os
 import re
 import stat
 from collections.abc import Callable
-from dataclasses import dataclass
 
+from pydantic import ConfigDict
+
+from hostctl.data import Data
 from hostctl.errors import FailedError, InputError, RefusedError
 from hostctl.safepaths import relative_names_problem
 from hostctl.urldisplay import display
@@ -33,8 +35,9 @@ _HEX64 = re.compile(r"[0-9a-f]{64}")
 _BLOB_ID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # git's sha1 blob id (sha256 in a sha256 repository)
 
 
-@dataclass(frozen=True)
-class RemoteFile:
+class RemoteFile(Data):
+    model_config = ConfigDict(frozen=True)
+
     name: str
     size: int
     lfs_sha256: str | None  # LFS (and Xet) files: the content sha256 the hub publishes
@@ -46,8 +49,9 @@ class RemoteFile:
         return self.lfs_sha256 or self.blob_id
 
 
-@dataclass(frozen=True)
-class RemoteSnapshot:
+class RemoteSnapshot(Data):
+    model_config = ConfigDict(frozen=True)
+
     repo: str
     commit: str
     files: list[RemoteFile]

@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from pydantic import Field
+
+from hostctl.data import Data
 from hostctl import __version__, safefs
 from hostctl.config import Config
 from hostctl.errors import FailedError, InputError
@@ -43,19 +45,18 @@ def _bytes(n: int | None) -> str:
     return "unknown" if n is None else f"{fmt_bytes(n)} ({n} bytes)"
 
 
-@dataclass
-class PullPlan:
+class PullPlan(Data):
     repo: str
     commit: str
     model_dir: str
     files: list  # every RemoteFile of the revision
-    kept: list[str] = field(default_factory=list)  # already checked by an earlier pull (manifest)
-    todo: list[str] = field(default_factory=list)  # to download, resume or adopt
-    partial: dict[str, int] = field(default_factory=dict)  # bytes an interrupted download left
+    kept: list[str] = Field(default_factory=list)  # already checked by an earlier pull (manifest)
+    todo: list[str] = Field(default_factory=list)  # to download, resume or adopt
+    partial: dict[str, int] = Field(default_factory=dict)  # bytes an interrupted download left
     need_bytes: int = 0  # new space the download needs
     free_bytes: int | None = None
     free_at: str = ""
-    extra_files: list[str] = field(default_factory=list)  # on disk, not part of this revision
+    extra_files: list[str] = Field(default_factory=list)  # on disk, not part of this revision
 
     @property
     def total_bytes(self) -> int:
@@ -99,17 +100,16 @@ def plan_pull(snapshot, cp: CheckpointFacts, partial: dict[str, int], free: tupl
     return plan
 
 
-@dataclass
-class PullReport:
+class PullReport(Data):
     ref: ModelRef
     dry_run: bool
     plan: PullPlan | None = None
-    statuses: dict[str, str] = field(default_factory=dict)  # file -> kept / downloaded / adopted / would download
+    statuses: dict[str, str] = Field(default_factory=dict)  # file -> kept / downloaded / adopted / would download
     downloaded_bytes: int = 0
     marker: str | None = None
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)
     token_source: str | None = None  # where the token came from, in words
-    extras: list["PullReport"] = field(default_factory=list)  # requires.extra_models, in order
+    extras: list["PullReport"] = Field(default_factory=list)  # requires.extra_models, in order
     skipped: str | None = None  # why the recipe's own model is not pulled (extra models still are)
 
     def to_dict(self) -> dict:

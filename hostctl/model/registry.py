@@ -10,10 +10,12 @@ bundled recipes, runtime/models.yaml; a profile may name another with runtime.mo
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 
+from pydantic import ConfigDict
+
+from hostctl.data import Data
 from hostctl import paths
 from hostctl.errors import InputError
 
@@ -21,8 +23,9 @@ COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 REPO_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
-@dataclass(frozen=True)
-class ModelEntry:
+class ModelEntry(Data):
+    model_config = ConfigDict(frozen=True)
+
     name: str
     hf_repo: str
     revision: str | None  # as the file writes it; resolve.py refuses anything but a commit
@@ -67,7 +70,7 @@ def parse_models(data: object, source: str) -> dict[str, ModelEntry]:
         if approx is not None and (isinstance(approx, bool) or not isinstance(approx, (int, float)) or approx < 0):
             problems.append(f"{where}.approx_gb: expected a number of GB, got {approx!r}")
             continue
-        out[str(name)] = ModelEntry(str(name), repo, revision, float(approx) if approx is not None else None)
+        out[str(name)] = ModelEntry(name=str(name), hf_repo=repo, revision=revision, approx_gb=float(approx) if approx is not None else None)
     if problems:
         raise InputError(f"{source} is not valid", details=problems, fix="correct the fields named above; nothing was changed")
     return out

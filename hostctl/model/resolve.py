@@ -21,10 +21,12 @@ each pulled at its models-file pin into `runtime.models_dir/NAME` -- where `{mod
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from pydantic import Field
+
+from hostctl.data import Data
 from hostctl.config import Config
 from hostctl.errors import InputError
 from hostctl.model.registry import COMMIT_RE, REPO_ID_RE, ModelEntry, load_models, models_file_path
@@ -33,8 +35,7 @@ from hostctl.safepaths import relative_name_problem
 Kind = Literal["image", "local", "registry", "hub"]
 
 
-@dataclass
-class ModelRef:
+class ModelRef(Data):
     kind: Kind
     model: str  # the recipe's `model:` as written
     model_dir: str | None  # the checkpoint's host directory (profile runtime.model_dir)
@@ -45,7 +46,7 @@ class ModelRef:
     models_file: str | None = None
     pin_problem: str | None = None  # why there is no usable pin (a branch name, none at all, a conflict)
     pin_fix: str | None = None
-    notes: list[str] = field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
 
     @property
     def on_host(self) -> bool:
@@ -66,7 +67,7 @@ class ModelRef:
         return f"{self.repo}@{pin}{via}"
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return self.model_dump()
 
 
 def is_commit(text: str | None) -> bool:

@@ -16,10 +16,12 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from pydantic import Field
+
+from hostctl.data import Data
 from hostctl.model.facts import CheckpointFacts
 from hostctl.model.hashing import digests, hash_jobs
 from hostctl.model.manifest import MANIFEST_NAME, Manifest
@@ -30,8 +32,7 @@ Level = Literal["quick", "full"]
 FileStatus = Literal["ok", "missing", "wrong_size", "corrupt", "unchecked"]
 
 
-@dataclass
-class FileCheck:
+class FileCheck(Data):
     name: str
     status: FileStatus
     expected_size: int | None = None
@@ -51,16 +52,15 @@ class FileCheck:
         return f"{self.name}: {self.status}"
 
 
-@dataclass
-class Verdict:
+class Verdict(Data):
     level: Level
     path: str
     ok: bool
     revision: str | None  # what the manifest says the checkpoint is
     pinned: str | None  # what the recipe/profile pins
-    files: list[FileCheck] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)  # each fails the verify
-    warnings: list[str] = field(default_factory=list)
+    files: list[FileCheck] = Field(default_factory=list)
+    problems: list[str] = Field(default_factory=list)  # each fails the verify
+    warnings: list[str] = Field(default_factory=list)
     fix: str | None = None
 
     @property
@@ -68,7 +68,7 @@ class Verdict:
         return [f for f in self.files if f.status in ("missing", "wrong_size", "corrupt")]
 
     def to_dict(self) -> dict:
-        d = asdict(self)
+        d = self.model_dump()
         d["files_checked"] = len(self.files)
         return d
 

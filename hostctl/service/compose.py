@@ -7,14 +7,17 @@ write into is refused before Compose reads it (safefs, exit 3).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic import ConfigDict
+
+from hostctl.data import Data
 from hostctl import runner, safefs
 
 
-@dataclass(frozen=True)
-class ComposeCheck:
+class ComposeCheck(Data):
+    model_config = ConfigDict(frozen=True)
+
     checked: bool  # False when Compose v2 is not installed
     ok: bool
     output: str

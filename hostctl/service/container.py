@@ -11,8 +11,11 @@ import queue
 import re
 import threading
 import time
-from dataclasses import dataclass
 from datetime import datetime, timezone
+
+from pydantic import ConfigDict
+
+from hostctl.data import Data
 
 API_TIMEOUT_S = 10
 
@@ -23,8 +26,7 @@ def client():
     return docker.from_env(version="auto", timeout=API_TIMEOUT_S)
 
 
-@dataclass
-class ContainerState:
+class ContainerState(Data):
     exists: bool
     id: str | None = None
     status: str | None = None  # created, running, exited, ...
@@ -71,8 +73,9 @@ def container_state(name: str, dc=None) -> ContainerState:
             dc.close()
 
 
-@dataclass
-class Item:
+class Item(Data):
+    model_config = ConfigDict(defer_build=False)
+
     kind: str  # "event" | "log" | "log-end"
     text: str  # event action, or the log line
     at: float  # time.monotonic() when received
@@ -116,7 +119,7 @@ class Feed:
                     continue
                 if self.container_id and ev.get("id") != self.container_id:
                     continue
-                self.q.put(Item("event", ev.get("Action") or ev.get("status") or "", time.monotonic(),
+                self.q.put(Item(kind="event", text=ev.get("Action") or ev.get("status") or "", at=time.monotonic(),
                                 attrs=ev.get("Actor", {}).get("Attributes", {}), time_ns=ev.get("timeNano")))
         except Exception:  # the stream closes when we stop it, or when the engine goes away
             pass
@@ -133,12 +136,12 @@ class Feed:
                 *lines, buf = re.split(rb"\r\n|\r|\n", buf)
                 for raw in lines:
                     if raw.strip():
-                        self.q.put(Item("log", raw.decode(errors="replace"), time.monotonic()))
+                        self.q.put(Item(kind="log", text=raw.decode(errors="replace"), at=time.monotonic()))
         except Exception:
             pass
         if buf.strip():
-            self.q.put(Item("log", buf.decode(errors="replace"), time.monotonic()))
-        self.q.put(Item("log-end", "", time.monotonic()))
+            self.q.put(Item(kind="log", text=buf.decode(errors="replace"), at=time.monotonic()))
+        self.q.put(Item(kind="log-end", text="", at=time.monotonic()))
 
     def drain(self, wait: float = 0.0) -> list[Item]:
         items: list[Item] = []

@@ -18,9 +18,12 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from pydantic import ConfigDict
+
+from hostctl.data import Data
 
 if TYPE_CHECKING:  # `status` fingerprints the running project without the plan's schema
     from hostctl.plan.model import Plan
@@ -29,8 +32,9 @@ FINGERPRINT_VERSION = 1
 _ENV_LINE = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=")
 
 
-@dataclass(frozen=True)
-class ServiceFingerprint:
+class ServiceFingerprint(Data):
+    model_config = ConfigDict(frozen=True)
+
     compose_sha256: str
     env_names: tuple[str, ...]
     image_id: str | None  # None: the engine did not know the image (the hash says so too)

@@ -18,8 +18,11 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
+
+from pydantic import ConfigDict, Field
+
+from hostctl.data import Data
 
 QUERY_TIMEOUT_S = 60  # image start plus driver init; the query itself takes ~0.3 s on an H200
 QUERY_SCRIPT = Path(__file__).resolve().parent.parent / "gpu" / "device_query.py"
@@ -65,14 +68,15 @@ ENGINE_ERRORS: tuple[tuple[str, re.Pattern, str, str], ...] = (
 )
 
 
-@dataclass(frozen=True)
-class GpuVerdict:
+class GpuVerdict(Data):
+    model_config = ConfigDict(frozen=True)
+
     ok: bool
     code: str  # "ok" or what went wrong (stable id)
     message: str
     fix: str | None = None
-    evidence: list[str] = field(default_factory=list)
-    seen: list[str] = field(default_factory=list)  # GPU UUIDs the container saw
+    evidence: list[str] = Field(default_factory=list)
+    seen: list[str] = Field(default_factory=list)  # GPU UUIDs the container saw
 
 
 def query_argv(image: str, uuids: list[str], script: str | None = None) -> list[str]:
@@ -95,9 +99,9 @@ def decide(planned: list[str], returncode: int | None, stdout: str, stderr: str,
            timed_out: bool = False) -> GpuVerdict:
     """The verdict on one device-query run (pure)."""
     if timed_out:
-        return GpuVerdict(False, "query-timeout", f"the GPU device query did not finish in {QUERY_TIMEOUT_S} s",
-                          "check `docker run --rm --gpus all <image> nvidia-smi` by hand; a hung driver needs a reboot",
-                          _tail(stderr))
+        return GpuVerdict(ok=False, code="query-timeout", message=f"the GPU device query did not finish in {QUERY_TIMEOUT_S} s",
+                          fix="check `docker run --rm --gpus all <image> nvidia-smi` by hand; a hung driver needs a reboot",
+                          evidence=_tail(stderr))
     doc = None
     for line in reversed(stdout.strip().splitlines()):
         try:
@@ -112,11 +116,11 @@ def decide(planned: list[str], returncode: int | None, stdout: str, stderr: str,
         for code, pattern, cause, fix in ENGINE_ERRORS:
             m = pattern.search(text)
             if m:
-                return GpuVerdict(False, code, f"the runtime image cannot use the GPUs: {cause}", fix,
-                                  [line for line in text.splitlines() if pattern.search(line)][:2])
-        return GpuVerdict(False, "query-failed", f"the GPU device query container failed (exit code {returncode})",
-                          "run the image with `docker run --rm --gpus all <image> nvidia-smi` to see why",
-                          _tail(text))
+                return GpuVerdict(ok=False, code=code, message=f"the runtime image cannot use the GPUs: {cause}", fix=fix,
+                                  evidence=[line for line in text.splitlines() if pattern.search(line)][:2])
+        return GpuVerdict(ok=False, code="query-failed", message=f"the GPU device query container failed (exit code {returncode})",
+                          fix="run the image with `docker run --rm --gpus all <image> nvidia-smi` to see why",
+                          evidence=_tail(text))
     return _decide_doc(planned, doc)
 
 
@@ -128,38 +132,38 @@ def _decide_doc(planned: list[str], doc: dict) -> GpuVerdict:
     code = _error_code(nvml)
     if not nvml.get("ok"):
         if code == "library-not-found":
-            return GpuVerdict(False, "no-driver-in-container",
-                              "the container has no NVIDIA driver libraries: it started without the toolkit's GPU "
-                              "injection (the nvidia runtime or CDI was not used)", TOOLKIT_INSTALL, evidence)
+            return GpuVerdict(ok=False, code="no-driver-in-container",
+                              message="the container has no NVIDIA driver libraries: it started without the toolkit's GPU "
+                              "injection (the nvidia runtime or CDI was not used)", fix=TOOLKIT_INSTALL, evidence=evidence)
         if code in (NVML_ERROR_UNKNOWN, NVML_ERROR_NO_PERMISSION):
             # NVIDIA/nvidia-container-toolkit#48: the device cgroup lost the GPU nodes (systemd
             # reloaded the container's unit under the systemd cgroup driver).
-            return GpuVerdict(False, "devices-not-accessible",
-                              "NVML cannot open the GPUs inside the container (\"Failed to initialize NVML: Unknown "
+            return GpuVerdict(ok=False, code="devices-not-accessible",
+                              message="NVML cannot open the GPUs inside the container (\"Failed to initialize NVML: Unknown "
                               "Error\"): the container's device cgroup does not allow them",
-                              "create the /dev/char links the toolkit needs (`nvidia-ctk system create-dev-char-symlinks "
+                              fix="create the /dev/char links the toolkit needs (`nvidia-ctk system create-dev-char-symlinks "
                               "--create-all`, and its udev rule), or switch the engine to the cgroupfs driver; "
                               "`hostctl doctor` reports the engine's cgroup driver (NVIDIA/nvidia-container-toolkit#48)",
-                              evidence)
+                              evidence=evidence)
         if code == NVML_ERROR_LIB_RM_VERSION_MISMATCH:
-            return GpuVerdict(False, "driver-version-mismatch",
-                              "the driver libraries in the container do not match the loaded kernel module",
-                              "reboot the host after a driver update", evidence)
+            return GpuVerdict(ok=False, code="driver-version-mismatch",
+                              message="the driver libraries in the container do not match the loaded kernel module",
+                              fix="reboot the host after a driver update", evidence=evidence)
         if code == NVML_ERROR_DRIVER_NOT_LOADED:
-            return GpuVerdict(False, "driver-not-loaded", "the NVIDIA kernel module is not loaded on the host",
-                              "load it (`modprobe nvidia`) or reinstall the driver; check `nvidia-smi` on the host",
-                              evidence)
-        return GpuVerdict(False, "nvml-failed", f"NVML failed inside the container: {nvml.get('error')}",
-                          "run `docker run --rm --gpus all <image> nvidia-smi` to see the driver's own message", evidence)
+            return GpuVerdict(ok=False, code="driver-not-loaded", message="the NVIDIA kernel module is not loaded on the host",
+                              fix="load it (`modprobe nvidia`) or reinstall the driver; check `nvidia-smi` on the host",
+                              evidence=evidence)
+        return GpuVerdict(ok=False, code="nvml-failed", message=f"NVML failed inside the container: {nvml.get('error')}",
+                          fix="run `docker run --rm --gpus all <image> nvidia-smi` to see the driver's own message", evidence=evidence)
     if set(seen) != set(planned):
         missing, extra = sorted(set(planned) - set(seen)), sorted(set(seen) - set(planned))
-        return GpuVerdict(False, "wrong-devices",
-                          f"the container sees {len(seen)} GPU(s), not the {len(planned)} planned"
+        return GpuVerdict(ok=False, code="wrong-devices",
+                          message=f"the container sees {len(seen)} GPU(s), not the {len(planned)} planned"
                           + (f"; missing {', '.join(missing)}" if missing else "")
                           + (f"; not planned {', '.join(extra)}" if extra else ""),
-                          "the engine maps other devices than the plan asks for: check the toolkit's configuration "
+                          fix="the engine maps other devices than the plan asks for: check the toolkit's configuration "
                           "(NVIDIA_VISIBLE_DEVICES set in the image, a default runtime that adds all GPUs)",
-                          evidence, seen)
+                          evidence=evidence, seen=seen)
     if not cuda.get("ok"):
         ccode = _error_code(cuda)
         causes = {
@@ -170,15 +174,15 @@ def _decide_doc(planned: list[str], doc: dict) -> GpuVerdict:
             CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE: "the image's CUDA forward-compatibility package does not "
                                                        "support this GPU",
         }
-        return GpuVerdict(False, "cuda-failed",
-                          causes.get(ccode, f"the CUDA driver failed to initialise: {cuda.get('error')}"),
-                          "run the recipe's image with a driver at least as new as its CUDA version; remove "
-                          "CUDA_VISIBLE_DEVICES from the recipe's env (hostctl maps the GPUs)", evidence, seen)
+        return GpuVerdict(ok=False, code="cuda-failed",
+                          message=causes.get(ccode, f"the CUDA driver failed to initialise: {cuda.get('error')}"),
+                          fix="run the recipe's image with a driver at least as new as its CUDA version; remove "
+                          "CUDA_VISIBLE_DEVICES from the recipe's env (hostctl maps the GPUs)", evidence=evidence, seen=seen)
     cuda_seen = [u for u in cuda.get("uuids") or [] if u]
     if cuda_seen and set(cuda_seen) != set(planned):
-        return GpuVerdict(False, "wrong-devices", "CUDA sees other GPUs than NVML and the plan",
-                          "remove CUDA_VISIBLE_DEVICES from the recipe's env", evidence, seen)
-    return GpuVerdict(True, "ok", f"the runtime image sees the {len(planned)} planned GPU(s)", None, evidence, seen)
+        return GpuVerdict(ok=False, code="wrong-devices", message="CUDA sees other GPUs than NVML and the plan",
+                          fix="remove CUDA_VISIBLE_DEVICES from the recipe's env", evidence=evidence, seen=seen)
+    return GpuVerdict(ok=True, code="ok", message=f"the runtime image sees the {len(planned)} planned GPU(s)", fix=None, evidence=evidence, seen=seen)
 
 
 def run_query(image: str, uuids: list[str]) -> GpuVerdict:
@@ -187,5 +191,5 @@ def run_query(image: str, uuids: list[str]) -> GpuVerdict:
 
     res = runner.run(query_argv(image, uuids), timeout=QUERY_TIMEOUT_S, new_session=True)
     if res.missing:
-        return GpuVerdict(False, "no-docker", "docker is not installed", "install Docker Engine")
+        return GpuVerdict(ok=False, code="no-docker", message="docker is not installed", fix="install Docker Engine")
     return decide(uuids, res.returncode, res.stdout, res.stderr, timed_out=res.timed_out)

@@ -9,10 +9,12 @@ tests/unit/test_cli_thin.py keeps the two equal for every bundled example.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pydantic import ConfigDict
+
+from hostctl.data import Data
 from hostctl import paths
 
 if TYPE_CHECKING:
@@ -38,8 +40,9 @@ def container_name(project: str, service: str = SERVICE) -> str:
     return f"{project}-{service}"
 
 
-@dataclass(frozen=True)
-class RuntimeIdentity:
+class RuntimeIdentity(Data):
+    model_config = ConfigDict(frozen=True)
+
     project: str
     container: str
     endpoint: str

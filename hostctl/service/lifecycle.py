@@ -16,12 +16,14 @@ import re
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
 import httpx
 
+from pydantic import Field
+
+from hostctl.data import Data
 from hostctl import loglines, paths
 from hostctl.config import Config
 from hostctl.failures import StartEvidence, Finding, classify
@@ -82,21 +84,20 @@ def watchdog_s(config: Config) -> int:
     return min(r.load_timeout_s, 600)
 
 
-@dataclass
-class StartOutcome:
+class StartOutcome(Data):
     ready: bool
     endpoint: str
     cause: Finding | None = None
-    also: list[Finding] = field(default_factory=list)
+    also: list[Finding] = Field(default_factory=list)
     smoke: SmokeReport | None = None
     kv: dict | None = None
-    log_tail: list[str] = field(default_factory=list)
+    log_tail: list[str] = Field(default_factory=list)
     died_ns: int | None = None  # the engine's timestamp of the container's death
-    timings: dict[str, float] = field(default_factory=dict)
+    timings: dict[str, float] = Field(default_factory=dict)
 
 
 def _finding(id_: str, title: str, cause: str, fix: str, lines: list[str] | None = None) -> Finding:
-    return Finding(id_, title, cause, fix, lines or [])
+    return Finding(id=id_, title=title, cause=cause, fix=fix, lines=lines or [])
 
 
 # ---------------------------------------------------------------- up
@@ -420,8 +421,8 @@ def _fail(outcome: StartOutcome, ev: StartEvidence, fallback: Finding, log) -> S
     if not found:
         errors = root_errors(log)
         if errors:
-            fallback = Finding(fallback.id, fallback.title, fallback.cause, fallback.fix,
-                               fallback.lines + [f"log error: {e}" for e in errors])
+            fallback = Finding(id=fallback.id, title=fallback.title, cause=fallback.cause, fix=fallback.fix,
+                               lines=fallback.lines + [f"log error: {e}" for e in errors])
     outcome.cause = found[0] if found else fallback
     outcome.also = found[1:] if found else []
     outcome.log_tail = list(log)[-LOG_SHOWN:]

@@ -10,8 +10,10 @@ manifest's size, the pinned revision.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 
+from pydantic import Field
+
+from hostctl.data import Data
 from hostctl.config import Config
 from hostctl.facts.model import HostFacts, PortFacts
 from hostctl.facts.mounts import probe_path, read_mountinfo
@@ -24,12 +26,11 @@ from hostctl.bytesizes import GIB, fmt_gib
 MIN_FREE_WRITABLE = 1 * GIB  # compile caches and logs need some room even when serving
 
 
-@dataclass
-class Failure:
+class Failure(Data):
     id: str
     message: str
     fix: str
-    details: list[str] = field(default_factory=list)
+    details: list[str] = Field(default_factory=list)
 
 
 def api_address(plan: Plan) -> tuple[str, int]:
@@ -54,20 +55,20 @@ def check_engine(facts: HostFacts) -> list[Failure]:
     e = facts.engine
     out = []
     if not e.available:
-        out.append(Failure("docker-unreachable", f"the Docker engine does not answer: {e.reason}",
-                           "start it (systemctl start docker, or .ci/start-docker on a test machine)"))
+        out.append(Failure(id="docker-unreachable", message=f"the Docker engine does not answer: {e.reason}",
+                           fix="start it (systemctl start docker, or .ci/start-docker on a test machine)"))
     if not e.compose_version:
-        out.append(Failure("compose-missing", f"Docker Compose v2 is not available: {e.compose_reason}",
-                           "install the Compose v2 CLI plugin (docker-compose-plugin, or see .ci/run)"))
+        out.append(Failure(id="compose-missing", message=f"Docker Compose v2 is not available: {e.compose_reason}",
+                           fix="install the Compose v2 CLI plugin (docker-compose-plugin, or see .ci/run)"))
     return out
 
 
 def check_plan(plan: Plan) -> list[Failure]:
     if not plan.errors:
         return []
-    return [Failure("plan-errors", "the plan has errors: the host cannot serve this recipe as configured",
-                    "fix the problems listed (`hostctl plan` explains each decision)",
-                    [f"[{p.area}] {p.message}" + (f" (fix: {p.fix})" if p.fix else "") for p in plan.errors])]
+    return [Failure(id="plan-errors", message="the plan has errors: the host cannot serve this recipe as configured",
+                    fix="fix the problems listed (`hostctl plan` explains each decision)",
+                    details=[f"[{p.area}] {p.message}" + (f" (fix: {p.fix})" if p.fix else "") for p in plan.errors])]
 
 
 def check_image(image: str) -> list[Failure]:
@@ -82,14 +83,14 @@ def check_image(image: str) -> list[Failure]:
     except docker.errors.ImageNotFound:
         fix = ("build it: python3 -m hostctl.images build" if image.startswith(DEMO_REPO + ":")
                else "build the runtime image (runtime/sm120/Dockerfile, see runtime/README.md) or set runtime.image")
-        return [Failure("image-missing", f"the runtime image {image} is not in the local engine "
-                        "(hostctl never pulls)", fix)]
+        return [Failure(id="image-missing", message=f"the runtime image {image} is not in the local engine "
+                        "(hostctl never pulls)", fix=fix)]
     finally:
         dc.close()
     stale = demo_staleness(image)
     if stale is not None:
-        return [Failure("image-stale-warning", f"{image} was built from other inputs (hash {stale.current}) than this "
-                        f"checkout's ({stale.expected})", "rebuild it: python3 -m hostctl.images build")]
+        return [Failure(id="image-stale-warning", message=f"{image} was built from other inputs (hash {stale.current}) than this "
+                        f"checkout's ({stale.expected})", fix="rebuild it: python3 -m hostctl.images build")]
     return []
 
 
@@ -100,8 +101,8 @@ def check_dirs(config: Config, plan: Plan) -> list[Failure]:
     for v in plan.runtime.volumes:
         if not os.path.exists(v.source):
             out.append(Failure(
-                "store-missing", f"{v.why}: {v.source} does not exist",
-                "create it on the intended drive (`hostctl provision --only storage` makes the cache directories) "
+                id="store-missing", message=f"{v.why}: {v.source} does not exist",
+                fix="create it on the intended drive (`hostctl provision --only storage` makes the cache directories) "
                 "and mount that drive; hostctl never lets Docker create it empty on the root filesystem, where the "
                 "runtime would silently fill it",
             ))
@@ -111,8 +112,8 @@ def check_dirs(config: Config, plan: Plan) -> list[Failure]:
         pf = probe_path(v.source, False, mounts)
         if pf.fs_type in NOT_A_REAL_FS:
             out.append(Failure(
-                "store-not-real-fs", f"{v.why}: {v.source} is on {pf.fs_type} ({pf.mount_target}): its contents "
-                "would live in RAM or in a container layer", "put it on a real filesystem (a provisioned drive) "
+                id="store-not-real-fs", message=f"{v.why}: {v.source} is on {pf.fs_type} ({pf.mount_target}): its contents "
+                "would live in RAM or in a container layer", fix="put it on a real filesystem (a provisioned drive) "
                 "and point the profile's storage roles there"))
             continue
         if v.read_only or pf.free_bytes is None:
@@ -121,13 +122,13 @@ def check_dirs(config: Config, plan: Plan) -> list[Failure]:
         if conversion_need and v.target in ("/planes", "/packs"):
             need = max(need, conversion_need)
         if pf.free_bytes < need:
-            out.append(Failure("store-full", f"{v.why}: {v.source} has {fmt_gib(pf.free_bytes)} free; "
-                               f"{fmt_gib(need)} is needed", "free space there or move this role to a larger drive "
+            out.append(Failure(id="store-full", message=f"{v.why}: {v.source} has {fmt_gib(pf.free_bytes)} free; "
+                               f"{fmt_gib(need)} is needed", fix="free space there or move this role to a larger drive "
                                "(ENOSPC mid-start otherwise)"))
     for mount in plan.runtime.required_mounts:
         if not any(m.target == mount for m in mounts):
-            out.append(Failure("mount-missing", f"{mount} is not mounted: the cache drive did not come up",
-                               f"mount {mount} (hostctl provision --only storage), then run up again"))
+            out.append(Failure(id="mount-missing", message=f"{mount} is not mounted: the cache drive did not come up",
+                               fix=f"mount {mount} (hostctl provision --only storage), then run up again"))
     return out
 
 
@@ -142,7 +143,7 @@ def check_model(config: Config, say=None) -> list[Failure]:
     try:
         ref = load_ref(config)
     except InputError as exc:
-        return [Failure("model-unresolved", exc.message, exc.fix or "correct the recipe's model", exc.details)]
+        return [Failure(id="model-unresolved", message=exc.message, fix=exc.fix or "correct the recipe's model", details=exc.details)]
     if ref.kind == "image" or not ref.model_dir:
         if say is not None and ref.kind == "image":
             say(f"model: {ref.model} is inside the image, nothing to verify")
@@ -155,9 +156,9 @@ def check_model(config: Config, say=None) -> list[Failure]:
         if say is not None:
             say(f"model: {ref.describe()}: quick verify passed ({len(verdict.files)} files)")
         return []
-    return [Failure("model-checkpoint", f"the checkpoint in {ref.model_dir} failed the quick verify: "
-                    + "; ".join(verdict.problems), verdict.fix or "hostctl model verify",
-                    [f.line() for f in verdict.bad_files[:10]])]
+    return [Failure(id="model-checkpoint", message=f"the checkpoint in {ref.model_dir} failed the quick verify: "
+                    + "; ".join(verdict.problems), fix=verdict.fix or "hostctl model verify",
+                    details=[f.line() for f in verdict.bad_files[:10]])]
 
 
 def check_port(plan: Plan) -> list[Failure]:
@@ -167,8 +168,8 @@ def check_port(plan: Plan) -> list[Failure]:
     owner = port_owner(probe_port(plan.runtime.api_host, port))
     if owner is None:
         return []
-    return [Failure("port-taken", f"the API port {host}:{port} is already taken by {owner}",
-                    "stop that process, or set runtime.api_port in the profile to a free port")]
+    return [Failure(id="port-taken", message=f"the API port {host}:{port} is already taken by {owner}",
+                    fix="stop that process, or set runtime.api_port in the profile to a free port")]
 
 
 def check_gpus_in_image(plan: Plan, run_query=None) -> list[Failure]:
@@ -181,4 +182,4 @@ def check_gpus_in_image(plan: Plan, run_query=None) -> list[Failure]:
     verdict = (run_query or gpu_preflight.run_query)(plan.runtime.image, plan.runtime.gpu_uuids)
     if verdict.ok:
         return []
-    return [Failure(f"gpu-{verdict.code}", verdict.message, verdict.fix or "", verdict.evidence)]
+    return [Failure(id=f"gpu-{verdict.code}", message=verdict.message, fix=verdict.fix or "", details=verdict.evidence)]

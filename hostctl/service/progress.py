@@ -12,8 +12,10 @@ runtime can print forever while doing nothing.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 
+from pydantic import ConfigDict
+
+from hostctl.data import Data
 from hostctl import loglines
 
 # Numbers are bounded: a runtime (or a model's code) printing a 5,000-digit "count" would make int()
@@ -25,8 +27,9 @@ def _int(text: str) -> int:
     return int(text.replace(",", ""))
 
 
-@dataclass(frozen=True)
-class Phase:
+class Phase(Data):
+    model_config = ConfigDict(frozen=True)
+
     id: str
     pattern: re.Pattern
     label: str  # format string over the match groups
@@ -34,20 +37,20 @@ class Phase:
 
 
 PHASES: tuple[Phase, ...] = (
-    Phase("server", re.compile(r"(?:vLLM API server version|\u2588\s+version) (\d[\w.+-]{0,63})"), "vLLM {0} starting"),
-    Phase("engine", re.compile(r"Initializing a V\d LLM engine"), "engine initialising"),
-    Phase("shards", re.compile(r"Loading (?:safetensors|pt) checkpoint shards:\s{1,16}\d{1,3}% Completed \|\s{0,16}(\d{1,9})/(\d{1,9})"),
-          "loading shards {0}/{1}", counter=True),
-    Phase("weights", re.compile(r"(?:Loading weights took|Model loading took) (\d{1,12}(?:\.\d{1,12})? \w{1,16})"), "weights loaded ({0})"),
-    Phase("convert", re.compile(r"converted layer (\d{1,9})\s{0,4}/\s{0,4}(\d{1,9})"), "converted layer {0}/{1}", counter=True),
-    Phase("w2-tier", re.compile(r"moe_w2 delta tier"), "moe_w2 delta tier built"),
-    Phase("kv-cache", re.compile(r"KV cache size: " + _NUM + r" tokens"), "KV cache {0} tokens"),
-    Phase("concurrency", re.compile(r"Maximum concurrency for " + _NUM + r" tokens per request: (\d{1,12}(?:\.\d{1,12})?)x"),
-          "max concurrency {1}x at {0} tokens"),
-    Phase("graphs", re.compile(r"Capturing CUDA graphs?|Graph capturing finished in (\d{1,12}(?:\.\d{1,12})?) sec"), "graph capture"),
-    Phase("init", re.compile(r"init engine \(profile, create kv cache, warmup model\) took (\d{1,12}(?:\.\d{1,12})?) s"),
-          "engine ready ({0} s: profile, KV cache, warm-up)"),
-    Phase("api", re.compile(r"Starting vLLM (?:API )?server|Application startup complete"), "API server listening"),
+    Phase(id="server", pattern=re.compile(r"(?:vLLM API server version|\u2588\s+version) (\d[\w.+-]{0,63})"), label="vLLM {0} starting"),
+    Phase(id="engine", pattern=re.compile(r"Initializing a V\d LLM engine"), label="engine initialising"),
+    Phase(id="shards", pattern=re.compile(r"Loading (?:safetensors|pt) checkpoint shards:\s{1,16}\d{1,3}% Completed \|\s{0,16}(\d{1,9})/(\d{1,9})"),
+          label="loading shards {0}/{1}", counter=True),
+    Phase(id="weights", pattern=re.compile(r"(?:Loading weights took|Model loading took) (\d{1,12}(?:\.\d{1,12})? \w{1,16})"), label="weights loaded ({0})"),
+    Phase(id="convert", pattern=re.compile(r"converted layer (\d{1,9})\s{0,4}/\s{0,4}(\d{1,9})"), label="converted layer {0}/{1}", counter=True),
+    Phase(id="w2-tier", pattern=re.compile(r"moe_w2 delta tier"), label="moe_w2 delta tier built"),
+    Phase(id="kv-cache", pattern=re.compile(r"KV cache size: " + _NUM + r" tokens"), label="KV cache {0} tokens"),
+    Phase(id="concurrency", pattern=re.compile(r"Maximum concurrency for " + _NUM + r" tokens per request: (\d{1,12}(?:\.\d{1,12})?)x"),
+          label="max concurrency {1}x at {0} tokens"),
+    Phase(id="graphs", pattern=re.compile(r"Capturing CUDA graphs?|Graph capturing finished in (\d{1,12}(?:\.\d{1,12})?) sec"), label="graph capture"),
+    Phase(id="init", pattern=re.compile(r"init engine \(profile, create kv cache, warmup model\) took (\d{1,12}(?:\.\d{1,12})?) s"),
+          label="engine ready ({0} s: profile, KV cache, warm-up)"),
+    Phase(id="api", pattern=re.compile(r"Starting vLLM (?:API )?server|Application startup complete"), label="API server listening"),
 )
 
 _SHAPE = re.compile(r"\d+")
@@ -59,8 +62,7 @@ def shape(line: str) -> str:
     return _SHAPE.sub("#", _ANSI.sub("", line)).strip()
 
 
-@dataclass
-class KvCapacity:
+class KvCapacity(Data):
     tokens: int | None = None
     concurrency: float | None = None  # full-context requests at once, as the runtime reports it
     per_request_tokens: int | None = None
@@ -86,21 +88,19 @@ class KvCapacity:
                 "full_context_requests": self.full_context_requests(context), "context": context}
 
 
-@dataclass
 class Tracker:
-    """Feed it log lines as they arrive; it names the phases and keeps the watchdog's clock."""
+    """Feed it log lines as they arrive; it names the phases and keeps the watchdog's clock (a
+    plain class: state a loop feeds, not data)."""
 
-    started: float
-    last_progress: float = 0.0
-    last_phase: str | None = None
-    lines: int = 0
-    kv: KvCapacity = field(default_factory=KvCapacity)
-    _shapes: set = field(default_factory=set)
-    _counters: dict = field(default_factory=dict)
-    _seen_phases: set = field(default_factory=set)
-
-    def __post_init__(self) -> None:
-        self.last_progress = self.started
+    def __init__(self, *, started: float) -> None:
+        self.started = started
+        self.last_progress = started
+        self.last_phase: str | None = None
+        self.lines = 0
+        self.kv = KvCapacity()
+        self._shapes: set[str] = set()
+        self._counters: dict[str, int] = {}
+        self._seen_phases: set[str] = set()
 
     def feed(self, line: str, now: float) -> str | None:
         """Returns a progress message when the line starts or advances a phase (one line may

@@ -17,12 +17,14 @@ import ipaddress
 import json
 import os
 import time
-from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from urllib.parse import urlparse
 
 import httpx
 
+from pydantic import Field
+
+from hostctl.data import Data
 from hostctl.config import Recipe, SmokeTest
 from hostctl.errors import InputError
 from hostctl.service import apiclient
@@ -33,8 +35,7 @@ REQUEST_TIMEOUT_S = 120.0
 NEEDLE_FILLER = "The grass is green and the sky is blue on a quiet afternoon in the valley. "
 
 
-@dataclass
-class SmokeResult:
+class SmokeResult(Data):
     name: str
     kind: str
     ok: bool
@@ -51,12 +52,11 @@ class SmokeResult:
         return out + (f" ({self.detail})" if self.detail else "")
 
 
-@dataclass
-class SmokeReport:
+class SmokeReport(Data):
     url: str
     served_name: str
     started_at: str
-    results: list[SmokeResult] = field(default_factory=list)
+    results: list[SmokeResult] = Field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -68,7 +68,7 @@ class SmokeReport:
 
     def to_dict(self) -> dict:
         return {"schema": SMOKE_SCHEMA, "url": display(self.url), "served_name": self.served_name, "started_at": self.started_at,
-                "ok": self.ok, "results": [asdict(r) for r in self.results]}
+                "ok": self.ok, "results": [r.model_dump() for r in self.results]}
 
     def text(self) -> str:
         lines = [f"smoke {display(self.url)} ({self.served_name}): "

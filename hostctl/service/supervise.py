@@ -29,12 +29,14 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from datetime import datetime, timezone
 
 import httpx
 
+from pydantic import ConfigDict, Field
+
+from hostctl.data import Data
 from hostctl import paths
 from hostctl.safefs import write_file
 from hostctl.config import Config
@@ -56,8 +58,9 @@ ALIVE = ("running", "paused", "restarting", "created")
 # ---------------------------------------------------------------- the pure part
 
 
-@dataclass(frozen=True)
-class Observation:
+class Observation(Data):
+    model_config = ConfigDict(frozen=True, defer_build=False)
+
     kind: str  # "die" | "oom" | "health" | "state" | "stop"
     at: float  # monotonic seconds
     ok: bool | None = None  # health: /health answered 200
@@ -67,8 +70,9 @@ class Observation:
     signal: str | None = None  # stop
 
 
-@dataclass(frozen=True)
-class Verdict:
+class Verdict(Data):
+    model_config = ConfigDict(frozen=True)
+
     action: str  # "watch" | "died" | "hung" | "stopped"
     pet: bool = False  # send WATCHDOG=1: the runtime just answered
     exit_code: int | None = None
@@ -78,17 +82,18 @@ class Verdict:
     signal: str | None = None
 
 
-@dataclass
 class Watcher:
-    """The supervisor's decision from a sequence of observations; no I/O, no clock of its own."""
+    """The supervisor's decision from a sequence of observations; no I/O, no clock of its own (a
+    plain class: state the observations advance, not data)."""
 
-    hang_timeout_s: float
-    started_at: float
-    last_ok: float | None = None
-    failing_since: float | None = None
-    oom: bool = False
-    status: str | None = "running"
-    done: Verdict | None = None
+    def __init__(self, *, hang_timeout_s: float, started_at: float) -> None:
+        self.hang_timeout_s = hang_timeout_s
+        self.started_at = started_at
+        self.last_ok: float | None = None
+        self.failing_since: float | None = None
+        self.oom = False
+        self.status: str | None = "running"
+        self.done: Verdict | None = None
 
     def feed(self, obs: Observation) -> Verdict:
         if self.done is not None:
@@ -100,33 +105,33 @@ class Watcher:
 
     def _decide(self, o: Observation) -> Verdict:
         if o.kind == "stop":
-            return Verdict("stopped", signal=o.signal)
+            return Verdict(action="stopped", signal=o.signal)
         if o.kind == "oom":
             self.oom = True  # the `die` follows
-            return Verdict("watch")
+            return Verdict(action="watch")
         if o.kind == "die":
-            return Verdict("died", exit_code=o.exit_code, oom=self.oom)
+            return Verdict(action="died", exit_code=o.exit_code, oom=self.oom)
         if o.kind == "state":
             self.status = o.status
             if o.status not in ALIVE:
-                return Verdict("died", exit_code=o.exit_code, oom=self.oom or bool(o.oom_killed), status=o.status)
+                return Verdict(action="died", exit_code=o.exit_code, oom=self.oom or bool(o.oom_killed), status=o.status)
             return self._hang_check(o.at)
         if o.kind == "health":
             if o.ok:
                 self.last_ok, self.failing_since = o.at, None
-                return Verdict("watch", pet=True)
+                return Verdict(action="watch", pet=True)
             if self.failing_since is None:
                 self.failing_since = o.at
             return self._hang_check(o.at)
-        return Verdict("watch")
+        return Verdict(action="watch")
 
     def _hang_check(self, now: float) -> Verdict:
         if self.failing_since is None:
-            return Verdict("watch")
+            return Verdict(action="watch")
         failing = now - self.failing_since
         if failing >= self.hang_timeout_s:
-            return Verdict("hung", failing_s=failing, status=self.status)
-        return Verdict("watch")
+            return Verdict(action="hung", failing_s=failing, status=self.status)
+        return Verdict(action="watch")
 
 
 def death_finding(verdict: Verdict, ev: StartEvidence, hang_timeout_s: float) -> tuple[Finding, list[Finding]]:
@@ -135,18 +140,18 @@ def death_finding(verdict: Verdict, ev: StartEvidence, hang_timeout_s: float) ->
     if found:
         return found[0], found[1:]
     if verdict.action == "hung":
-        return Finding("runtime-hang", f"/health failed for {verdict.failing_s:.0f} s while the container was "
+        return Finding(id="runtime-hang", title=f"/health failed for {verdict.failing_s:.0f} s while the container was "
                        f"{verdict.status or 'alive'}",
-                       f"the runtime stopped answering after it was ready (hang_timeout_s {hang_timeout_s:g} s) but "
+                       cause=f"the runtime stopped answering after it was ready (hang_timeout_s {hang_timeout_s:g} s) but "
                        "its container did not exit: a deadlock, a hung collective, a frozen (paused) container",
-                       "the container was stopped and the service restarts through the gate; if it recurs, read "
+                       fix="the container was stopped and the service restarts through the gate; if it recurs, read "
                        "`hostctl logs` and the GPU's state (`hostctl doctor`)",
-                       [f"engine: status {verdict.status}", f"health: failing for {verdict.failing_s:.1f} s"]), []
-    return Finding("runtime-died", f"the runtime exited with code {verdict.exit_code} after it was ready",
-                   "the server process ended while serving and no known failure signature matched (an external "
+                       lines=[f"engine: status {verdict.status}", f"health: failing for {verdict.failing_s:.1f} s"]), []
+    return Finding(id="runtime-died", title=f"the runtime exited with code {verdict.exit_code} after it was ready",
+                   cause="the server process ended while serving and no known failure signature matched (an external "
                    "`docker kill`/`docker stop`, a crash the log below names)",
-                   "read the log lines below and `hostctl logs`; the service restarts through the gate",
-                   [f"engine: die, exit code {verdict.exit_code}, OOMKilled={verdict.oom}"]), []
+                   fix="read the log lines below and `hostctl logs`; the service restarts through the gate",
+                   lines=[f"engine: die, exit code {verdict.exit_code}, OOMKilled={verdict.oom}"]), []
 
 
 # ---------------------------------------------------------------- the loop
@@ -261,7 +266,7 @@ def _health_thread(url: str, out: Callable[[Observation], None], stop: threading
                     ok = apiclient.request(c, "GET", url, cap=apiclient.SMALL_CAP, what="/health").status_code == 200
                 except (httpx.HTTPError, apiclient.BadAnswer, apipeer.ListenerRefused):
                     ok = False
-                out(Observation("health", time.monotonic(), ok=ok))
+                out(Observation(kind="health", at=time.monotonic(), ok=ok))
                 stop.wait(max(0.0, HEALTH_EVERY_S - (time.monotonic() - t)))
 
     th = threading.Thread(target=run, name="hostctl-health", daemon=True)
@@ -269,12 +274,11 @@ def _health_thread(url: str, out: Callable[[Observation], None], stop: threading
     return th
 
 
-@dataclass
-class Ended:
+class Ended(Data):
     verdict: Verdict
     cause: Finding | None = None
-    also: list[Finding] = field(default_factory=list)
-    log_tail: list[str] = field(default_factory=list)
+    also: list[Finding] = Field(default_factory=list)
+    log_tail: list[str] = Field(default_factory=list)
 
 
 def supervise(config: Config, plan: Plan, stop: Stop, say: Say, notify=sdnotify.notify) -> Ended:
@@ -296,7 +300,7 @@ def supervise(config: Config, plan: Plan, stop: Stop, say: Say, notify=sdnotify.
     quit_health = threading.Event()
     feed.start_events()
     _health_thread(f"{preflight.endpoint(plan)}/health", obs.put, quit_health)
-    verdict = watcher.feed(Observation("state", t0, status=st.status if st.exists else None,
+    verdict = watcher.feed(Observation(kind="state", at=t0, status=st.status if st.exists else None,
                                        exit_code=st.exit_code, oom_killed=st.oom_killed))
     next_state = t0 + STATE_EVERY_S
     wd = sdnotify.watchdog_interval_s()
@@ -309,7 +313,7 @@ def supervise(config: Config, plan: Plan, stop: Stop, say: Say, notify=sdnotify.
             for it in feed.drain(wait=POLL_S):
                 if it.kind == "event" and it.text in ("die", "oom"):
                     code = (it.attrs or {}).get("exitCode")
-                    verdict = watcher.feed(Observation(it.text, it.at, exit_code=int(code) if code is not None else None))
+                    verdict = watcher.feed(Observation(kind=it.text, at=it.at, exit_code=int(code) if code is not None else None))
             while verdict.action == "watch":
                 try:
                     o = obs.get_nowait()
@@ -319,13 +323,13 @@ def supervise(config: Config, plan: Plan, stop: Stop, say: Say, notify=sdnotify.
                 if verdict.pet:
                     notify("WATCHDOG=1")
             if stop.event.is_set() and verdict.action == "watch":
-                verdict = watcher.feed(Observation("stop", time.monotonic(),
+                verdict = watcher.feed(Observation(kind="stop", at=time.monotonic(),
                                                    signal=signal.Signals(stop.signum).name if stop.signum else None))
             now = time.monotonic()
             if verdict.action == "watch" and now >= next_state:
                 next_state = now + STATE_EVERY_S
                 s = container_state(name)
-                verdict = watcher.feed(Observation("state", now, status=s.status if s.exists else None,
+                verdict = watcher.feed(Observation(kind="state", at=now, status=s.status if s.exists else None,
                                                    exit_code=s.exit_code, oom_killed=s.oom_killed))
     finally:
         quit_health.set()
@@ -337,7 +341,7 @@ def supervise(config: Config, plan: Plan, stop: Stop, say: Say, notify=sdnotify.
         say(f"{verdict.signal or 'stop'}: taking the project down (no restart)")
         res = compose_down(target, plan.runtime.project, new_session=True)
         say(f"took the project down ({'ok' if res.ok else res.why()})")
-        return Ended(verdict)
+        return Ended(verdict=verdict)
 
     log = _log_tail(name)  # before a hang's stop removes the container (a paused one still has its log)
     s = container_state(name)
@@ -351,7 +355,7 @@ def supervise(config: Config, plan: Plan, stop: Stop, say: Say, notify=sdnotify.
                   oom_killed=verdict.oom or bool(s.oom_killed),
                   exit_code=verdict.exit_code if verdict.exit_code is not None else s.exit_code)
     cause, also = death_finding(verdict, ev, hang_s)
-    return Ended(verdict, cause, also, log[-lifecycle.LOG_SHOWN:])
+    return Ended(verdict=verdict, cause=cause, also=also, log_tail=log[-lifecycle.LOG_SHOWN:])
 
 
 def _log_tail(name: str) -> list[str]:

@@ -26,9 +26,11 @@ from __future__ import annotations
 import itertools
 import json
 import re
-from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import ConfigDict, Field
+
+from hostctl.data import Data
 from hostctl import serveflags
 from hostctl.errors import InputError
 
@@ -45,8 +47,9 @@ MAX_TRIALS = 1024
 MAX_VALUES = 32
 
 
-@dataclass(frozen=True)
-class Axis:
+class Axis(Data):
+    model_config = ConfigDict(frozen=True)
+
     index: int
     kind: str
     values: tuple
@@ -65,8 +68,9 @@ class Axis:
         return str(self.arg)
 
 
-@dataclass(frozen=True)
-class Constraint:
+class Constraint(Data):
+    model_config = ConfigDict(frozen=True)
+
     text: str
     path: str
     op: str | None = None  # None: the value at path must be true
@@ -89,8 +93,9 @@ class Constraint:
                 ">=": value >= self.number, "==": value == self.number}[self.op]
 
 
-@dataclass(frozen=True)
-class Tuning:
+class Tuning(Data):
+    model_config = ConfigDict(frozen=True)
+
     objective: str
     constraints: tuple[Constraint, ...]
     axes: tuple[Axis, ...]
@@ -117,24 +122,21 @@ class Tuning:
         return any(c.root == "qualify" for c in self.constraints) or self.objective.startswith("qualify.")
 
 
-@dataclass
-class Boot:
+class Boot(Data):
     id: str
     knobs: dict[str, Any]  # restart-axis label -> value
     recipe: dict  # the recipe with this boot's knobs applied (and the knob files' env)
-    knob_files: dict[str, str] = field(default_factory=dict)  # file_env var -> container path
+    knob_files: dict[str, str] = Field(default_factory=dict)  # file_env var -> container path
 
 
-@dataclass
-class Trial:
+class Trial(Data):
     id: str
     boot: str
     knobs: dict[str, Any]  # every axis label -> value
     runtime_knobs: dict[str, Any]  # file_env var -> value written to its file
 
 
-@dataclass
-class TunePlan:
+class TunePlan(Data):
     tuning: Tuning
     boots: list[Boot]
     trials: list[Trial]
@@ -172,9 +174,9 @@ def parse_constraint(text: str, where: str) -> Constraint:
             number = float(m.group(3))
         except ValueError:
             raise InputError(f"{where}: {m.group(3)!r} is not a number") from None
-        return Constraint(t, m.group(1), m.group(2), number)
+        return Constraint(text=t, path=m.group(1), op=m.group(2), number=number)
     if _PATH.match(t):
-        return Constraint(t, t)
+        return Constraint(text=t, path=t)
     raise InputError(f"{where}: cannot read {t!r}", fix="write PATH OP NUMBER (>=, <=, ==, >, <) or a bare PATH "
                      "that must be true, e.g. kv.full_context_requests>=2, needle.all_pass, qualify.pass")
 
@@ -213,7 +215,7 @@ def parse_tuning(tuning: dict, *, probe_keys: list[str] | None = None) -> Tuning
             if path.split(".", 1)[0] not in known:
                 raise InputError(f"{where}: {path!r} names no probe of the tune suite",
                                  fix=f"start it with one of: {', '.join(known)}")
-    return Tuning(objective, constraints, axes)
+    return Tuning(objective=objective, constraints=constraints, axes=axes)
 
 
 def _check_size(axes: tuple[Axis, ...]) -> None:
@@ -358,7 +360,7 @@ def plan_trials(recipe: dict, tuning: Tuning) -> TunePlan:
             knobs = dict(boot.knobs) | {a.label: v for a, v in zip(runtime, rt)}
             trials.append(Trial(id=f"trial-{len(trials) + 1}", boot=boot.id, knobs=knobs,
                                 runtime_knobs={a.file_env: v for a, v in zip(runtime, rt)}))
-    return TunePlan(tuning, boots, trials)
+    return TunePlan(tuning=tuning, boots=boots, trials=trials)
 
 
 def rank(trials: list[dict]) -> list[dict]:

@@ -18,9 +18,11 @@ or one that is running but was never declared ready, is refused before anything 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
+from pydantic import ConfigDict, Field
+
+from hostctl.data import Data
 from hostctl.errors import HostctlError, RefusedError
 from hostctl.service import fingerprint
 from hostctl.service.fingerprint import ServiceFingerprint
@@ -28,15 +30,16 @@ from hostctl.service.fingerprint import ServiceFingerprint
 Say = Callable[[str], None]
 
 
-@dataclass(frozen=True)
-class Before:
+class Before(Data):
+    model_config = ConfigDict(frozen=True)
+
     container: str
     running: bool
     state: str | None  # hostctl's record of the last up/down for this container (None: no record)
     recipe: str | None
     running_fp: ServiceFingerprint | None  # of the project running now (None: not running)
     profile_fp: ServiceFingerprint | None  # of what `up` would render from the profile now
-    differences: list[str] = field(default_factory=list)
+    differences: list[str] = Field(default_factory=list)
 
     @property
     def ready(self) -> bool:

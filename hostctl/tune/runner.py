@@ -17,7 +17,6 @@ import difflib
 import json
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -61,7 +60,7 @@ def tune_specs(recipe, tuning: tplan.Tuning) -> list[suites.ProbeSpec]:
             params["sizes_words"] = [min(params["sizes_words"])]
         elif spec.kind == "batch_decode":
             params["runs"] = 1
-        out.append(replace(spec, params=params, enabled=True))
+        out.append(spec.model_copy(update={"params": params, "enabled": True}))
     return out
 
 
@@ -269,7 +268,7 @@ class Sweep:
             return None
         axes = list(self.tp.tuning.axes)
         values = tuple(win["knobs"][a.label] for a in axes)
-        env_axes = [tplan.Axis(a.index, "env", a.values, True, name=a.name) if not a.restart and a.kind == "env"
+        env_axes = [tplan.Axis(index=a.index, kind="env", values=a.values, restart=True, name=a.name) if not a.restart and a.kind == "env"
                     else a for a in axes]
         return tplan.apply(self.recipe_data, env_axes, values)
 

@@ -163,7 +163,7 @@ def verify(config: Config, *, host: str | None = None, only: str | None = None, 
                            f"not expected to run: the last `up`/`down` left it {svc.state}"
                            + (f" ({svc.at})" if svc.at else ""))
                     report.parts.append(PartResult(part=part, status="not-expected", reason=why))
-                    report.checks += [CheckResult(check=c, result=VerifyResult("not-run", why)) for c in checks]
+                    report.checks += [CheckResult(check=c, result=VerifyResult(status="not-run", found=why)) for c in checks]
                     continue
                 reason = f"expected up (ready since {state.service.at})"
             else:
@@ -171,7 +171,7 @@ def verify(config: Config, *, host: str | None = None, only: str | None = None, 
                 if record is None:
                     why = "not provisioned (no converged `hostctl provision` recorded on this host)"
                     report.parts.append(PartResult(part=part, status="not-provisioned", reason=why))
-                    report.checks += [CheckResult(check=c, result=VerifyResult("not-run", why)) for c in checks]
+                    report.checks += [CheckResult(check=c, result=VerifyResult(status="not-run", found=why)) for c in checks]
                     continue
                 reason = f"provisioned {record.converged_at} with profile {record.profile}"
                 from hostctl.provision.record import profile_digest
@@ -186,7 +186,7 @@ def verify(config: Config, *, host: str | None = None, only: str | None = None, 
                 try:
                     result = c.run(ctx)
                 except Exception as exc:  # a check that cannot read what it needs fails, naming why
-                    result = VerifyResult("fail", f"could not check: {exc.__class__.__name__}: {exc}")
+                    result = VerifyResult(status="fail", found=f"could not check: {exc.__class__.__name__}: {exc}")
                 report.checks.append(CheckResult(check=c, result=result, seconds=time.monotonic() - c0))
             if any(cr.result.status == "fail" for cr in report.checks if cr.check.part == part):
                 part_result.status = "fail"

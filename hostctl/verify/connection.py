@@ -18,7 +18,6 @@ import shlex
 import shutil
 import sys
 import tempfile
-from dataclasses import dataclass, field
 from typing import Any
 
 from hostctl import sshtarget
@@ -64,19 +63,21 @@ def _ssh_host(target: SshTarget, config: str | None, control_path: str):
     return host
 
 
-@dataclass
 class Target:
     """An open connection: the testinfra host, the target's sysroot and its Python."""
 
-    host: Any
-    name: str  # "local" or ssh://user@host:port
-    remote: bool
-    ssh: SshTarget | None = None
-    ssh_config: str | None = None
-    sysroot: str = "/"
-    python: str = sys.executable  # a Python on the target, for the endpoint checks
-    hostctl: str = "hostctl"  # the hostctl on the target (remote only)
-    _control_dir: str | None = field(default=None, repr=False)
+    def __init__(self, host: Any, name: str, remote: bool, *, ssh: SshTarget | None = None,
+                 ssh_config: str | None = None, sysroot: str = "/", python: str = sys.executable,
+                 hostctl: str = "hostctl", control_dir: str | None = None) -> None:
+        self.host = host
+        self.name = name  # "local" or ssh://user@host:port
+        self.remote = remote
+        self.ssh = ssh
+        self.ssh_config = ssh_config
+        self.sysroot = sysroot
+        self.python = python  # a Python on the target, for the endpoint checks
+        self.hostctl = hostctl  # the hostctl on the target (remote only)
+        self._control_dir = control_dir  # the SSH master's socket directory, removed by close()
 
     # ---- the Reader interface of hostctl.facts.sysfiles, over testinfra
 
@@ -148,7 +149,7 @@ def connect(spec: str | None, *, ssh_config: str | None = None, field: str = "--
     # One SSH connection for every command (ControlMaster in a private directory), closed at the end.
     control_dir = tempfile.mkdtemp(prefix="hostctl-verify-ssh-")
     host = _ssh_host(ssh, config, os.path.join(control_dir, "master"))
-    target = Target(host, shown, remote=True, ssh=ssh, ssh_config=config, _control_dir=control_dir)
+    target = Target(host, shown, remote=True, ssh=ssh, ssh_config=config, control_dir=control_dir)
     try:
         # The hostctl there is the one its boot units call (/usr/local/bin/hostctl, under its
         # sysroot), else the one its PATH finds.

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from pydantic import Field
+
+from hostctl.data import Data
 from hostctl.config import Config
 from hostctl.errors import HostctlError
 from hostctl.facts.model import HostFacts
@@ -28,8 +30,7 @@ PARTS = ("storage", "system", "gpu", "runtime")
 HIDDEN_OPTIONS = {"defaults", "auto", "noauto", "nofail", "rw", "user_xattr", "acl", "_netdev"}
 
 
-@dataclass
-class VerifyResult:
+class VerifyResult(Data):
     status: Status
     found: str
     expected: str | None = None
@@ -37,35 +38,35 @@ class VerifyResult:
 
 
 def ok(found: str) -> VerifyResult:
-    return VerifyResult("pass", found)
+    return VerifyResult(status="pass", found=found)
 
 
 def bad(found: str, expected: str | None = None, fix: str | None = None) -> VerifyResult:
-    return VerifyResult("fail", found, expected, fix)
+    return VerifyResult(status="fail", found=found, expected=expected, fix=fix)
 
 
 def skip(why: str) -> VerifyResult:
-    return VerifyResult("skip", why)
+    return VerifyResult(status="skip", found=why)
 
 
-@dataclass
 class VerifyCheck:
-    id: str
-    part: str
-    kind: Literal["convergence", "testinfra", "nvml"]
-    title: str
-    run: Callable[["Ctx"], VerifyResult] = field(repr=False)
+    """One check of `verify`: a plain class, it holds the function that runs it."""
+
+    def __init__(self, id: str, part: str, kind: Literal["convergence", "testinfra", "nvml"], title: str,
+                 run: Callable[[Ctx], VerifyResult]) -> None:
+        self.id, self.part, self.kind, self.title, self.run = id, part, kind, title, run
 
 
-@dataclass
 class Ctx:
-    """What the checks read: the profile, the target's facts and plan, the connection."""
+    """What the checks read: the profile, the target's facts and plan, the connection (a plain
+    class: it holds the open connection and a cache of what the checks computed)."""
 
-    config: Config
-    facts: HostFacts
-    plan: Plan
-    target: Any  # hostctl.verify.connection.Target
-    _cache: dict[str, Any] = field(default_factory=dict)
+    def __init__(self, *, config: Config, facts: HostFacts, plan: Plan, target: Any) -> None:
+        self.config = config
+        self.facts = facts
+        self.plan = plan
+        self.target = target  # hostctl.verify.connection.Target
+        self._cache: dict[str, Any] = {}
 
     def storage(self):
         """The storage decision on fresh facts and files (computed once; several checks read it)."""

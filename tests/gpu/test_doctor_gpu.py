@@ -9,7 +9,8 @@ import shutil
 import pytest
 
 from hostctl import runner
-from hostctl.doctor import DoctorOptions, build_report
+from hostctl.doctor import build_report
+from hostctl.doctor.options import DoctorOptions
 
 pytestmark = pytest.mark.gpu
 

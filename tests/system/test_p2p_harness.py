@@ -55,7 +55,7 @@ def test_ok_both_runs_sum_correctly_and_report_bandwidth():
 
 
 def test_a_stalled_rank_is_a_hang_and_the_group_is_really_killed():
-    result = check({"configured": Fault("stall", rank=1)}, timeout_s=STALL_TIMEOUT_S)
+    result = check({"configured": Fault(kind="stall", rank=1)}, timeout_s=STALL_TIMEOUT_S)
     assert result.verdict == "hang", result.reason
     hung = result.configured
     assert hung.outcome == "hang" and f"within {STALL_TIMEOUT_S:g} s" in hung.detail
@@ -65,14 +65,14 @@ def test_a_stalled_rank_is_a_hang_and_the_group_is_really_killed():
 
 
 def test_garbage_from_one_rank_is_wrong_data():
-    result = check({"configured": Fault("wrong", rank=1)})
+    result = check({"configured": Fault(kind="wrong", rank=1)})
     assert result.verdict == "wrong_data", result.reason
     assert all(r["mismatches"] > 0 for r in result.configured.ranks)  # every rank sees the wrong sum
     assert "expected" in result.configured.detail and result.control.outcome == "ok"
 
 
 def test_control_failing_too_is_inconclusive():
-    result = check({"configured": Fault("wrong", rank=0), "control": Fault("wrong", rank=1)})
+    result = check({"configured": Fault(kind="wrong", rank=0), "control": Fault(kind="wrong", rank=1)})
     assert result.verdict == "inconclusive" and "control without P2P failed too" in result.reason
 
 
@@ -84,7 +84,7 @@ def test_provision_stores_the_verdict_and_the_plan_turns_p2p_on(tmp_path, monkey
     facts = facts.model_copy(update={"gpus": probe_gpus(FakeNvml(host), pci_root=write_sysfs(host, tmp_path / "pci"))})
     facts.state.p2p = None
     assert build_plan(config, facts).nccl.p2p is False  # no verdict yet: off
-    opts = dict(torch_python=TorchPython(sys.executable, "test"), lspci=(None, "not read in this test"),
+    opts = dict(torch_python=TorchPython(python=sys.executable, why="test"), lspci=(None, "not read in this test"),
                 timeout_s=PATIENT_S, ports=ports(), **CPU)
     fake = FakeNvml(host)
     report = parts.provision(config, only="gpu", facts=lambda c: facts, out=io.StringIO(), err=io.StringIO(),

@@ -322,7 +322,7 @@ def test_a_failed_boot_is_recorded_and_the_sweep_goes_on(tmp_path):
         if len(seen) == 2:
             raise FailedError("preflight: the API port 127.0.0.1:8000 is already taken", fix="stop it")
         return StartOutcome(ready=False, endpoint="http://127.0.0.1:8000",
-                       cause=Finding("container-oom", "OOM", "the cap", "raise it in 2 GiB steps", []))
+                       cause=Finding(id="container-oom", title="OOM", cause="the cap", fix="raise it in 2 GiB steps", lines=[]))
 
     sweep = _sweep(tmp_path, up, lambda cfg, say: downs.append(1))
     doc = sweep.run()

@@ -25,12 +25,12 @@ def plan_of(path: Path):
 
 
 def test_workers_read_as_backends_with_their_health():
-    assert parse_backends(WORKERS) == [Backend("http://127.0.0.1:8201", True), Backend("http://127.0.0.1:8202", False)]
+    assert parse_backends(WORKERS) == [Backend(url="http://127.0.0.1:8201", healthy=True), Backend(url="http://127.0.0.1:8202", healthy=False)]
     # an unknown shape (another router version, an error page) reads as none, not as a crash
     for doc in ({"urls": ["http://x:1"]}, [], None, {"workers": [{"is_healthy": True}, "x"]}):
         assert parse_backends(doc) == []
     # health must be said: a row without is_healthy is not counted healthy
-    assert parse_backends({"workers": [{"url": "http://a:1"}]}) == [Backend("http://a:1", False)]
+    assert parse_backends({"workers": [{"url": "http://a:1"}]}) == [Backend(url="http://a:1", healthy=False)]
 
 
 def test_a_dead_replica_makes_the_cluster_not_ok(tmp_path):
@@ -49,7 +49,7 @@ def test_a_dead_replica_makes_the_cluster_not_ok(tmp_path):
     assert "backend http://127.0.0.1:8202 (r2): UNHEALTHY" in words and "exit code 137" in words
 
     # every member serving and both backends healthy: ok
-    healthy = [Backend(b.url, True) for b in parse_backends(WORKERS)]
+    healthy = [Backend(url=b.url, healthy=True) for b in parse_backends(WORKERS)]
     ok = document(cp, {**readings, "r2": running, "gw": Reading(reached=True, state="running", healthy=True,
                                                                  backends=healthy)}, "cluster.toml")
     assert ok["ok"] is True

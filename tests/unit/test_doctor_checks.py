@@ -285,8 +285,8 @@ def test_full_level_p2p_and_bandwidth_judge_what_was_measured_now(monkeypatch):
     hang = P2PVerdict(verdict="hang", measured_at="now", driver_version=facts.gpus.driver_version,
                       kernel_cmdline=facts.kernel.cmdline)
     monkeypatch.setattr(functional, "measure_p2p", lambda f, p: (hang, ""))
-    monkeypatch.setattr(functional, "measure_bandwidth", lambda f: ([functional.Bandwidth(0, 50.0, 49.0, 63.0, (5, 16)),
-                                                                     functional.Bandwidth(1, 12.0, 11.0, 31.5, (5, 8))], []))
+    monkeypatch.setattr(functional, "measure_bandwidth", lambda f: ([functional.Bandwidth(index=0, h2d_gbps=50.0, d2h_gbps=49.0, link_gbps=63.0, link_max=(5, 16)),
+                                                                     functional.Bandwidth(index=1, h2d_gbps=12.0, d2h_gbps=11.0, link_gbps=31.5, link_max=(5, 8))], []))
     r = result("nccl.p2p.functional", facts, config, level="full")
     assert r.status == "warn" and "hang" in r.summary and "(full level)" in r.evidence.source
     r = result("gpu.pcie.bandwidth", facts, config, level="full")

@@ -55,7 +55,7 @@ def bandwidth(monkeypatch, *measured):
 def test_copy_bandwidth_at_the_measured_h200_share_passes(monkeypatch):
     config, facts = desktop()
     # the H200 test machine: 55.4 / 55.3 GB/s on Gen5 x16 (benchmarks/results/gpu_link-h200.txt)
-    bandwidth(monkeypatch, functional.Bandwidth(0, 55.4, 55.3, 63.0, (5, 16), (5, 16)))
+    bandwidth(monkeypatch, functional.Bandwidth(index=0, h2d_gbps=55.4, d2h_gbps=55.3, link_gbps=63.0, link_max=(5, 16), link_under_load=(5, 16)))
     r = result("gpu.pcie.bandwidth", facts, config, level="full")
     assert r.status == "pass" and "H2D 55.4 GB/s (88%)" in r.evidence.observed
 
@@ -63,16 +63,16 @@ def test_copy_bandwidth_at_the_measured_h200_share_passes(monkeypatch):
 def test_copy_bandwidth_just_below_the_threshold_warns(monkeypatch):
     config, facts = desktop()
     just_below = round(COPY_FRACTION_WARN * 63.0 - 0.1, 1)
-    bandwidth(monkeypatch, functional.Bandwidth(0, just_below, 55.0, 63.0, (5, 16), (5, 16)))
+    bandwidth(monkeypatch, functional.Bandwidth(index=0, h2d_gbps=just_below, d2h_gbps=55.0, link_gbps=63.0, link_max=(5, 16), link_under_load=(5, 16)))
     r = result("gpu.pcie.bandwidth", facts, config, level="full")
     assert r.status == "warn" and r.summary == "GPU 0 copies below 60% of its link"
-    bandwidth(monkeypatch, functional.Bandwidth(0, just_below + 0.2, 55.0, 63.0, (5, 16), (5, 16)))
+    bandwidth(monkeypatch, functional.Bandwidth(index=0, h2d_gbps=just_below + 0.2, d2h_gbps=55.0, link_gbps=63.0, link_max=(5, 16), link_under_load=(5, 16)))
     assert result("gpu.pcie.bandwidth", facts, config, level="full").status == "pass"
 
 
 def test_a_link_below_its_generation_under_load_warns(monkeypatch):
     config, facts = desktop()
-    bandwidth(monkeypatch, functional.Bandwidth(0, 50.0, 50.0, 63.0, (5, 16), (4, 16)))
+    bandwidth(monkeypatch, functional.Bandwidth(index=0, h2d_gbps=50.0, d2h_gbps=50.0, link_gbps=63.0, link_max=(5, 16), link_under_load=(4, 16)))
     r = result("gpu.pcie.bandwidth", facts, config, level="full")
     assert r.status == "warn" and "GPU 0 ran gen 4 x16 under load, of gen 5 x16" in r.summary
 

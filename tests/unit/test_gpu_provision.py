@@ -31,7 +31,7 @@ from hostctl.provision.executor import Report
 from hostctl.provision.gpu import UNIT_NAME, wait_for_driver
 
 LSPCI = (Path(__file__).parent / "data" / "lspci-pro6000x2-acs-redirect.txt").read_text()
-NO_TORCH = TorchPython(None, "no torch in the unit tier")
+NO_TORCH = TorchPython(python=None, why="no torch in the unit tier")
 LOCK = "var/lib/hostctl/provision.lock"
 
 
@@ -171,7 +171,7 @@ def test_dry_run_changes_nothing_and_says_what_it_would_do(tmp_path, sysroot):
     config, facts = fake_facts(tmp_path, pro6000x2_phb())
     facts.state.p2p = None  # no verdict yet: the functional check would run
     fake = FakeNvml(pro6000x2_phb())
-    result = provision(with_power(config, 250), facts, fake, dry_run=True, torch=TorchPython("/usr/bin/python3", "test"))
+    result = provision(with_power(config, 250), facts, fake, dry_run=True, torch=TorchPython(python="/usr/bin/python3", why="test"))
     assert fake.sets == [] and fake.init_calls == 0
     assert not any(sysroot.rglob("*"))
     lines = result.text

@@ -130,7 +130,7 @@ def test_which_revision_counts_and_branches_never_pin(tmp_path):
 
 
 def _snapshot(*files: tuple[str, int]) -> RemoteSnapshot:
-    return RemoteSnapshot("org/m", COMMIT, [RemoteFile(n, s, hashlib.sha256(n.encode()).hexdigest(), None) for n, s in files])
+    return RemoteSnapshot(repo="org/m", commit=COMMIT, files=[RemoteFile(name=n, size=s, lfs_sha256=hashlib.sha256(n.encode()).hexdigest(), blob_id=None) for n, s in files])
 
 
 def test_space_needed_counts_partials_and_files_already_there(tmp_path):
@@ -302,7 +302,7 @@ def test_a_full_verify_marks_what_it_found_corrupt_and_clears_it_once_restored(t
     write_manifest(d, m)
     quick = judge(ref, probe_checkpoint(str(d)), "quick")
     assert not quick.ok and quick.bad_files[0].line().startswith("s2.safetensors: corrupt")
-    snap = RemoteSnapshot("org/m", COMMIT, [RemoteFile("s2.safetensors", len(good), "h" * 64, None)])
+    snap = RemoteSnapshot(repo="org/m", commit=COMMIT, files=[RemoteFile(name="s2.safetensors", size=len(good), lfs_sha256="h" * 64, blob_id=None)])
     with_hub = m.model_copy(update={"files": [f.model_copy(update={"hub_sha256": "h" * 64, "lfs": True}) for f in m.files]})
     for corrupt, kept in ((None, ["s2.safetensors"]), ("2026-08-01T00:00:00+00:00", [])):
         entry = with_hub.file("s2.safetensors").model_copy(update={"corrupt_since": corrupt})

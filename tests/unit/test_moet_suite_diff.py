@@ -148,7 +148,7 @@ class StandInApi(Api):
 
     def completion_streamed(self, prompt, max_tokens: int, *, ignore_eos: bool = True) -> Timed:
         doc = self.rec.answer({"prompt": prompt, "max_tokens": max_tokens, "ignore_eos": ignore_eos})
-        return Timed(doc, 0.01, 0.005)
+        return Timed(doc=doc, wall_s=0.01, ttft_s=0.005)
 
 
 def _bench_serve_requests(rec: Recorder):

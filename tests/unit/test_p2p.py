@@ -155,7 +155,7 @@ def fake_facts(tmp_path, host, base="pro6000x2-desktop"):
     return config, facts.model_copy(update={"gpus": gpus})
 
 
-NO_TORCH = TorchPython(None, "no torch in the unit tier")
+NO_TORCH = TorchPython(python=None, why="no torch in the unit tier")
 
 
 def test_rungs_on_the_desktop_with_p2p_ok(tmp_path):
@@ -217,9 +217,9 @@ def test_a_hang_is_stored_and_the_plan_keeps_p2p_off_stating_the_iommu_cost(tmp_
     config, facts = fake_facts(tmp_path, pro6000x2_phb())
     facts.state.p2p = None
     facts.iommu.class_entries, facts.iommu.group_count, facts.iommu.default_domain_type = ["ivhd0"], 31, "DMA"
-    canned = FunctionalCheck("hang", "with P2P the all-reduce hung", run_("hang"), run_("ok", 11.2))
+    canned = FunctionalCheck(verdict="hang", reason="with P2P the all-reduce hung", configured=run_("hang"), control=run_("ok", 11.2))
     monkeypatch.setattr(p2p_mod, "functional_check", lambda *a, **k: canned)
-    ladder = run_ladder(facts, facts.gpus.devices, lspci=(REDIRECT, ""), torch_python=TorchPython("/bin/false", "test"),
+    ladder = run_ladder(facts, facts.gpus.devices, lspci=(REDIRECT, ""), torch_python=TorchPython(python="/bin/false", why="test"),
                         state_dir=tmp_path / "state")
     assert ladder.rung("functional").status == "fail"
     assert ladder.verdict.control_busbw_gbps == 11.2

@@ -222,10 +222,10 @@ def test_gpu_without_a_verdict_measures_only_where_torch_is():
     config, facts = examples.load("pro6000x2-desktop")
     facts = facts.model_copy(deep=True)
     facts.state.p2p = None
-    d = gpu.decide(config, _gpu_snap(config, facts, torch=TorchPython("/usr/bin/python3", "test")), hostctl_bin="/x")
+    d = gpu.decide(config, _gpu_snap(config, facts, torch=TorchPython(python="/usr/bin/python3", why="test")), hostctl_bin="/x")
     action = by_id(d)["gpu/p2p/functional"]
     assert isinstance(action, Action) and "NCCL_P2P_LEVEL=PHB" in action.describe and "none is stored" in action.why
-    d = gpu.decide(config, _gpu_snap(config, facts, torch=TorchPython(None, "no torch")), hostctl_bin="/x")
+    d = gpu.decide(config, _gpu_snap(config, facts, torch=TorchPython(python=None, why="no torch")), hostctl_bin="/x")
     assert [s.reason for s in d.skipped if s.id == "gpu/p2p/functional"] == [
         "cannot run the functional check: no torch"] and not any(a.id == action.id for a in d.actions)
 

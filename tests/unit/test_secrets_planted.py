@@ -155,7 +155,7 @@ def test_up_failure_report_and_logs_stream_hide_known_secrets(monkeypatch):
     token = "Q7planted-uplog-4c4c"
     secrets.remember([token])
     outcome = lifecycle.StartOutcome(ready=False, endpoint="http://127.0.0.1:1",
-                                cause=Finding("x", "t", "c", "f", [f"log:3: api_key={token}"]),
+                                cause=Finding(id="x", title="t", cause="c", fix="f", lines=[f"log:3: api_key={token}"]),
                                 log_tail=[f"INFO non-default args: {{'api_key': ['{token}']}}", f"bare {token} here"])
     assert token not in lifecycle.failure_error(outcome).render()
     # `hostctl logs` writes the container's bytes through the redacting stdout, a secret split across writes

@@ -40,18 +40,18 @@ def test_watcher_verdict_from_recorded_sequences(case):
 
 def test_a_verdict_is_final():
     w = Watcher(hang_timeout_s=5, started_at=0)
-    assert w.feed(Observation("die", 1.0, exit_code=137)).action == "died"
+    assert w.feed(Observation(kind="die", at=1.0, exit_code=137)).action == "died"
     # Our own `down` after a death, or a late health answer, changes nothing.
-    assert w.feed(Observation("health", 2.0, ok=True)) == Verdict("died", exit_code=137, oom=False)
+    assert w.feed(Observation(kind="health", at=2.0, ok=True)) == Verdict(action="died", exit_code=137, oom=False)
 
 
 def test_the_cause_comes_from_the_catalogue_when_a_signature_matches():
-    v = Verdict("died", exit_code=137, oom=True)
+    v = Verdict(action="died", exit_code=137, oom=True)
     cause, _ = death_finding(v, StartEvidence(log="INFO serving", oom_killed=True, exit_code=137), 60)
     assert cause.id == "container-oom"
-    cause, _ = death_finding(Verdict("died", exit_code=137), StartEvidence(log="INFO serving", exit_code=137), 60)
+    cause, _ = death_finding(Verdict(action="died", exit_code=137), StartEvidence(log="INFO serving", exit_code=137), 60)
     assert cause.id == "runtime-died" and "exit code 137" in cause.lines[0]
-    cause, _ = death_finding(Verdict("hung", failing_s=7.5, status="paused"), StartEvidence(log=""), 6)
+    cause, _ = death_finding(Verdict(action="hung", failing_s=7.5, status="paused"), StartEvidence(log=""), 6)
     assert cause.id == "runtime-hang" and "paused" in cause.title
 
 

@@ -4,7 +4,6 @@ the module that exports it; nothing registers itself into a global list."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from types import ModuleType
 
 from hostctl.doctor.checks import docker, gpu, logs, memory, model, service, storage, system
@@ -28,7 +27,7 @@ def _collect() -> tuple[Check, ...]:
             if c.id in seen:
                 raise ValueError(f"duplicate doctor check id {c.id!r} (in {module.__name__})")
             seen.add(c.id)
-            out.append(replace(c, area=area_of(module)))
+            out.append(c.in_area(area_of(module)))
     return tuple(out)
 
 
