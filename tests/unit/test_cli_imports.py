@@ -139,10 +139,9 @@ def test_the_wrapper_sees_a_heavy_import(tmp_path):
 
 
 # What the probes no longer import (benchmarks/results/doctor_quick-2vcpu-shared.txt, issue 12's
-# second round): udev's database is read as files, HTTP/1.0 is spoken by hostctl.http10, pydantic's
-# plugin loader is not consulted while every plugin is off, NVML only where a driver is loaded, and
+# second round): pydantic's plugin loader is not consulted while every plugin is off, NVML only where a driver is loaded, and
 # plan/facts ask provision/requests.py for directories without the storage decisions.
-PROBES_DO_NOT_IMPORT = frozenset({"pyudev", "http.client", "ssl", "importlib.metadata", "hostctl.provision.storage"})
+PROBES_DO_NOT_IMPORT = frozenset({"importlib.metadata", "hostctl.provision.storage"})
 WRAPPER_FULL = WRAPPER.replace(
     "from hostctl.cli import main",
     "from pathlib import Path\n    from hostctl.facts import gpu\n"
@@ -161,7 +160,7 @@ def test_read_only_commands_import_no_probe_library(argv, tmp_path):
     modules = set(json.loads(out.read_text()))
     # the command did read facts, or (status) the engine's view of its container
     assert ("hostctl.facts.engine" if argv[0] == "status" else "hostctl.facts.model") in modules
-    unwanted = PROBES_DO_NOT_IMPORT | {"pynvml", "ctypes"}
+    unwanted = PROBES_DO_NOT_IMPORT | {"pynvml"}
     assert not modules & unwanted, f"`hostctl {' '.join(argv)}` imported {sorted(modules & unwanted)}"
     if argv[0] in ("doctor", "facts"):  # no profile here (cwd is empty): no config models, no planners, no plan models
         assert not modules & {"hostctl.config", "hostctl.plan.runtime", "hostctl.plan.model"}, sorted(modules)

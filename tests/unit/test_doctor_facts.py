@@ -7,12 +7,11 @@ from __future__ import annotations
 import mmap
 import os
 import socket
-import struct
 import time
 
 import pytest
 
-from hostctl.facts.engine import compose_plugin, daemon_pid, demux_logs, probe_compose, read_daemon_limits
+from hostctl.facts.engine import compose_plugin, daemon_pid, probe_compose, read_daemon_limits
 from hostctl.facts.kernel_log import parse_kmsg_record, probe_kernel_log
 from hostctl.facts.ports import _decode_address, conflicts, container_of, parse_listeners, probe_port
 from hostctl.facts.shm import GRACE_S, probe_shm
@@ -132,13 +131,6 @@ def test_shm_without_runtime_segments_scans_no_process(tmp_path):
 
 
 # ---------------------------------------------------------------- engine
-
-
-def test_demux_logs():
-    frames = b"".join(struct.pack(">BxxxI", stream, len(data)) + data
-                      for stream, data in ((1, b"INFO loading\n"), (2, b"ERROR boom\n"), (1, b"INFO done\n")))
-    assert demux_logs(frames) == "INFO loading\nERROR boom\nINFO done\n"
-    assert demux_logs(b"plain tty output\n") == "plain tty output\n"
 
 
 def test_daemon_limits_parse(tmp_path):
