@@ -36,6 +36,7 @@ def test_pydantic_asks_the_loader_module_for_get_plugins():
 def _run(env_value: str | None, tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "PYDANTIC_DISABLE_PLUGINS"}
     env["XDG_CACHE_HOME"] = str(tmp_path / "cache")  # an empty config cache: the profile is validated
+    env["DOCKER_HOST"] = f"unix://{tmp_path}/no-engine.sock"  # the docker SDK's urllib3 imports importlib.metadata itself
     if env_value is not None:
         env["PYDANTIC_DISABLE_PLUGINS"] = env_value
     done = subprocess.run([sys.executable, "-c", WRAPPER, "plan", "--json", "--config", DEMO], capture_output=True,
