@@ -2,8 +2,8 @@
 (serial, WWN, /dev/disk/by-id), what is on them (partition table, GPT names, filesystems) and
 what is using them (mounts, holders, active swap, the root filesystem).
 
-Identities and contents come from the udev database (its files, read directly) when udevd has
-populated it; without udevd (containers, CI) the database is empty, so identities come from sysfs attributes and
+Identities and contents come from udev (through pyudev) for the devices udevd has initialised;
+without udevd (containers, CI) there are none, so identities come from sysfs attributes and
 contents from a low-level `blkid -p` probe of the device itself.
 """
 
@@ -28,7 +28,6 @@ SYS_BLOCK = Path("/sys/block")
 SYS_DEV_BLOCK = Path("/sys/dev/block")
 SYS_CLASS_BLOCK = Path("/sys/class/block")
 BY_ID = Path("/dev/disk/by-id")
-UDEV_DATA = Path("/run/udev/data")
 ROOT_MOUNTS = ("/", "/boot")
 # stacking devices (dm, md) are reported as holders of the disks they sit on, not as disks
 SKIP_PREFIXES = ("ram", "zram", "dm-", "md", "sr", "fd")
@@ -86,33 +85,23 @@ def partition_names(disk: str, sys_block: Path = SYS_BLOCK) -> list[str]:
 # ---------------------------------------------------------------- udev
 
 
-def read_udev_db(path: Path) -> dict[str, str]:
-    """The E: lines (KEY=VALUE, the device's properties) of one udev database file. Its other lines
-    (S: symlinks, I: the time of initialisation, G:/Q: tags, W:, L:, V:) hostctl does not use."""
-    props: dict[str, str] = {}
-    for line in path.read_text(encoding="utf-8", errors="surrogateescape").splitlines():
-        if line.startswith("E:"):
-            key, eq, value = line[2:].partition("=")
-            if eq and key:
-                props[key] = value
-    return props
+def udev_properties(names: Iterable[str]) -> tuple[dict[str, dict[str, str]], str | None]:
+    """name -> udev properties of the devices udevd has initialised (its rules have run and
+    written what they found), and why there are none."""
+    import pyudev  # ctypes and libudev: only the disk probe needs them
 
-
-def udev_properties(names: Iterable[str], data_dir: Path = UDEV_DATA,
-                    class_block: Path = SYS_CLASS_BLOCK) -> tuple[dict[str, dict[str, str]], str | None]:
-    """name -> udev properties for the devices udev has initialised, and why there are none.
-
-    Read from udev's database directly, /run/udev/data/b<major>:<minor> (what libudev reads; pyudev
-    and ctypes cost ~40 ms to import, benchmarks/results/doctor_quick-2vcpu-shared.txt). As in
-    libudev, a device is initialised exactly when its database file exists: udevd writes it once
-    its rules have run (the file's I: line records when)."""
+    try:
+        context = pyudev.Context()
+    except ImportError as exc:  # libudev.so.1 is not installed
+        return {}, f"libudev is not available here ({exc})"
     out: dict[str, dict[str, str]] = {}
     for name in names:
         try:
-            devnum = (class_block / name / "dev").read_text().strip()
-            out[name] = read_udev_db(data_dir / f"b{devnum}")
-        except OSError:  # not initialised (no file), or a device that vanished between listing and reading
+            device = pyudev.Devices.from_name(context, "block", name)
+        except pyudev.DeviceNotFoundError:  # vanished between listing and reading
             continue
+        if device.is_initialized:
+            out[name] = dict(device.properties)
     if not out:
         return out, "the udev database has no block devices (udevd is not running here)"
     return out, None

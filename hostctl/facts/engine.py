@@ -1,26 +1,26 @@
 """Container engine facts: the Docker engine (reachable, version, runtimes, cgroup setup, the
 daemon's own limits, hostctl's runtime containers) and the Compose v2 CLI plugin.
 
-A local engine is asked over its unix socket with hostctl.http10: the docker SDK costs ~0.15 s
-to import, most of doctor's quick-level budget, and http.client ~35 ms (ssl, email). A remote
-engine (DOCKER_HOST=tcp://, ssh://) goes through the SDK, which knows TLS and SSH.
+The engine is asked through the docker SDK's low-level client (its answers are the engine's own
+documents). The SDK costs ~0.12 s to import (requests, urllib3, ssl), so it is imported only by
+the functions that ask the engine, and only once a local socket is known to be usable: a host
+without an engine, and every command that needs no engine, never imports it.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
-import socket
-import struct
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hostctl import http10, runner
+from hostctl import runner
 from hostctl.facts import compose_cache
 
 if TYPE_CHECKING:
+    from docker import APIClient
+
     from hostctl.facts.model import ContainerFacts, DaemonLimits, EngineFacts, ImageFacts
 
 DEFAULT_SOCKET = "/var/run/docker.sock"
@@ -37,46 +37,6 @@ CLI_PLUGIN_DIRS = ("/usr/local/lib/docker/cli-plugins", "/usr/local/libexec/dock
 CAP_SYS_RESOURCE = 24
 
 
-class EngineApiError(Exception):
-    def __init__(self, message: str, status: int | None = None):
-        super().__init__(message)
-        self.status = status  # the HTTP status the engine answered with (404: no such object)
-
-
-class EngineApi:
-    """GET requests to a local Docker engine's API over its unix socket (hostctl.http10: one
-    HTTP/1.0 connection per request, which on a local socket costs microseconds)."""
-
-    def __init__(self, socket_path: str, timeout: float = API_TIMEOUT_S):
-        self._path = socket_path
-        self._timeout = timeout
-
-    def response(self, url: str) -> http10.Response:
-        resp = http10.get(url, unix_socket=self._path, host_header="docker", timeout=self._timeout)
-        if resp.status != 200:
-            try:
-                message = json.loads(resp.body).get("message", "")
-            except (ValueError, AttributeError):
-                message = resp.body[:200].decode("utf-8", "replace")
-            raise EngineApiError(f"GET {url}: HTTP {resp.status}: {message}", resp.status)
-        return resp
-
-    def get(self, url: str) -> bytes:
-        return self.response(url).body
-
-    def json(self, url: str):
-        return json.loads(self.get(url))
-
-    def close(self) -> None:
-        pass  # nothing stays open between requests
-
-    def __enter__(self) -> "EngineApi":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
 def local_socket() -> str | None:
     """The unix socket of the engine DOCKER_HOST names (default /var/run/docker.sock); None for a remote engine."""
     host = os.environ.get("DOCKER_HOST", "")
@@ -85,32 +45,33 @@ def local_socket() -> str | None:
     return host.removeprefix("unix://") or DEFAULT_SOCKET
 
 
-def demux_logs(data: bytes) -> str:
-    """The engine's log stream for a container without a TTY: 8-byte frame headers
-    (stream, 0, 0, 0, big-endian length) before each chunk. With a TTY it is plain text."""
-    if len(data) < 8 or data[0] not in (0, 1, 2) or data[1:4] != b"\0\0\0":
-        return data.decode("utf-8", "replace")
-    out, i = [], 0
-    while i + 8 <= len(data):
-        (size,) = struct.unpack(">I", data[i + 4:i + 8])
-        out.append(data[i + 8:i + 8 + size])
-        i += 8 + size
-    return b"".join(out).decode("utf-8", "replace")
+def _client() -> "APIClient":
+    """The SDK's low-level client for the engine DOCKER_HOST names (TLS and SSH as the SDK knows
+    them); its API version is the engine's own (asked once, `version="auto"`)."""
+    import docker
+
+    return docker.APIClient(**docker.utils.kwargs_from_env(), version="auto", timeout=API_TIMEOUT_S)
+
+
+def _unreachable(exc: Exception) -> str:
+    """Why the engine could not be asked, naming the socket it was asked on."""
+    path = local_socket()
+    where = f" at {path}" if path is not None else ""
+    return f"Docker engine unreachable{where}: {_one_line(str(exc) or type(exc).__name__)}"
+
+
+def _refusal(exc: Exception) -> str:
+    """The engine's own message of an API error (docker.errors.APIError.explanation)."""
+    return _one_line(getattr(exc, "explanation", None) or str(exc))
 
 
 def container_logs(container_id: str, tail: int = 2000) -> str:
     """The last `tail` lines of a container's stdout and stderr, with timestamps (for support bundles)."""
-    path = local_socket()
-    if path is None:
-        import docker  # a remote engine: the SDK knows how to reach it
-
-        client = docker.from_env(timeout=API_TIMEOUT_S)
-        try:
-            return client.containers.get(container_id).logs(tail=tail, timestamps=True).decode("utf-8", "replace")
-        finally:
-            client.close()
-    with EngineApi(path, timeout=10) as api:
-        return demux_logs(api.get(f"/containers/{container_id}/logs?stdout=1&stderr=1&timestamps=1&tail={tail}"))
+    client = _client()
+    try:
+        return client.logs(container_id, stdout=True, stderr=True, timestamps=True, tail=tail).decode("utf-8", "replace")
+    finally:
+        client.close()
 
 
 def _one_line(text: str) -> str:
@@ -243,39 +204,37 @@ def container_fields(summary: dict, inspect: dict | None) -> dict:
     )
 
 
-def _image(api: "EngineApi", ref: str) -> ImageFacts:
-    from urllib.parse import quote
+def _image(client: "APIClient", ref: str) -> ImageFacts:
+    import docker.errors
 
     from hostctl.facts.model import ImageFacts
 
     try:
-        return ImageFacts(ref=ref, id=api.json(f"/images/{quote(ref, safe='')}/json").get("Id"))
-    except EngineApiError as exc:
-        return ImageFacts(ref=ref, reason=_one_line(str(exc)))
+        return ImageFacts(ref=ref, id=client.inspect_image(ref).get("Id"))
+    except docker.errors.APIError as exc:
+        return ImageFacts(ref=ref, reason=_refusal(exc))
 
 
-def _probe_local(path: str, image_refs: tuple[str, ...] = ()) -> EngineFacts:
-    from urllib.parse import quote
-
+def probe_docker(image_refs: tuple[str, ...] = ()) -> EngineFacts:
+    """image_refs: the image references to resolve to image ids (the plan's runtime image)."""
     from hostctl.facts.model import EngineFacts
 
+    problem = _socket_problem()
+    if problem:
+        return EngineFacts(available=False, reason=problem)
     try:
-        with EngineApi(path) as api:
-            # The engine names its API version in a header of every answer: /version, which
-            # asks containerd and runc for theirs (~10 ms here), is not needed for it.
-            answer = api.response("/info")
-            info, api_version = json.loads(answer.body), answer.headers.get("api-version")
-            filters = quote(json.dumps({"label": [RUNTIME_LABEL]}))
+        client = _client()
+        try:
+            info = client.info()
             containers = []
-            for summary in api.json(f"/containers/json?all=1&filters={filters}"):
-                try:
-                    inspect = api.json(f"/containers/{summary['Id']}/json")
-                except EngineApiError:
-                    inspect = None  # removed between the two requests
-                containers.append(_container(summary, inspect))
-            images = [_image(api, ref) for ref in image_refs]
-    except (OSError, EngineApiError, ValueError) as exc:
-        return EngineFacts(available=False, reason=f"Docker engine unreachable at {path}: {_one_line(str(exc) or type(exc).__name__)}")
+            for summary in client.containers(all=True, filters={"label": [RUNTIME_LABEL]}):
+                containers.append(_container(summary, _inspect(client, summary["Id"])))
+            images = [_image(client, ref) for ref in image_refs]
+            api_version = client.api_version
+        finally:
+            client.close()
+    except Exception as exc:  # the SDK wraps socket, HTTP and API errors in several types
+        return EngineFacts(available=False, reason=_unreachable(exc))
     facts = EngineFacts(
         version=info.get("ServerVersion"),
         api_version=api_version,
@@ -286,6 +245,8 @@ def _probe_local(path: str, image_refs: tuple[str, ...] = ()) -> EngineFacts:
         containers=containers,
         images=images,
     )
+    if local_socket() is None:
+        return facts  # a remote engine's daemon is another machine's process
     try:
         pid = daemon_pid()
         if pid is None:
@@ -297,73 +258,15 @@ def _probe_local(path: str, image_refs: tuple[str, ...] = ()) -> EngineFacts:
     return facts
 
 
-def probe_docker(image_refs: tuple[str, ...] = ()) -> EngineFacts:
-    from hostctl.facts.model import EngineFacts, ImageFacts
-
-    problem = _socket_problem()
-    if problem:
-        return EngineFacts(available=False, reason=problem)
-    path = local_socket()
-    if path is not None:
-        return _probe_local(path, image_refs)
-    try:
-        import docker
-
-        client = docker.from_env(version="auto", timeout=API_TIMEOUT_S)
-        try:
-            info = client.info()
-            api_version = client.api.api_version
-            images = []
-            for ref in image_refs:
-                try:
-                    images.append(ImageFacts(ref=ref, id=client.images.get(ref).id))
-                except Exception as exc:  # NotFound or an API error: the reason is kept
-                    images.append(ImageFacts(ref=ref, reason=_one_line(str(exc))))
-        finally:
-            client.close()
-    except ImportError as exc:
-        return EngineFacts(available=False, reason=f"the docker SDK is not installed: {exc}")
-    except Exception as exc:  # the SDK wraps socket, HTTP and API errors in several types
-        return EngineFacts(available=False, reason=f"Docker engine unreachable: {_one_line(str(exc))}")
-    return EngineFacts(
-        version=info.get("ServerVersion"),
-        api_version=api_version,
-        runtimes=sorted(info.get("Runtimes") or {}),
-        default_runtime=info.get("DefaultRuntime"),
-        cgroup_version=str(info["CgroupVersion"]) if info.get("CgroupVersion") else None,
-        cgroup_driver=info.get("CgroupDriver"),
-        images=images,
-    )
-
-
-def _inspect_local(path: str, name: str) -> tuple[dict | None, str | None]:
-    from urllib.parse import quote
+def _inspect(client: "APIClient", container: str) -> dict | None:
+    """A container's inspect document; None when the engine has no such container (removed
+    between listing and asking)."""
+    import docker.errors
 
     try:
-        with EngineApi(path) as api:
-            return api.json(f"/containers/{quote(name, safe='')}/json"), None
-    except EngineApiError as exc:
-        return None, (None if exc.status == 404 else f"the Docker engine refused: {_one_line(str(exc))}")
-    except (OSError, ValueError) as exc:
-        return None, f"Docker engine unreachable at {path}: {_one_line(str(exc) or type(exc).__name__)}"
-
-
-def _inspect_remote(name: str) -> tuple[dict | None, str | None]:
-    try:
-        import docker  # a remote engine: the SDK knows how to reach it
-        import docker.errors
-    except ImportError as exc:
-        return None, f"the docker SDK is not installed: {exc}"
-    try:
-        client = docker.from_env(version="auto", timeout=API_TIMEOUT_S)
-        try:
-            return client.containers.get(name).attrs, None
-        finally:
-            client.close()
+        return client.inspect_container(container)
     except docker.errors.NotFound:
-        return None, None
-    except Exception as exc:  # the SDK wraps socket, HTTP and API errors in several types
-        return None, f"Docker engine unreachable: {_one_line(str(exc))}"
+        return None
 
 
 def probe_container(name: str) -> tuple[dict | None, str | None]:
@@ -374,10 +277,20 @@ def probe_container(name: str) -> tuple[dict | None, str | None]:
     problem = _socket_problem()
     if problem:
         return None, problem
-    path = local_socket()
-    inspect, why = _inspect_local(path, name) if path is not None else _inspect_remote(name)
+    import docker.errors
+
+    try:
+        client = _client()
+        try:
+            inspect = _inspect(client, name)
+        finally:
+            client.close()
+    except docker.errors.APIError as exc:
+        return None, f"the Docker engine refused: {_refusal(exc)}"
+    except Exception as exc:  # the SDK wraps socket, HTTP and API errors in several types
+        return None, _unreachable(exc)
     if inspect is None:
-        return None, why
+        return None, None
     config = inspect.get("Config") or {}
     summary = {"Id": inspect.get("Id", ""), "Names": [inspect.get("Name") or name], "Image": config.get("Image"),
                "Labels": config.get("Labels") or {}}

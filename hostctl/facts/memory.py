@@ -1,5 +1,5 @@
-"""Memory facts: RAM and swap totals (/proc/meminfo), active swap areas (/proc/swaps), the swap
-sysctls, this process's memlock limit and the size of /dev/shm."""
+"""Memory facts: RAM and swap totals (psutil), active swap areas (/proc/swaps: psutil gives
+totals only), the swap sysctls, this process's memlock limit and the size of /dev/shm."""
 
 from __future__ import annotations
 
@@ -10,23 +10,9 @@ from pathlib import Path
 from hostctl.facts.model import MemoryFacts, SwapDevice
 from hostctl.facts.mounts import unescape
 
-MEMINFO = Path("/proc/meminfo")
 SWAPS = Path("/proc/swaps")
 SYSCTL_VM = Path("/proc/sys/vm")
 SHM = "/dev/shm"
-
-
-def parse_meminfo(text: str) -> dict[str, int]:
-    """Field name -> bytes (values given in kB are KiB); unit-less counters stay as they are."""
-    out: dict[str, int] = {}
-    for line in text.splitlines():
-        name, _, rest = line.partition(":")
-        parts = rest.split()
-        if not parts or not parts[0].isdigit():
-            continue
-        value = int(parts[0])
-        out[name.strip()] = value * 1024 if parts[1:2] == ["kB"] else value
-    return out
 
 
 def parse_swaps(text: str) -> list[SwapDevice]:
@@ -66,7 +52,9 @@ def _read_int(path: Path) -> int | None:
 
 
 def probe_memory(swaps: list[SwapDevice] | None = None) -> MemoryFacts:
-    info = parse_meminfo(MEMINFO.read_text())
+    import psutil
+
+    ram, swap = psutil.virtual_memory(), psutil.swap_memory()
     soft, _hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
     try:
         st = os.statvfs(SHM)
@@ -74,10 +62,10 @@ def probe_memory(swaps: list[SwapDevice] | None = None) -> MemoryFacts:
     except OSError:
         shm = None
     return MemoryFacts(
-        mem_total_bytes=info.get("MemTotal", 0),
-        mem_available_bytes=info.get("MemAvailable", info.get("MemFree", 0)),
-        swap_total_bytes=info.get("SwapTotal", 0),
-        swap_free_bytes=info.get("SwapFree", 0),
+        mem_total_bytes=ram.total,
+        mem_available_bytes=ram.available,
+        swap_total_bytes=swap.total,
+        swap_free_bytes=swap.free,
         swaps=read_swaps() if swaps is None else swaps,
         swappiness=_read_int(SYSCTL_VM / "swappiness"),
         page_cluster=_read_int(SYSCTL_VM / "page-cluster"),

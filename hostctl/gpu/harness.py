@@ -29,6 +29,7 @@ from pydantic import ConfigDict, Field
 
 from hostctl.data import Data
 from hostctl import runner
+from hostctl.facts import processes
 
 TORCH_PYTHON_ENV = "HOSTCTL_TORCH_PYTHON"
 CHILD_ALLREDUCE = Path(__file__).with_name("child_allreduce.py")
@@ -66,23 +67,6 @@ def find_torch_python() -> TorchPython:
 
 
 # ---------------------------------------------------------------- process groups
-
-
-def processes_in_group(pgid: int) -> list[int]:
-    """Live (not yet reaped) processes whose process group is pgid."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        # pid (comm) state ppid pgrp ... ; comm may contain spaces and parentheses
-        fields = stat.rsplit(")", 1)[-1].split()
-        if len(fields) > 2 and int(fields[2]) == pgid:
-            found.append(int(entry))
-    return found
 
 
 class GroupRun(Data):
@@ -134,7 +118,7 @@ def run_group(argvs: list[list[str]], *, env: dict[str, str], timeout_s: float,
                 break
             time.sleep(0.05)
     finally:
-        if pgid is not None and (any(p.poll() is None for p in procs) or processes_in_group(pgid)):
+        if pgid is not None and (any(p.poll() is None for p in procs) or processes.in_group(pgid)):
             killed = True
             try:
                 os.killpg(pgid, signal.SIGKILL)
@@ -145,7 +129,7 @@ def run_group(argvs: list[list[str]], *, env: dict[str, str], timeout_s: float,
                 p.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 pass
-    leftover = processes_in_group(pgid) if pgid is not None else []
+    leftover = processes.in_group(pgid) if pgid is not None else []
     stdouts, stderrs = [], []
     for out, err in files:
         out.seek(0)

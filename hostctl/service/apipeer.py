@@ -4,10 +4,10 @@ hostctl may send it anything (the API key, a smoke prompt) or believe its answer
 A loopback port is anyone's to bind. While the runtime is down, restarting, or not yet
 listening, another local user can listen on 127.0.0.1:PORT, collect the key from the
 `Authorization` header and answer the smoke gate of `up`. So every TCP connection hostctl opens
-to the API is checked after the handshake and before a byte is sent (hostctl.service.apiclient
-for httpx, hostctl.http10's on_connect for status): the server end's socket must be owned by
-root. The runtime is a container of root's Docker engine under host networking, so its server
-socket is root's; a user who is not root cannot create one (the kernel records the uid that
+to the API is checked after the handshake and before a byte is sent (hostctl.service.apiclient's
+httpx transport, which `status` uses too): the server end's socket must be owned by root. The
+runtime is a container of root's Docker engine under host networking, so its server socket is
+root's; a user who is not root cannot create one (the kernel records the uid that
 created the listening socket, facts.ports.peer_uid reads it). Checking the connection itself,
 not the listener beforehand, leaves no window between the check and the send.
 

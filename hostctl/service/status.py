@@ -2,7 +2,7 @@
 qualify results.
 
 It reads the runtime's names (hostctl.service.identity, from the profile and recipe), the engine's
-view of that one container (hostctl.facts.engine.probe_container, over the engine's socket) and
+view of that one container (hostctl.facts.engine.probe_container, through the docker SDK) and
 hostctl's state files; it collects no other facts and builds no plan, so it answers at once
 (benchmarks/doctor_quick.py) and works on a host whose GPUs or drives cannot be read.
 """
@@ -16,26 +16,22 @@ SCHEMA = "hostctl.status/v1"
 HEALTH_TIMEOUT_S = 3.0
 
 
-HEALTH_LIMIT = 64 * 1024  # /health answers an empty body
-
-
 def _healthy(endpoint: str) -> tuple[bool, str | None]:
     """(whether GET {endpoint}/health answers 200, why not when the port is not the runtime's).
-    hostctl.http10, not httpx or http.client: status imports only what it uses, and the endpoint
-    is always a plain-HTTP address on this machine (identity.endpoint_url). apipeer: another
-    user's listener on the port is not the runtime's health, whatever it answers."""
-    from urllib.parse import urlsplit
+    hostctl.service.apiclient: another user's listener on the port is not the runtime's health,
+    whatever it answers, and the answer is read up to a cap."""
+    import httpx
 
-    from hostctl import http10
-    from hostctl.service import apipeer
+    from hostctl.service import apiclient, apipeer
 
-    url = urlsplit(endpoint)
     try:
-        return http10.get("/health", host=url.hostname or "127.0.0.1", port=url.port or 80, timeout=HEALTH_TIMEOUT_S,
-                          limit=HEALTH_LIMIT, on_connect=apipeer.check).status == 200, None
+        with apiclient.client(timeout=HEALTH_TIMEOUT_S) as c:
+            answer = apiclient.request(c, "GET", endpoint.rstrip("/") + "/health", cap=apiclient.SMALL_CAP,
+                                       what="/health")
+        return answer.status_code == 200, None
     except apipeer.ListenerRefused as exc:
         return False, exc.message
-    except (OSError, ValueError):
+    except (httpx.HTTPError, apiclient.BadAnswer, ValueError):
         return False, None
 
 

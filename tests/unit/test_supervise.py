@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from hostctl.facts import processes
 from hostctl.failures import StartEvidence
 from hostctl.service import restarts, sdnotify
 from hostctl.service.supervise import Observation, Verdict, Watcher, death_finding
@@ -185,16 +186,16 @@ def test_down_stops_the_recorded_supervisor_and_only_a_hostctl(tmp_path, monkeyp
     # whatever its command line says.
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "hostctl", "up", "--foreground"])
     try:
-        assert supervise.process_start(other.pid) is not None
+        assert processes.start_ticks(other.pid) is not None
         (state / supervise.SUPERVISOR_FILE).write_text(
-            json.dumps({"pid": other.pid, "start": supervise.process_start(other.pid) - 1}))
+            json.dumps({"pid": other.pid, "start": processes.start_ticks(other.pid) - 1}))
         assert supervise.running_supervisor() is None
         assert not supervise.stop_running_supervisor(said.append) and other.poll() is None
     finally:
         other.kill()
         other.wait()
     sup = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "hostctl", "up", "--foreground"])
-    (state / supervise.SUPERVISOR_FILE).write_text(json.dumps({"pid": sup.pid, "start": supervise.process_start(sup.pid)}))
+    (state / supervise.SUPERVISOR_FILE).write_text(json.dumps({"pid": sup.pid, "start": processes.start_ticks(sup.pid)}))
     try:
         assert supervise.stop_running_supervisor(said.append, wait_s=10)
         # It has ended (SIGTERM); reap it so the pid is really gone.
