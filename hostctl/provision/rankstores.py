@@ -215,7 +215,7 @@ def _first_diff(x: bytes, y: bytes) -> int:
 
 def split_rank_stores(config: Config, *, out: TextIO | None = None, err: TextIO | None = None,
                       read_facts=None) -> list[RankCopy]:
-    from hostctl.provision.apply import storage_facts
+    from hostctl.provision.storage_part import storage_facts
 
     out, err = out or sys.stdout, err or sys.stderr
     read_facts = read_facts or storage_facts

@@ -17,7 +17,7 @@ The promise (systemd-repart's and cloud-init's rule): hostctl only adds. It form
   resize is refused with the manual commands that would do it).
 
 Deciding is pure: (Config, HostFacts, SystemFiles, StorageOptions) -> StorageProvision. Nothing here
-touches the host; an Action's `run` does, when apply.py calls it. Every decision compares the
+touches the host; an Action's `run` does, when the executor (hostctl.act) calls it. Every decision compares the
 desired state with the facts, so a host in any half-provisioned state gets only the actions it
 still needs. Destructive actions also re-check the device just before they act (the guards,
 through the same probes as the facts): facts can be stale, a filesystem must not be.
@@ -32,7 +32,7 @@ import stat
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -45,7 +45,7 @@ from hostctl.facts.model import Disk, HostFacts, Partition
 from hostctl.facts.sysfiles import DirState, SystemFiles  # noqa: F401  (the snapshot storage decides on)
 from hostctl.plan.storage import plan_storage
 from hostctl.provision import files, fstab, sysctl
-from hostctl.provision.actions import Action, Decision, Note, Refusal, Settled, command
+from hostctl.act.actions import Action, Assessment, Note, Refusal, Settled, command
 from hostctl.provision.requests import dir_requests, tensor_parallel  # noqa: F401  (their callers import them from here)
 from hostctl.bytesizes import MIB, fmt_bytes
 
@@ -876,9 +876,9 @@ def plan_storage_provision(config: Config, facts: HostFacts, system: SystemFiles
         state = system.plain_dirs.get(directory, DirState(False))
         owner_ok = opts.owner is None or state.owner == opts.owner
         if not state.exists or not owner_ok:
-            sp.system.append(replace(_mkdir(f"storage/dirs/{role}", str(paths.system_path(directory)), opts.owner,
-                                            create=not state.exists, host_path=directory),
-                                     why=f"storage role {role} needs this directory (not on a drive of the profile)"))
+            sp.system.append(_mkdir(f"storage/dirs/{role}", str(paths.system_path(directory)), opts.owner,
+                                    create=not state.exists, host_path=directory).amended(
+                why=f"storage role {role} needs this directory (not on a drive of the profile)"))
 
     if sp.refused or sp.replan:
         return sp  # fstab and sysctls follow the drives: decided once every drive is known
@@ -903,10 +903,9 @@ def plan_storage_provision(config: Config, facts: HostFacts, system: SystemFiles
                                     why=f"the swap sysctls for phase {profile.phase}, kept across reboots"))
         current = {"vm.swappiness": facts.memory.swappiness, "vm.page-cluster": facts.memory.page_cluster}
         if current != values:
-            sp.system.append(replace(_cmd("storage/sysctl", sysctl.apply_argv(values),
-                                          note="now: " + ", ".join(f"{k}={v}" for k, v in current.items())),
-                                     changes="the running kernel's swap sysctls",
-                                     why=f"the swap sysctls for phase {profile.phase}, applied now"))
+            sp.system.append(_cmd("storage/sysctl", sysctl.apply_argv(values),
+                                  note="now: " + ", ".join(f"{k}={v}" for k, v in current.items())).amended(
+                changes="the running kernel's swap sysctls", why=f"the swap sysctls for phase {profile.phase}, applied now"))
     return sp
 
 
@@ -921,20 +920,20 @@ def _explained(v: DriveVerdict, a: Action) -> Action:
     why = f"drive {v.drive.name} ({v.drive.identity}): {STATUS_WORDS[v.status]}" + (f"; {a.why}" if a.why else "")
     changes = a.changes or (v.drive.mount if a.step.endswith("/mount") else (v.disk.path if v.disk else ""))
     level = ("erase" if v.status == "erase" else "yes") if a.destructive else "none"
-    return replace(a, why=why, changes=changes, consent=level)
+    return a.amended(why=why, changes=changes, consent=level)
 
 
-def decide(config: Config, facts: HostFacts, system: SystemFiles, opts: StorageOptions) -> Decision:
+def decide(config: Config, facts: HostFacts, system: SystemFiles, opts: StorageOptions) -> Assessment:
     """The storage part in the act protocol: the actions still needed (none when the host has the
     profile's layout), each drive that needs nothing as settled, each refused drive as a refusal."""
     sp = plan_storage_provision(config, facts, system, opts)
-    d = Decision("storage", detail=sp, pending=sp.replan)
+    d = Assessment("storage", detail=sp, pending=sp.replan)
     for v in sorted(sp.drives, key=lambda x: _depth(x.drive.mount)):
         step = f"storage/{v.drive.name}"
         if v.refused:
-            d.add(Refusal(step, "; ".join(v.reasons)))
+            d.add(Refusal(id=step, reason="; ".join(v.reasons)))
         elif not v.actions and not v.replan:
-            d.add(Settled(step, f"{v.found}; {STATUS_WORDS['ready']}"))
+            d.add(Settled(id=step, what=f"{v.found}; {STATUS_WORDS['ready']}"))
         for a in v.actions:
             d.add(a)
     for a in sp.system:
@@ -942,15 +941,15 @@ def decide(config: Config, facts: HostFacts, system: SystemFiles, opts: StorageO
     if not (sp.refused or sp.replan):
         changed = {a.step for a in sp.system}
         if "storage/fstab" not in changed and any(v.entries for v in sp.drives):
-            d.add(Settled("storage/fstab", f"{fstab.FSTAB}: hostctl's block names every filesystem of the profile"))
+            d.add(Settled(id="storage/fstab", what=f"{fstab.FSTAB}: hostctl's block names every filesystem of the profile"))
         if "storage/sysctl" not in changed and any(x.swap > 0 for x in config.profile.drives):
-            d.add(Settled("storage/sysctl", f"{sysctl.SYSCTL_FILE} and the running kernel hold the swap sysctls "
+            d.add(Settled(id="storage/sysctl", what=f"{sysctl.SYSCTL_FILE} and the running kernel hold the swap sysctls "
                                             f"for phase {config.profile.phase}"))
     for role, directory in role_dirs(config, facts)[1]:
         if f"storage/dirs/{role}" not in {a.step for a in sp.system}:
-            d.add(Settled(f"storage/dirs/{role}", f"{directory} exists"))
+            d.add(Settled(id=f"storage/dirs/{role}", what=f"{directory} exists"))
     for note in sp.notes:
-        d.add(Note("storage", note))
+        d.add(Note(id="storage", message=note))
     return d
 
 

@@ -16,8 +16,9 @@ from hostctl.config import Drive, load_config
 from hostctl.errors import FailedError, InputError, RefusedError
 from hostctl.facts import load_snapshot
 from hostctl.facts.model import BlankProof, Disk, FsCheck, MountEntry, Partition
-from hostctl.provision import consent, fstab, sysctl
-from hostctl.provision.apply import plan_text
+from hostctl.act import consent
+from hostctl.provision import fstab, sysctl
+from hostctl.provision.storage_part import plan_text
 from hostctl.safefs import sudo_owner
 from hostctl.provision.storage import (
     StorageOptions,
@@ -476,7 +477,7 @@ class Terminal(io.StringIO):
         return self.tty
 
 
-REQUEST = consent.Request("ssd1", f"serial:{SERIAL1}", SERIAL1, "writes a partition table on /dev/nvme1n1")
+REQUEST = consent.Request(drive="ssd1", identity=f"serial:{SERIAL1}", answer=SERIAL1, what="writes a partition table on /dev/nvme1n1")
 
 
 def test_consent():
