@@ -12,8 +12,8 @@ The system and gpu parts refuse (exit 3) before writing a unit; doctor reports t
 from __future__ import annotations
 
 import stat
-from dataclasses import dataclass
 
+from hostctl.data import Data
 from hostctl.errors import FailedError, RefusedError
 from hostctl.facts.executable import ExecChain
 
@@ -22,8 +22,7 @@ INSTALL_ROUTE = ("install hostctl as root: `sudo ./install.sh` in a hostctl chec
 SHOWN = 5  # findings listed in an error; the count says how many more
 
 
-@dataclass(frozen=True)
-class Writable:
+class Writable(Data):
     """One file or directory behind the executable that someone other than root can change."""
 
     path: str
@@ -59,7 +58,7 @@ def writable_by_others(chain: ExecChain) -> list[Writable]:
     for e in chain.entries:
         who = _who(chain, e.uid, e.gid, e.mode, e.acl)
         if who is not None:
-            out.append(Writable(e.path, e.role, who))
+            out.append(Writable(path=e.path, role=e.role, who=who))
     return out
 
 

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from hostctl import paths
+from hostctl.act.actions import Action, Assessment, Note, Settled, Skipped, command
 from hostctl.safefs import write_file
 from hostctl.config import Config
 from hostctl.errors import FailedError, InputError, RefusedError
@@ -40,7 +40,6 @@ from hostctl.plan.placement import serving_gpus
 from hostctl.plan.power import TOLERANCE_W
 from hostctl.provision import boot_code
 from hostctl.provision import files as file_edit
-from hostctl.act.actions import Action, Assessment, Note, Settled, Skipped, command
 from hostctl.service.render import INSTALLED_PROFILE
 
 UNIT_NAME = "hostctl-power.service"
@@ -110,16 +109,21 @@ def wait_for_driver(adapter: NvmlAdapter, *, timeout_s: float = DRIVER_WAIT_S, i
 # ---------------------------------------------------------------- what deciding reads
 
 
-@dataclass
 class GpuSnapshot:
-    facts: HostFacts  # the GPUs (NVML) and hostctl's state as they are this round
-    files: ManagedFiles  # the unit file, its wants link or enablement, the installed profile
-    source_profile: bytes | None  # the profile provision runs with
-    acs: Any = None  # hostctl.gpu.p2p.Rung: the ACS rung (lspci and sysfs); None: not read
-    torch: TorchPython | None = None  # who would run the functional check; None: not looked up
-    acs_facts: AcsFacts | None = None  # what the ACS rung read this round (handed to the functional run)
-    driver: str | None = None  # boot mode: how the driver came up
-    exec_chain: ExecChain | None = None  # the code behind the hostctl the unit calls (None: not read)
+    """What the gpu part decides on, one look's reads: a plain class, as it holds who would run the
+    functional P2P check (a TorchPython)."""
+
+    def __init__(self, *, facts: HostFacts, files: ManagedFiles, source_profile: bytes | None, acs: Any = None,
+                 torch: TorchPython | None = None, acs_facts: AcsFacts | None = None, driver: str | None = None,
+                 exec_chain: ExecChain | None = None) -> None:
+        self.facts = facts  # the GPUs (NVML) and hostctl's state as they are this round
+        self.files = files  # the unit file, its wants link or enablement, the installed profile
+        self.source_profile = source_profile  # the profile provision runs with
+        self.acs = acs  # hostctl.gpu.p2p.Rung: the ACS rung (lspci and sysfs); None: not read
+        self.torch = torch  # who would run the functional check; None: not looked up
+        self.acs_facts = acs_facts  # what the ACS rung read this round (handed to the functional run)
+        self.driver = driver  # boot mode: how the driver came up
+        self.exec_chain = exec_chain  # the code behind the hostctl the unit calls (None: not read)
 
 
 def read_gpu(config: Config, facts: HostFacts, reader: Reader, *, gpus: Callable[[], GpuFacts] | None = None,

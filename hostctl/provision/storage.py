@@ -32,12 +32,15 @@ import stat
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from pydantic import ConfigDict
+
 from hostctl import marks, paths, safefs, safepaths
+from hostctl.act.actions import Action, Assessment, Note, Refusal, Settled, command
 from hostctl.config import Config, Drive
+from hostctl.data import Data
 from hostctl.errors import FailedError, InputError, RefusedError
 from hostctl.facts.disks import blank_proof, blkid_probe, nonzero_samples, table_entries
 from hostctl.facts.disks import identity_matches as disk_identity_matches
@@ -45,7 +48,6 @@ from hostctl.facts.model import Disk, HostFacts, Partition
 from hostctl.facts.sysfiles import DirState, SystemFiles  # noqa: F401  (the snapshot storage decides on)
 from hostctl.plan.storage import plan_storage
 from hostctl.provision import files, fstab, sysctl
-from hostctl.act.actions import Action, Assessment, Note, Refusal, Settled, command
 from hostctl.provision.requests import dir_requests, tensor_parallel  # noqa: F401  (their callers import them from here)
 from hostctl.bytesizes import MIB, fmt_bytes
 
@@ -62,8 +64,9 @@ MKFS_TIMEOUT_S = 1800.0  # lazy init makes this seconds; a slow drive still must
 # ---------------------------------------------------------------- the layout
 
 
-@dataclass(frozen=True)
-class PartSpec:
+class PartSpec(Data):
+    model_config = ConfigDict(frozen=True)
+
     number: int
     role: Literal["swap", "data"]
     name: str  # GPT partition name
@@ -78,10 +81,11 @@ def layout(drive: Drive) -> list[PartSpec]:
     specs = []
     if drive.swap > 0:
         size = math.ceil(drive.swap / MIB) * MIB  # the profile only accepts whole MiB
-        specs.append(PartSpec(1, "swap", marks.part_name("swap", drive.name), *SWAP_TYPE, size, "swap",
-                              marks.fs_label("swap", drive.name)))
-    specs.append(PartSpec(len(specs) + 1, "data", marks.part_name("data", drive.name), *LINUX_TYPE, None,
-                          drive.filesystem, marks.fs_label("data", drive.name)))
+        specs.append(PartSpec(number=1, role="swap", name=marks.part_name("swap", drive.name), type_code=SWAP_TYPE[0],
+                              type_guid=SWAP_TYPE[1], size=size, fs="swap", label=marks.fs_label("swap", drive.name)))
+    specs.append(PartSpec(number=len(specs) + 1, role="data", name=marks.part_name("data", drive.name),
+                          type_code=LINUX_TYPE[0], type_guid=LINUX_TYPE[1], size=None, fs=drive.filesystem,
+                          label=marks.fs_label("data", drive.name)))
     return specs
 
 
@@ -113,25 +117,30 @@ def names_drive(erase_arg: str, drive: Drive) -> bool:
 # ---------------------------------------------------------------- inputs and outputs
 
 
-@dataclass
 class StorageOptions:
-    erase: tuple[str, ...] = ()  # the --erase arguments
-    owner: tuple[int, int] | None = None  # SUDO_UID/SUDO_GID: who owns the cache directories
-    new_uuid: Callable[[], str] = field(default=lambda: str(uuid.uuid4()))
+    """How this run may act: a plain class, as it holds the maker of new filesystem UUIDs."""
+
+    def __init__(self, *, erase: tuple[str, ...] = (), owner: tuple[int, int] | None = None,
+                 new_uuid: Callable[[], str] | None = None) -> None:
+        self.erase = erase  # the --erase arguments
+        self.owner = owner  # SUDO_UID/SUDO_GID: who owns the cache directories
+        self.new_uuid = new_uuid or (lambda: str(uuid.uuid4()))
 
 
-@dataclass
 class DriveVerdict:
-    drive: Drive
-    disk: Disk | None
-    status: Literal["ready", "converge", "create", "erase", "relabel", "refused"]
-    found: str  # what is on the drive now, one line
-    reasons: list[str] = field(default_factory=list)  # why it is refused
-    fix: str | None = None
-    actions: list[Action] = field(default_factory=list)
-    replan: bool = False  # its partitions can be planned only after the kernel loads the table
-    entries: list[fstab.Entry] = field(default_factory=list)
-    fs_facts: dict[str, tuple[str, str]] = field(default_factory=dict)  # role -> (device, uuid)
+    """What is decided for one drive: a plain class, as its actions hold what runs them."""
+
+    def __init__(self, drive: Drive, disk: Disk | None,
+                 status: Literal["ready", "converge", "create", "erase", "relabel", "refused"], found: str,
+                 reasons: list[str] | None = None, fix: str | None = None) -> None:
+        self.drive, self.disk, self.status = drive, disk, status
+        self.found = found  # what is on the drive now, one line
+        self.reasons: list[str] = reasons if reasons is not None else []  # why it is refused
+        self.fix = fix
+        self.actions: list[Action] = []
+        self.replan = False  # its partitions can be planned only after the kernel loads the table
+        self.entries: list[fstab.Entry] = []
+        self.fs_facts: dict[str, tuple[str, str]] = {}  # role -> (device, uuid)
 
     @property
     def refused(self) -> bool:
@@ -147,13 +156,13 @@ class DriveVerdict:
         return f"{self.drive.name} ({self.drive.identity}, {self.disk.path}, {fmt_bytes(self.disk.size_bytes)})"
 
 
-@dataclass
 class StorageProvision:
-    profile: str
-    phase: str
-    drives: list[DriveVerdict]
-    system: list[Action] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
+    """What the storage part decided on one look: a plain class, as its actions hold what runs them."""
+
+    def __init__(self, profile: str, phase: str, drives: list[DriveVerdict]) -> None:
+        self.profile, self.phase, self.drives = profile, phase, drives
+        self.system: list[Action] = []
+        self.notes: list[str] = []
 
     @property
     def actions(self) -> list[Action]:
@@ -741,12 +750,12 @@ def _lay_out(v: DriveVerdict, specs: list[PartSpec], parts: list[Partition | Non
                 active = False
             if not active:
                 v.actions.append(_cmd(f"{step}/swap", ["swapon", "--priority", str(drive.swap_priority), path]))
-            v.entries.append(fstab.Entry(f"UUID={fs_uuid}", "none", "swap", f"pri={drive.swap_priority},nofail"))
+            v.entries.append(fstab.Entry(spec=f"UUID={fs_uuid}", file="none", vfstype="swap", options=f"pri={drive.swap_priority},nofail"))
             continue
         mounted = p is not None and drive.mount in p.mountpoints and not remade
         options = ["noatime", *drive.mount_options]
-        v.entries.append(fstab.Entry(f"UUID={fs_uuid}", drive.mount, s.fs,
-                                     ",".join(["defaults", "noatime", "nofail", *drive.mount_options]),
+        v.entries.append(fstab.Entry(spec=f"UUID={fs_uuid}", file=drive.mount, vfstype=s.fs,
+                                     options=",".join(["defaults", "noatime", "nofail", *drive.mount_options]),
                                      passno=2 if s.fs == "ext4" else 0))
         if defer_mount and not mounted:
             v.replan = True  # its mountpoint is inside a filesystem that is mounted first

@@ -17,10 +17,10 @@ running systemd is never touched.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from hostctl import paths
+from hostctl.act.actions import Action, Assessment, Note, Settled, command
 from hostctl.safefs import write_file
 from hostctl.safeload import read_text
 from hostctl.config import Config, recipe_path
@@ -31,7 +31,6 @@ from hostctl.facts.sysfiles import LocalReader, ManagedFiles, Reader, read_manag
 from hostctl.plan.model import Plan
 from hostctl.provision import files as file_edit
 from hostctl.provision import boot_code
-from hostctl.act.actions import Action, Assessment, Note, Settled, command
 from hostctl.service.render import INSTALLED_HOSTCTL, INSTALLED_PROFILE, render_files
 
 UNIT_DIR = PurePosixPath("/etc/systemd/system")
@@ -66,19 +65,19 @@ def desired_files(config: Config, plan: Plan, *, hostctl_bin: str = INSTALLED_HO
     return files
 
 
-@dataclass
 class SystemSnapshot:
     """What the system part decides on: the bytes each file must hold (None when the plan has
-    errors: nothing is rendered then) and what the host holds now."""
+    errors: nothing is rendered then) and what the host holds now. A plain class: one look's
+    reads, handed to decide() and never written anywhere."""
 
-    desired: dict[PurePosixPath, bytes] | None
-    files: ManagedFiles
-    sysroot: str
-    hostctl_bin: str = INSTALLED_HOSTCTL
-    reload_deferred: str | None = None  # why systemd must not be reloaded now (see reload_deferred)
-    # The code behind hostctl_bin (owners and modes); None where the reader is another machine's
-    # (`verify --host`), which then checks only that the file exists.
-    exec_chain: ExecChain | None = None
+    def __init__(self, *, desired: dict[PurePosixPath, bytes] | None, files: ManagedFiles, sysroot: str,
+                 hostctl_bin: str = INSTALLED_HOSTCTL, reload_deferred: str | None = None,
+                 exec_chain: ExecChain | None = None) -> None:
+        self.desired, self.files, self.sysroot, self.hostctl_bin = desired, files, sysroot, hostctl_bin
+        self.reload_deferred = reload_deferred  # why systemd must not be reloaded now (see reload_deferred)
+        # The code behind hostctl_bin (owners and modes); None where the reader is another
+        # machine's (`verify --host`), which then checks only that the file exists.
+        self.exec_chain = exec_chain
 
 
 def reload_deferred(plan: Plan, facts: HostFacts | None) -> str | None:
