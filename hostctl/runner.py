@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+
 from pydantic import ConfigDict
 
-from hostctl import testhooks
 from hostctl.data import Data
 
 
@@ -46,11 +46,6 @@ def run(argv: list[str], *, timeout: float = 30.0, input_text: str | None = None
         raise ValueError("empty command")
     if shutil.which(argv[0]) is None:
         return Result(argv=tuple(argv), returncode=127, stdout="", stderr=f"{argv[0]}: not found", missing=True)
-    when = testhooks.armed_for_command(argv)
-    if when is not None:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
-                                cwd=cwd)
-        testhooks.run_then_kill(proc, when)
     try:
         proc = subprocess.run(
             argv, capture_output=True, text=True, timeout=timeout, input=input_text, env=env, check=False,

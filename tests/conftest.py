@@ -9,8 +9,13 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 # CI installs every real part: there, a missing part must fail the test, not skip it (tests/need.py).
+import killhook  # noqa: E402  (after the path: tests/killhook.py)
 import need  # noqa: E402  (after the path: tests/need.py)
 from need import IN_CI, needs  # noqa: E402,F401  (IN_CI: re-exported for the tier conftests)
+
+# The kill points (HOSTCTL_TEST_KILL_AT) are hooked in now, at import, so that a child forked from
+# this process (tests/system/test_storage_safety.py) has them too.
+killhook.install()
 
 
 def _has_compose() -> bool:

@@ -249,7 +249,7 @@ def _up_serving(cp: ClusterPlan, mp: MemberPlan, *, timeout, keep_on_failure, sa
 def _live_facts(mp: MemberPlan):
     from hostctl.facts import collect
     from hostctl.plan import alias_requests
-    from hostctl.provision.apply import fact_requests
+    from hostctl.provision.requests import fact_requests
 
     return collect(fact_requests(mp.config), alias_paths=alias_requests(mp.config))
 

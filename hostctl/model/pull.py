@@ -210,13 +210,13 @@ def run_pull(config: Config, *, revision: str | None, dry_run: bool, err: TextIO
             rep.statuses = {n: "would download" for n in rep.plan.todo}
         return report
 
-    from hostctl.service.lock import LifecycleLock
+    from hostctl.act.lock import HostLock
 
     for rep, snapshot, cp in planned:
         model_dir = rep.plan.model_dir
         os.close(safefs.open_dir(model_dir, create=True))
         # One pull per checkpoint directory: two would race on the same files and manifest.
-        with LifecycleLock("model pull", Path(model_dir) / PULL_LOCK):
+        with HostLock("model pull", Path(model_dir) / PULL_LOCK):
             _fetch(rep.plan, cp, snapshot, rep, err)
     return report
 

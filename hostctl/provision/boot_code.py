@@ -22,6 +22,8 @@ INSTALL_ROUTE = ("install hostctl as root: `sudo ./install.sh` in a hostctl chec
 SHOWN = 5  # findings listed in an error; the count says how many more
 
 
+# A dataclass, not Data, for now: doctor imports this module, and tests/unit/test_cli_imports.py
+# still holds doctor to no pydantic import (lift it with that test).
 @dataclass(frozen=True)
 class Writable:
     """One file or directory behind the executable that someone other than root can change."""
@@ -59,7 +61,7 @@ def writable_by_others(chain: ExecChain) -> list[Writable]:
     for e in chain.entries:
         who = _who(chain, e.uid, e.gid, e.mode, e.acl)
         if who is not None:
-            out.append(Writable(e.path, e.role, who))
+            out.append(Writable(path=e.path, role=e.role, who=who))
     return out
 
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
-from hostctl import paths, safefs, testhooks
+from hostctl import paths, safefs
+from hostctl.act import hooks
 
 
 def read_text(host_path: str) -> str | None:
@@ -31,4 +32,4 @@ def diff(host_path: str, old: str | None, new: str) -> str:
 
 def write_file(host_path: str, text: str) -> Path:
     """Replace the file at this host path (under the sysroot), keeping its mode and owner."""
-    return safefs.write_file(paths.system_path(host_path), text, before_replace=lambda: testhooks.at_write(host_path))
+    return safefs.write_file(paths.system_path(host_path), text, before_replace=lambda: hooks.write(host_path))

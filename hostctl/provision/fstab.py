@@ -6,9 +6,11 @@ Pure text functions; writing goes through provision.files."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+
+from pydantic import ConfigDict
 
 from hostctl import marks
+from hostctl.data import Data
 from hostctl.errors import FailedError
 
 FSTAB = "/etc/fstab"
@@ -22,8 +24,9 @@ def escape(field: str) -> str:
     return field.replace("\\", "\\134").replace(" ", "\\040").replace("\t", "\\011").replace("\n", "\\012")
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(Data):
+    model_config = ConfigDict(frozen=True)
+
     spec: str  # UUID=...
     file: str  # mount point, or "none" for swap
     vfstype: str

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from hostctl import paths
+from hostctl.act.actions import Action, Assessment, Note, Settled, Skipped, command
 from hostctl.safefs import write_file
 from hostctl.config import Config
 from hostctl.errors import FailedError, InputError, RefusedError
@@ -40,7 +40,6 @@ from hostctl.plan.placement import serving_gpus
 from hostctl.plan.power import TOLERANCE_W
 from hostctl.provision import boot_code
 from hostctl.provision import files as file_edit
-from hostctl.provision.actions import Action, Decision, Note, Settled, Skipped, command
 from hostctl.service.render import INSTALLED_PROFILE
 
 UNIT_NAME = "hostctl-power.service"
@@ -110,16 +109,21 @@ def wait_for_driver(adapter: NvmlAdapter, *, timeout_s: float = DRIVER_WAIT_S, i
 # ---------------------------------------------------------------- what deciding reads
 
 
-@dataclass
 class GpuSnapshot:
-    facts: HostFacts  # the GPUs (NVML) and hostctl's state as they are this round
-    files: ManagedFiles  # the unit file, its wants link or enablement, the installed profile
-    source_profile: bytes | None  # the profile provision runs with
-    acs: Any = None  # hostctl.gpu.p2p.Rung: the ACS rung (lspci and sysfs); None: not read
-    torch: TorchPython | None = None  # who would run the functional check; None: not looked up
-    acs_facts: AcsFacts | None = None  # what the ACS rung read this round (handed to the functional run)
-    driver: str | None = None  # boot mode: how the driver came up
-    exec_chain: ExecChain | None = None  # the code behind the hostctl the unit calls (None: not read)
+    """What the gpu part decides on, one look's reads: a plain class, as it holds who would run the
+    functional P2P check (a TorchPython)."""
+
+    def __init__(self, *, facts: HostFacts, files: ManagedFiles, source_profile: bytes | None, acs: Any = None,
+                 torch: TorchPython | None = None, acs_facts: AcsFacts | None = None, driver: str | None = None,
+                 exec_chain: ExecChain | None = None) -> None:
+        self.facts = facts  # the GPUs (NVML) and hostctl's state as they are this round
+        self.files = files  # the unit file, its wants link or enablement, the installed profile
+        self.source_profile = source_profile  # the profile provision runs with
+        self.acs = acs  # hostctl.gpu.p2p.Rung: the ACS rung (lspci and sysfs); None: not read
+        self.torch = torch  # who would run the functional check; None: not looked up
+        self.acs_facts = acs_facts  # what the ACS rung read this round (handed to the functional run)
+        self.driver = driver  # boot mode: how the driver came up
+        self.exec_chain = exec_chain  # the code behind the hostctl the unit calls (None: not read)
 
 
 def read_gpu(config: Config, facts: HostFacts, reader: Reader, *, gpus: Callable[[], GpuFacts] | None = None,
@@ -170,19 +174,19 @@ def read_gpu(config: Config, facts: HostFacts, reader: Reader, *, gpus: Callable
 
 
 def decide(config: Config, snap: GpuSnapshot, *, hostctl_bin: str | None = None, boot: bool = False,
-           adapter: NvmlAdapter | None = None, p2p_options: dict | None = None) -> Decision:
+           adapter: NvmlAdapter | None = None, p2p_options: dict | None = None) -> Assessment:
     """The gpu part's actions on this snapshot. `adapter` is what the power actions will set
     through (nothing is called on it here)."""
     facts = snap.facts
     plan = build_plan(config, facts)
-    d = Decision("gpu")
+    d = Assessment("gpu")
     adapter = adapter or NvmlAdapter()
     if boot:
         if snap.driver:
-            d.add(Settled("gpu/driver", snap.driver))
+            d.add(Settled(id="gpu/driver", what=snap.driver))
         _power(d, plan.power.gpus, facts, adapter)
         if not plan.power.gpus or all(s.action == "none" for s in plan.power.gpus):
-            d.add(Skipped("gpu/power", "the profile sets no power limits"))
+            d.add(Skipped(id="gpu/power", reason="the profile sets no power limits"))
         return d
 
     wanted = configured(config)
@@ -191,10 +195,10 @@ def decide(config: Config, snap: GpuSnapshot, *, hostctl_bin: str | None = None,
     if wanted:
         _unit(d, config, plan, snap, paths.hostctl_for_units(hostctl_bin))
     else:
-        d.add(Skipped("gpu/power-unit", "the profile sets no power limits: no boot unit needed"))
+        d.add(Skipped(id="gpu/power-unit", reason="the profile sets no power limits: no boot unit needed"))
 
     if not facts.gpus.available:
-        d.add(Skipped("gpu", f"no driver ({facts.gpus.reason}): power limits and the P2P check skipped"
+        d.add(Skipped(id="gpu", reason=f"no driver ({facts.gpus.reason}): power limits and the P2P check skipped"
                       + ("; the boot unit applies the limits once the driver loads" if wanted else "")))
         return d
 
@@ -202,15 +206,15 @@ def decide(config: Config, snap: GpuSnapshot, *, hostctl_bin: str | None = None,
         _power(d, plan.power.gpus, facts, adapter)
         off = [g.index for g in facts.gpus.devices if g.persistence_mode is False]
         if off:
-            d.add(Note("gpu/power", f"persistence mode is off on GPU(s) {', '.join(map(str, off))}: limits may be "
+            d.add(Note(id="gpu/power", message=f"persistence mode is off on GPU(s) {', '.join(map(str, off))}: limits may be "
                        "lost when the driver unloads between clients; enable nvidia-persistenced"))
     else:
-        d.add(Skipped("gpu/power", "the profile sets no power limits"))
+        d.add(Skipped(id="gpu/power", reason="the profile sets no power limits"))
     _p2p(d, facts, plan, snap, p2p_options or {})
     return d
 
 
-def _unit(d: Decision, config: Config, plan: Plan, snap: GpuSnapshot, hostctl_bin: str) -> None:
+def _unit(d: Assessment, config: Config, plan: Plan, snap: GpuSnapshot, hostctl_bin: str) -> None:
     """hostctl-power.service in /etc/systemd/system, enabled for multi-user.target: `systemctl
     enable` when systemd runs the host, else the wants/ symlink systemctl would make."""
     # Like the runtime unit, the boot unit reads the installed profile (`provision --only system`
@@ -229,14 +233,14 @@ def _unit(d: Decision, config: Config, plan: Plan, snap: GpuSnapshot, hostctl_bi
                      run=lambda: write_file(target, text, mode=0o644) and None,
                      diff=file_edit.diff(UNIT_PATH, current, text), changes=UNIT_PATH, why=why))
     else:
-        d.add(Settled("gpu/power-unit", f"{UNIT_PATH} is current"))
+        d.add(Settled(id="gpu/power-unit", what=f"{UNIT_PATH} is current"))
     if problem is not None or (snap.exec_chain is None and snap.files.present.get(hostctl_bin) is False):
-        d.add(Note("gpu/power-unit", f"the unit calls {hostctl_bin}, which does not exist, so it would fail at boot: "
+        d.add(Note(id="gpu/power-unit", message=f"the unit calls {hostctl_bin}, which does not exist, so it would fail at boot: "
                    f"{boot_code.INSTALL_ROUTE} (`provision --only system` refuses until it exists)", severity="warn"))
     installed = snap.files.files.get(INSTALLED_PROFILE)
     if installed is None or (snap.source_profile is not None and installed != snap.source_profile):
         what = "does not exist" if installed is None else f"differs from {config.source}"
-        d.add(Note("gpu/power-unit", f"the unit applies the limits of {INSTALLED_PROFILE} at boot, which {what}: "
+        d.add(Note(id="gpu/power-unit", message=f"the unit applies the limits of {INSTALLED_PROFILE} at boot, which {what}: "
                    "run `hostctl provision --only system` to install this profile there"))
 
     enable_why = "so systemd starts it at every boot (multi-user.target wants it)"
@@ -245,14 +249,14 @@ def _unit(d: Decision, config: Config, plan: Plan, snap: GpuSnapshot, hostctl_bi
             d.add(command("gpu/power-unit/daemon-reload", ["systemctl", "daemon-reload"], timeout=60,
                           changes="the running systemd", why="make systemd read the new unit file"))
         if snap.files.enabled.get(UNIT_NAME):
-            d.add(Settled("gpu/power-unit/enable", f"{UNIT_NAME} is enabled"))
+            d.add(Settled(id="gpu/power-unit/enable", what=f"{UNIT_NAME} is enabled"))
         else:
             d.add(command("gpu/power-unit/enable", ["systemctl", "enable", UNIT_NAME], timeout=60,
                           changes=UNIT_NAME, why=enable_why))
         return
     # No systemd running (a container, a chroot, a test sysroot): make the link systemctl would.
     if snap.files.links.get(WANTS_LINK) == UNIT_PATH:
-        d.add(Settled("gpu/power-unit/enable", f"enabled ({WANTS_LINK})"))
+        d.add(Settled(id="gpu/power-unit/enable", what=f"enabled ({WANTS_LINK})"))
         return
     link = paths.system_path(WANTS_LINK)
 
@@ -267,22 +271,22 @@ def _unit(d: Decision, config: Config, plan: Plan, snap: GpuSnapshot, hostctl_bi
                  why=enable_why))
 
 
-def _power(d: Decision, settings: list[PowerSetting], facts: HostFacts, adapter: NvmlAdapter) -> None:
+def _power(d: Assessment, settings: list[PowerSetting], facts: HostFacts, adapter: NvmlAdapter) -> None:
     validate_power(settings)
     by_index = {g.index: g for g in facts.gpus.devices}
     to_set = [s for s in settings if s.action == "set"]
     for s in settings:
         step = f"gpu/power/{s.index}"
         if s.action == "none":
-            d.add(Skipped(step, "the profile sets no limit for this GPU"))
+            d.add(Skipped(id=step, reason="the profile sets no limit for this GPU"))
         elif s.action == "keep":
             enforced = by_index[s.index].power.enforced_w if s.index in by_index else None
             text = f"{s.desired_w:g} W already set ({_range_text(s)})" + (
                 f"; the driver enforces {enforced:g} W" if enforced is not None else "")
             if enforced is None or abs(enforced - s.desired_w) <= TOLERANCE_W:
-                d.add(Settled(step, text))
+                d.add(Settled(id=step, what=text))
             else:
-                d.add(Note(step, text + ": another limiter is lower"))
+                d.add(Note(id=step, message=text + ": another limiter is lower"))
         elif s.action == "set":
             d.add(Action(step, f"NVML set power limit {s.current_w:g} W -> {s.desired_w:g} W ({_range_text(s)}) on "
                          f"{s.uuid} (nvmlDeviceSetPowerManagementLimit {_mw(s.desired_w)} mW, like `nvidia-smi -i "
@@ -339,7 +343,7 @@ def _set_power(s: PowerSetting, check: list[PowerSetting], adapter: NvmlAdapter)
     return _run
 
 
-def _p2p(d: Decision, facts: HostFacts, plan: Plan, snap: GpuSnapshot, opts: dict) -> None:
+def _p2p(d: Assessment, facts: HostFacts, plan: Plan, snap: GpuSnapshot, opts: dict) -> None:
     from hostctl.facts.state import P2P_FILE
     from hostctl.gpu.p2p import (driver_rung, iommu_rung, recommendations, run_ladder, store_verdict, topology_rung,
                                  verdict_applies)
@@ -350,7 +354,7 @@ def _p2p(d: Decision, facts: HostFacts, plan: Plan, snap: GpuSnapshot, opts: dic
     state_file = f"{paths.STATE_DIR}/{P2P_FILE}"
     if len(serving) < 2:
         if verdict_applies(stored, facts, uuids) and stored.verdict == "not_applicable":
-            d.add(Settled("gpu/p2p", f"not applicable: {len(serving)} GPU, no peer to talk to (stored {state_file})"))
+            d.add(Settled(id="gpu/p2p", what=f"not applicable: {len(serving)} GPU, no peer to talk to (stored {state_file})"))
             return
         verdict = P2PVerdict(verdict="not_applicable", measured_at=_now(), driver_version=facts.gpus.driver_version,
                              kernel_cmdline=facts.kernel.cmdline, gpu_uuids=uuids,
@@ -363,28 +367,28 @@ def _p2p(d: Decision, facts: HostFacts, plan: Plan, snap: GpuSnapshot, opts: dic
     driver = driver_rung(facts, serving)
     rungs = [topology_rung(facts, serving), driver, iommu_rung(facts)] + ([snap.acs] if snap.acs is not None else [])
     for rung in rungs:  # rungs 1-4 only read: they are reported as data, the plan's verdict is rung 5
-        d.add(Note(f"gpu/p2p/{rung.name}", rung.summary, severity="info" if rung.status == "ok" else "warn",
+        d.add(Note(id=f"gpu/p2p/{rung.name}", message=rung.summary, severity="info" if rung.status == "ok" else "warn",
                    data=rung.to_dict()))
     if driver.status == "fail":
-        d.add(Skipped("gpu/p2p/functional", "not run: the driver refuses P2P, so NCCL cannot use it and the plan "
+        d.add(Skipped(id="gpu/p2p/functional", reason="not run: the driver refuses P2P, so NCCL cannot use it and the plan "
                       "keeps it off (NCCL_P2P_DISABLE=1)"))
         if driver.fix:
-            d.add(Note("gpu/p2p", driver.fix))
+            d.add(Note(id="gpu/p2p", message=driver.fix))
         return
     if verdict_applies(stored, facts, uuids) and stored.verdict != "not_applicable":
         text = (f"stored verdict {stored.verdict} from {stored.measured_at} still applies (same driver, kernel command "
                 "line and GPUs); not measured again")
-        d.add(Settled("gpu/p2p/functional", text))
-        d.add(Note("gpu/p2p/verdict", f"P2P verdict {stored.verdict}: {stored.detail or ''}".rstrip(": "),
+        d.add(Settled(id="gpu/p2p/functional", what=text))
+        d.add(Note(id="gpu/p2p/verdict", message=f"P2P verdict {stored.verdict}: {stored.detail or ''}".rstrip(": "),
                    severity="info" if stored.verdict == "ok" else "warn", data=stored.model_dump()))
         for rec in recommendations(stored, facts):
-            d.add(Note("gpu/p2p", rec))
+            d.add(Note(id="gpu/p2p", message=rec))
         if stored.verdict == "inconclusive":
             d.failures.append(f"gpu/p2p/functional: the functional check was inconclusive: {stored.detail}")
         return
     if snap.torch is not None and snap.torch.python is None:
-        d.add(Skipped("gpu/p2p/functional", f"cannot run the functional check: {snap.torch.why}"))
-        d.add(Note("gpu/p2p/functional", "install PyTorch for the host's Python, or set HOSTCTL_TORCH_PYTHON, then "
+        d.add(Skipped(id="gpu/p2p/functional", reason=f"cannot run the functional check: {snap.torch.why}"))
+        d.add(Note(id="gpu/p2p/functional", message="install PyTorch for the host's Python, or set HOSTCTL_TORCH_PYTHON, then "
                    "re-run `hostctl provision --only gpu`; P2P stays off until then"))
         return
     from hostctl.gpu.p2p import DEFAULT_TIMEOUT_S, configured_env

@@ -2,7 +2,7 @@
 directories, swap sysctls), then system (the installed profile and the runtime unit, which the
 boot units read), then gpu (power limits, the power unit, the P2P verdict). Each part binds its
 reader (facts and files, read again every round) to its pure decide() and to the text people
-read; the executor (provision/executor.py) runs them.
+read; the one executor (hostctl.act) runs them. The storage part is storage_part.py's.
 
 A dry run decides every part before any has acted, so a later part is judged on the facts the
 earlier ones would leave, as the real run judges it after they ran: the system part's plan counts
@@ -18,14 +18,19 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from hostctl import paths
+from hostctl.act import consent
+from hostctl.act.actions import Action, Assessment
+from hostctl.act.executor import Context, Executor
+from hostctl.act.report import Report
+from hostctl.bytesizes import fmt_bytes
 from hostctl.config import Config
 from hostctl.errors import FailedError, HostctlError
 from hostctl.facts.model import GpuFacts, HostFacts
 from hostctl.facts.sysfiles import LocalReader
-from hostctl.provision import consent
-from hostctl.provision.actions import Action, Decision
-from hostctl.provision.executor import Context, Executor, Report
-from hostctl.bytesizes import fmt_bytes
+from hostctl.provision.executor import COMMAND, SCHEMA, provision_lock
+from hostctl.provision.record import record_converged
+from hostctl.provision.requests import fact_requests
+from hostctl.provision.storage_part import StoragePart
 
 ORDER = ("storage", "system", "gpu")
 
@@ -34,64 +39,8 @@ def live_facts(config: Config) -> HostFacts:
     """Every fact of this host the plan reads (provision refuses --facts: it acts on this host)."""
     from hostctl.facts import collect
     from hostctl.plan import alias_requests
-    from hostctl.provision.apply import fact_requests
 
     return collect(fact_requests(config), alias_paths=alias_requests(config))
-
-
-class StoragePart:
-    name = "storage"
-    record = True
-
-    def __init__(self, config: Config, opts: Any, *, read_facts: Callable[[Config], HostFacts] | None = None):
-        from hostctl.provision.apply import storage_facts
-
-        self.config, self.opts = config, opts
-        self.read_facts = read_facts or storage_facts
-        self.locked: set[str] = set()
-
-    def read(self, ctx: Context) -> Any:
-        from hostctl.provision.apply import read_system_files
-        from hostctl.provision.executor import disk_lock
-        from hostctl.provision.storage import resolve_drives
-
-        facts = self.read_facts(self.config)
-        if not ctx.dry_run:
-            for disk in resolve_drives(self.config, facts)[0].values():
-                if disk.path not in self.locked:  # held until the whole run ends
-                    ctx.held.enter_context(disk_lock(disk.path))
-                    self.locked.add(disk.path)
-        return facts, read_system_files(self.config, facts)
-
-    def decide(self, snapshot: Any) -> Decision:
-        from hostctl.provision import storage
-
-        facts, files = snapshot
-        return storage.decide(self.config, facts, files, self.opts)
-
-    def plan_text(self, d: Decision, round_no: int) -> str:
-        from hostctl.provision.apply import plan_text
-
-        if round_no == 1:
-            return plan_text(d.detail)
-        return plan_text(d.detail, heading="re-planned with the partitions the kernel has loaded now:")
-
-    def done_text(self, first: Decision, final: Decision, ran: list[Action], *, dry_run: bool) -> str:
-        if dry_run:
-            return ("storage: no changes needed\n" if not first.actions else
-                    f"dry run: {len(first.actions)} action(s) shown, nothing was changed\n")
-        return ("storage: no changes\n" if not ran else
-                f"storage: {len(ran)} action(s) run; verified: a fresh look at the host needs nothing more\n")
-
-    def refusal(self, d: Decision, ran: int) -> HostctlError:
-        from hostctl.provision.apply import _refusal
-
-        return _refusal(d.detail, ran)
-
-    def consent(self, d: Decision) -> list[consent.Request]:
-        from hostctl.provision.apply import _consent_request
-
-        return [_consent_request(v) for v in d.detail.drives if v.destructive]
 
 
 class SystemPart:
@@ -122,23 +71,23 @@ class SystemPart:
             self.plan, self.plan_facts = build_plan(self.config, facts), facts
         return read_system(self.config, self.plan, LocalReader(), hostctl_bin=self.hostctl_bin, facts=self.plan_facts)
 
-    def decide(self, snapshot: Any) -> Decision:
+    def decide(self, snapshot: Any) -> Assessment:
         from hostctl.provision import system
 
         return system.decide(self.config, self.plan, snapshot)
 
-    def plan_text(self, d: Decision, round_no: int) -> str:
+    def plan_text(self, d: Assessment, round_no: int) -> str:
         return f"{self.projected}\n" if self.projected and round_no == 1 else ""
 
-    def done_text(self, first: Decision, final: Decision, ran: list[Action], *, dry_run: bool) -> str:
+    def done_text(self, first: Assessment, final: Assessment, ran: list[Action], *, dry_run: bool) -> str:
         from hostctl.provision import system
 
         return system.text(first, dry_run=dry_run, ran=ran)
 
-    def refusal(self, d: Decision, ran: int) -> HostctlError:
+    def refusal(self, d: Assessment, ran: int) -> HostctlError:
         return FailedError("system part refused", details=[r.reason for r in d.refusals])
 
-    def consent(self, d: Decision) -> list[consent.Request]:
+    def consent(self, d: Assessment) -> list[consent.Request]:
         return []
 
 
@@ -188,16 +137,16 @@ class GpuPart:
             snap.files.files[INSTALLED_PROFILE] = snap.source_profile  # what the system part would install
         return snap
 
-    def decide(self, snapshot: Any) -> Decision:
+    def decide(self, snapshot: Any) -> Assessment:
         from hostctl.provision import gpu
 
         return gpu.decide(self.config, snapshot, hostctl_bin=self.hostctl_bin, boot=self.boot, adapter=self.adapter,
                           p2p_options=self.p2p_options)
 
-    def plan_text(self, d: Decision, round_no: int) -> str:
+    def plan_text(self, d: Assessment, round_no: int) -> str:
         return ""
 
-    def done_text(self, first: Decision, final: Decision, ran: list[Action], *, dry_run: bool) -> str:
+    def done_text(self, first: Assessment, final: Assessment, ran: list[Action], *, dry_run: bool) -> str:
         from hostctl.provision import gpu
 
         ids = {a.id for a in ran}
@@ -208,10 +157,10 @@ class GpuPart:
         lines = gpu.text_lines(items, dry_run=dry_run, ran=ids)
         return "".join(line + "\n" for line in lines)
 
-    def refusal(self, d: Decision, ran: int) -> HostctlError:
+    def refusal(self, d: Assessment, ran: int) -> HostctlError:
         return FailedError("gpu part refused", details=[r.reason for r in d.refusals])
 
-    def consent(self, d: Decision) -> list[consent.Request]:
+    def consent(self, d: Assessment) -> list[consent.Request]:
         return []
 
 
@@ -221,9 +170,8 @@ def provision(config: Config, *, only: str | None = None, dry_run: bool = False,
               gpu_options: dict | None = None) -> Report:
     """Run the parts (all, in ORDER, or `only` one) and return the report; its error, if any, is
     what the run stopped at (the caller raises it after presenting the report)."""
-    from hostctl.safefs import sudo_owner
-    from hostctl.provision.record import record_converged
     from hostctl.provision.storage import StorageOptions
+    from hostctl.safefs import sudo_owner
 
     names = [only] if only else list(ORDER)
     cached: dict[str, HostFacts] = {}
@@ -241,7 +189,7 @@ def provision(config: Config, *, only: str | None = None, dry_run: bool = False,
             parts.append(SystemPart(config, facts=fresh))
         else:
             parts.append(GpuPart(config, facts=fresh, boot=boot, **(gpu_options or {})))
-    executor = Executor(dry_run=dry_run, yes=yes, stdin=stdin or sys.stdin, out=out, err=err,
-                        record=lambda name: record_converged(name, config) and None)
-    report = Report(dry_run=dry_run, profile=config.profile.name, only=only)
+    executor = Executor(command=COMMAND, lock=provision_lock, dry_run=dry_run, yes=yes, stdin=stdin or sys.stdin,
+                        out=out, err=err, record=lambda name: record_converged(name, config) and None)
+    report = Report(schema_tag=SCHEMA, dry_run=dry_run, profile=config.profile.name, only=only)
     return executor.run(parts, report)

@@ -17,12 +17,12 @@ import os
 import stat
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
 from hostctl import safefs
 from hostctl.config import Config
+from hostctl.data import Data
 from hostctl.errors import FailedError, InputError, RefusedError
 from hostctl.facts.model import HostFacts
 from hostctl.plan.storage import RANK_FILE_EXTS, plan_storage, rank_files
@@ -32,14 +32,13 @@ from hostctl.bytesizes import MIB, fmt_bytes
 CHUNK = 8 * MIB
 
 
-@dataclass
-class RankCopy:
+class RankCopy(Data):
     rank: int
     drive: str
     source_dir: str
     target_dir: str
     files: list[str]
-    todo: list[str] = field(default_factory=list)  # not yet copied (or changed since)
+    todo: list[str] = []  # not yet copied (or changed since)
 
     def bytes_todo(self) -> int:
         return sum(os.stat(os.path.join(self.source_dir, n)).st_size for n in self.todo)
@@ -94,7 +93,7 @@ def plan_split(config: Config, facts: HostFacts) -> tuple[list[RankCopy], list[s
                 f"rank {rs.rank}: {rs.host_dir} is on the same filesystem as the shared store {source}: "
                 "a copy there would not move any reads to another drive; nothing was copied",
                 fix=f"assign rank {rs.rank} a drive other than the shared store's in storage.rank_stores")
-        copy = RankCopy(rs.rank, rs.drive, str(source), rs.host_dir, files)
+        copy = RankCopy(rank=rs.rank, drive=rs.drive, source_dir=str(source), target_dir=rs.host_dir, files=files)
         copy.todo = [n for n in files if not _same_copy(source / n, target / n)]
         copies.append(copy)
     if problems:
@@ -215,7 +214,7 @@ def _first_diff(x: bytes, y: bytes) -> int:
 
 def split_rank_stores(config: Config, *, out: TextIO | None = None, err: TextIO | None = None,
                       read_facts=None) -> list[RankCopy]:
-    from hostctl.provision.apply import storage_facts
+    from hostctl.provision.storage_part import storage_facts
 
     out, err = out or sys.stdout, err or sys.stderr
     read_facts = read_facts or storage_facts

@@ -17,7 +17,7 @@ The promise (systemd-repart's and cloud-init's rule): hostctl only adds. It form
   resize is refused with the manual commands that would do it).
 
 Deciding is pure: (Config, HostFacts, SystemFiles, StorageOptions) -> StorageProvision. Nothing here
-touches the host; an Action's `run` does, when apply.py calls it. Every decision compares the
+touches the host; an Action's `run` does, when the executor (hostctl.act) calls it. Every decision compares the
 desired state with the facts, so a host in any half-provisioned state gets only the actions it
 still needs. Destructive actions also re-check the device just before they act (the guards,
 through the same probes as the facts): facts can be stale, a filesystem must not be.
@@ -32,12 +32,15 @@ import stat
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
+from pydantic import ConfigDict
+
 from hostctl import marks, paths, safefs, safepaths
+from hostctl.act.actions import Action, Assessment, Note, Refusal, Settled, command
 from hostctl.config import Config, Drive
+from hostctl.data import Data
 from hostctl.errors import FailedError, InputError, RefusedError
 from hostctl.facts.disks import blank_proof, blkid_probe, nonzero_samples, table_entries
 from hostctl.facts.disks import identity_matches as disk_identity_matches
@@ -45,7 +48,6 @@ from hostctl.facts.model import Disk, HostFacts, Partition
 from hostctl.facts.sysfiles import DirState, SystemFiles  # noqa: F401  (the snapshot storage decides on)
 from hostctl.plan.storage import plan_storage
 from hostctl.provision import files, fstab, sysctl
-from hostctl.provision.actions import Action, Decision, Note, Refusal, Settled, command
 from hostctl.provision.requests import dir_requests, tensor_parallel  # noqa: F401  (their callers import them from here)
 from hostctl.bytesizes import MIB, fmt_bytes
 
@@ -62,8 +64,9 @@ MKFS_TIMEOUT_S = 1800.0  # lazy init makes this seconds; a slow drive still must
 # ---------------------------------------------------------------- the layout
 
 
-@dataclass(frozen=True)
-class PartSpec:
+class PartSpec(Data):
+    model_config = ConfigDict(frozen=True)
+
     number: int
     role: Literal["swap", "data"]
     name: str  # GPT partition name
@@ -78,10 +81,11 @@ def layout(drive: Drive) -> list[PartSpec]:
     specs = []
     if drive.swap > 0:
         size = math.ceil(drive.swap / MIB) * MIB  # the profile only accepts whole MiB
-        specs.append(PartSpec(1, "swap", marks.part_name("swap", drive.name), *SWAP_TYPE, size, "swap",
-                              marks.fs_label("swap", drive.name)))
-    specs.append(PartSpec(len(specs) + 1, "data", marks.part_name("data", drive.name), *LINUX_TYPE, None,
-                          drive.filesystem, marks.fs_label("data", drive.name)))
+        specs.append(PartSpec(number=1, role="swap", name=marks.part_name("swap", drive.name), type_code=SWAP_TYPE[0],
+                              type_guid=SWAP_TYPE[1], size=size, fs="swap", label=marks.fs_label("swap", drive.name)))
+    specs.append(PartSpec(number=len(specs) + 1, role="data", name=marks.part_name("data", drive.name),
+                          type_code=LINUX_TYPE[0], type_guid=LINUX_TYPE[1], size=None, fs=drive.filesystem,
+                          label=marks.fs_label("data", drive.name)))
     return specs
 
 
@@ -113,25 +117,30 @@ def names_drive(erase_arg: str, drive: Drive) -> bool:
 # ---------------------------------------------------------------- inputs and outputs
 
 
-@dataclass
 class StorageOptions:
-    erase: tuple[str, ...] = ()  # the --erase arguments
-    owner: tuple[int, int] | None = None  # SUDO_UID/SUDO_GID: who owns the cache directories
-    new_uuid: Callable[[], str] = field(default=lambda: str(uuid.uuid4()))
+    """How this run may act: a plain class, as it holds the maker of new filesystem UUIDs."""
+
+    def __init__(self, *, erase: tuple[str, ...] = (), owner: tuple[int, int] | None = None,
+                 new_uuid: Callable[[], str] | None = None) -> None:
+        self.erase = erase  # the --erase arguments
+        self.owner = owner  # SUDO_UID/SUDO_GID: who owns the cache directories
+        self.new_uuid = new_uuid or (lambda: str(uuid.uuid4()))
 
 
-@dataclass
 class DriveVerdict:
-    drive: Drive
-    disk: Disk | None
-    status: Literal["ready", "converge", "create", "erase", "relabel", "refused"]
-    found: str  # what is on the drive now, one line
-    reasons: list[str] = field(default_factory=list)  # why it is refused
-    fix: str | None = None
-    actions: list[Action] = field(default_factory=list)
-    replan: bool = False  # its partitions can be planned only after the kernel loads the table
-    entries: list[fstab.Entry] = field(default_factory=list)
-    fs_facts: dict[str, tuple[str, str]] = field(default_factory=dict)  # role -> (device, uuid)
+    """What is decided for one drive: a plain class, as its actions hold what runs them."""
+
+    def __init__(self, drive: Drive, disk: Disk | None,
+                 status: Literal["ready", "converge", "create", "erase", "relabel", "refused"], found: str,
+                 reasons: list[str] | None = None, fix: str | None = None) -> None:
+        self.drive, self.disk, self.status = drive, disk, status
+        self.found = found  # what is on the drive now, one line
+        self.reasons: list[str] = reasons if reasons is not None else []  # why it is refused
+        self.fix = fix
+        self.actions: list[Action] = []
+        self.replan = False  # its partitions can be planned only after the kernel loads the table
+        self.entries: list[fstab.Entry] = []
+        self.fs_facts: dict[str, tuple[str, str]] = {}  # role -> (device, uuid)
 
     @property
     def refused(self) -> bool:
@@ -147,13 +156,13 @@ class DriveVerdict:
         return f"{self.drive.name} ({self.drive.identity}, {self.disk.path}, {fmt_bytes(self.disk.size_bytes)})"
 
 
-@dataclass
 class StorageProvision:
-    profile: str
-    phase: str
-    drives: list[DriveVerdict]
-    system: list[Action] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
+    """What the storage part decided on one look: a plain class, as its actions hold what runs them."""
+
+    def __init__(self, profile: str, phase: str, drives: list[DriveVerdict]) -> None:
+        self.profile, self.phase, self.drives = profile, phase, drives
+        self.system: list[Action] = []
+        self.notes: list[str] = []
 
     @property
     def actions(self) -> list[Action]:
@@ -741,12 +750,12 @@ def _lay_out(v: DriveVerdict, specs: list[PartSpec], parts: list[Partition | Non
                 active = False
             if not active:
                 v.actions.append(_cmd(f"{step}/swap", ["swapon", "--priority", str(drive.swap_priority), path]))
-            v.entries.append(fstab.Entry(f"UUID={fs_uuid}", "none", "swap", f"pri={drive.swap_priority},nofail"))
+            v.entries.append(fstab.Entry(spec=f"UUID={fs_uuid}", file="none", vfstype="swap", options=f"pri={drive.swap_priority},nofail"))
             continue
         mounted = p is not None and drive.mount in p.mountpoints and not remade
         options = ["noatime", *drive.mount_options]
-        v.entries.append(fstab.Entry(f"UUID={fs_uuid}", drive.mount, s.fs,
-                                     ",".join(["defaults", "noatime", "nofail", *drive.mount_options]),
+        v.entries.append(fstab.Entry(spec=f"UUID={fs_uuid}", file=drive.mount, vfstype=s.fs,
+                                     options=",".join(["defaults", "noatime", "nofail", *drive.mount_options]),
                                      passno=2 if s.fs == "ext4" else 0))
         if defer_mount and not mounted:
             v.replan = True  # its mountpoint is inside a filesystem that is mounted first
@@ -876,9 +885,9 @@ def plan_storage_provision(config: Config, facts: HostFacts, system: SystemFiles
         state = system.plain_dirs.get(directory, DirState(exists=False))
         owner_ok = opts.owner is None or state.owner == opts.owner
         if not state.exists or not owner_ok:
-            sp.system.append(replace(_mkdir(f"storage/dirs/{role}", str(paths.system_path(directory)), opts.owner,
-                                            create=not state.exists, host_path=directory),
-                                     why=f"storage role {role} needs this directory (not on a drive of the profile)"))
+            sp.system.append(_mkdir(f"storage/dirs/{role}", str(paths.system_path(directory)), opts.owner,
+                                    create=not state.exists, host_path=directory).amended(
+                why=f"storage role {role} needs this directory (not on a drive of the profile)"))
 
     if sp.refused or sp.replan:
         return sp  # fstab and sysctls follow the drives: decided once every drive is known
@@ -903,10 +912,9 @@ def plan_storage_provision(config: Config, facts: HostFacts, system: SystemFiles
                                     why=f"the swap sysctls for phase {profile.phase}, kept across reboots"))
         current = {"vm.swappiness": facts.memory.swappiness, "vm.page-cluster": facts.memory.page_cluster}
         if current != values:
-            sp.system.append(replace(_cmd("storage/sysctl", sysctl.apply_argv(values),
-                                          note="now: " + ", ".join(f"{k}={v}" for k, v in current.items())),
-                                     changes="the running kernel's swap sysctls",
-                                     why=f"the swap sysctls for phase {profile.phase}, applied now"))
+            sp.system.append(_cmd("storage/sysctl", sysctl.apply_argv(values),
+                                  note="now: " + ", ".join(f"{k}={v}" for k, v in current.items())).amended(
+                changes="the running kernel's swap sysctls", why=f"the swap sysctls for phase {profile.phase}, applied now"))
     return sp
 
 
@@ -921,20 +929,20 @@ def _explained(v: DriveVerdict, a: Action) -> Action:
     why = f"drive {v.drive.name} ({v.drive.identity}): {STATUS_WORDS[v.status]}" + (f"; {a.why}" if a.why else "")
     changes = a.changes or (v.drive.mount if a.step.endswith("/mount") else (v.disk.path if v.disk else ""))
     level = ("erase" if v.status == "erase" else "yes") if a.destructive else "none"
-    return replace(a, why=why, changes=changes, consent=level)
+    return a.amended(why=why, changes=changes, consent=level)
 
 
-def decide(config: Config, facts: HostFacts, system: SystemFiles, opts: StorageOptions) -> Decision:
+def decide(config: Config, facts: HostFacts, system: SystemFiles, opts: StorageOptions) -> Assessment:
     """The storage part in the act protocol: the actions still needed (none when the host has the
     profile's layout), each drive that needs nothing as settled, each refused drive as a refusal."""
     sp = plan_storage_provision(config, facts, system, opts)
-    d = Decision("storage", detail=sp, pending=sp.replan)
+    d = Assessment("storage", detail=sp, pending=sp.replan)
     for v in sorted(sp.drives, key=lambda x: _depth(x.drive.mount)):
         step = f"storage/{v.drive.name}"
         if v.refused:
-            d.add(Refusal(step, "; ".join(v.reasons)))
+            d.add(Refusal(id=step, reason="; ".join(v.reasons)))
         elif not v.actions and not v.replan:
-            d.add(Settled(step, f"{v.found}; {STATUS_WORDS['ready']}"))
+            d.add(Settled(id=step, what=f"{v.found}; {STATUS_WORDS['ready']}"))
         for a in v.actions:
             d.add(a)
     for a in sp.system:
@@ -942,15 +950,15 @@ def decide(config: Config, facts: HostFacts, system: SystemFiles, opts: StorageO
     if not (sp.refused or sp.replan):
         changed = {a.step for a in sp.system}
         if "storage/fstab" not in changed and any(v.entries for v in sp.drives):
-            d.add(Settled("storage/fstab", f"{fstab.FSTAB}: hostctl's block names every filesystem of the profile"))
+            d.add(Settled(id="storage/fstab", what=f"{fstab.FSTAB}: hostctl's block names every filesystem of the profile"))
         if "storage/sysctl" not in changed and any(x.swap > 0 for x in config.profile.drives):
-            d.add(Settled("storage/sysctl", f"{sysctl.SYSCTL_FILE} and the running kernel hold the swap sysctls "
+            d.add(Settled(id="storage/sysctl", what=f"{sysctl.SYSCTL_FILE} and the running kernel hold the swap sysctls "
                                             f"for phase {config.profile.phase}"))
     for role, directory in role_dirs(config, facts)[1]:
         if f"storage/dirs/{role}" not in {a.step for a in sp.system}:
-            d.add(Settled(f"storage/dirs/{role}", f"{directory} exists"))
+            d.add(Settled(id=f"storage/dirs/{role}", what=f"{directory} exists"))
     for note in sp.notes:
-        d.add(Note("storage", note))
+        d.add(Note(id="storage", message=note))
     return d
 
 

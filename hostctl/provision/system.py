@@ -17,10 +17,10 @@ running systemd is never touched.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from hostctl import paths
+from hostctl.act.actions import Action, Assessment, Note, Settled, command
 from hostctl.safefs import write_file
 from hostctl.safeload import read_text
 from hostctl.config import Config, recipe_path
@@ -31,7 +31,6 @@ from hostctl.facts.sysfiles import LocalReader, ManagedFiles, Reader, read_manag
 from hostctl.plan.model import Plan
 from hostctl.provision import files as file_edit
 from hostctl.provision import boot_code
-from hostctl.provision.actions import Action, Decision, Note, Settled, command
 from hostctl.service.render import INSTALLED_HOSTCTL, INSTALLED_PROFILE, render_files
 
 UNIT_DIR = PurePosixPath("/etc/systemd/system")
@@ -66,19 +65,19 @@ def desired_files(config: Config, plan: Plan, *, hostctl_bin: str = INSTALLED_HO
     return files
 
 
-@dataclass
 class SystemSnapshot:
     """What the system part decides on: the bytes each file must hold (None when the plan has
-    errors: nothing is rendered then) and what the host holds now."""
+    errors: nothing is rendered then) and what the host holds now. A plain class: one look's
+    reads, handed to decide() and never written anywhere."""
 
-    desired: dict[PurePosixPath, bytes] | None
-    files: ManagedFiles
-    sysroot: str
-    hostctl_bin: str = INSTALLED_HOSTCTL
-    reload_deferred: str | None = None  # why systemd must not be reloaded now (see reload_deferred)
-    # The code behind hostctl_bin (owners and modes); None where the reader is another machine's
-    # (`verify --host`), which then checks only that the file exists.
-    exec_chain: ExecChain | None = None
+    def __init__(self, *, desired: dict[PurePosixPath, bytes] | None, files: ManagedFiles, sysroot: str,
+                 hostctl_bin: str = INSTALLED_HOSTCTL, reload_deferred: str | None = None,
+                 exec_chain: ExecChain | None = None) -> None:
+        self.desired, self.files, self.sysroot, self.hostctl_bin = desired, files, sysroot, hostctl_bin
+        self.reload_deferred = reload_deferred  # why systemd must not be reloaded now (see reload_deferred)
+        # The code behind hostctl_bin (owners and modes); None where the reader is another
+        # machine's (`verify --host`), which then checks only that the file exists.
+        self.exec_chain = exec_chain
 
 
 def reload_deferred(plan: Plan, facts: HostFacts | None) -> str | None:
@@ -125,7 +124,7 @@ def _file_action(host_path: PurePosixPath, current: bytes | None, data: bytes) -
                   why=_why(host_path))
 
 
-def decide(config: Config, plan: Plan, snap: SystemSnapshot) -> Decision:
+def decide(config: Config, plan: Plan, snap: SystemSnapshot) -> Assessment:
     """The actions still needed to make /etc match the plan (none when it already does)."""
     if plan.errors or snap.desired is None:
         raise FailedError(
@@ -146,12 +145,12 @@ def decide(config: Config, plan: Plan, snap: SystemSnapshot) -> Decision:
     if not snap.files.systemctl:
         raise FailedError("systemctl is not installed: hostctl's units need systemd",
                           fix="run hostctl on a systemd host (Debian, Ubuntu, Fedora, ...)")
-    d = Decision("system")
+    d = Assessment("system")
     units_changed = False
     for host_path, data in snap.desired.items():
         current = snap.files.files.get(str(host_path))
         if current == data:
-            d.add(Settled(f"system/file{host_path}", f"{host_path} is current"))
+            d.add(Settled(id=f"system/file{host_path}", what=f"{host_path} is current"))
             continue
         d.add(_file_action(host_path, current, data))
         units_changed |= host_path.parent == UNIT_DIR
@@ -161,18 +160,18 @@ def decide(config: Config, plan: Plan, snap: SystemSnapshot) -> Decision:
                       changes="the running systemd", why="make systemd read the new unit files"))
     for unit in UNITS:
         if snap.files.enabled.get(unit):
-            d.add(Settled(f"system/enable/{unit}", f"{unit} is enabled"))
+            d.add(Settled(id=f"system/enable/{unit}", what=f"{unit} is enabled"))
         else:
             # `systemctl enable` reloads systemd by itself unless told not to
             enable = ["--no-reload", "enable", unit] if defer else ["enable", unit]
             d.add(command(f"system/enable/{unit}", systemctl_argv(snap.sysroot, *enable),
                           timeout=SYSTEMCTL_TIMEOUT, changes=unit, why="so systemd starts it at every boot"))
     if defer and d.actions:
-        d.add(Note("system/daemon-reload", defer))
+        d.add(Note(id="system/daemon-reload", message=defer))
     return d
 
 
-def text(d: Decision, *, dry_run: bool, ran: list[Action]) -> str:
+def text(d: Assessment, *, dry_run: bool, ran: list[Action]) -> str:
     """As `provision --only system` has always printed: one line per change, or nothing to change."""
     shown = d.actions if dry_run else ran
     if not shown:

@@ -32,7 +32,7 @@ from hostctl.plan.model import Plan
 from hostctl.service import apiclient, apipeer, identity, preflight, saved
 from hostctl.service.compose import compose_down, compose_up
 from hostctl.service.container import Feed, container_state
-from hostctl.service.lock import LifecycleLock
+from hostctl.act.lock import HostLock
 from hostctl.service.progress import Tracker
 from hostctl.service.smoke import SmokeReport, _headers, check_models, run_suite
 
@@ -107,7 +107,7 @@ def up(config: Config, plan: Plan, facts, *, timeout: int | None, keep_on_failur
        hostctl_bin: str = "/usr/local/bin/hostctl") -> StartOutcome:
     from hostctl.interrupt import Interrupted, Interruptible
 
-    with LifecycleLock("up"), Interruptible() as guard:
+    with HostLock("up"), Interruptible() as guard:
         started: list[bool] = [False]  # set just before `docker compose up`: from then on there is something to stop
         try:
             return _up(config, plan, facts, timeout=timeout, keep_on_failure=keep_on_failure, say=say,
@@ -453,7 +453,7 @@ def down(config: Config, say: Say) -> str:
 
     stop_running_supervisor(say)  # a supervising `up --foreground` ends first, or it would restart nothing but see a death
     rt = identity.of_config(config)
-    with LifecycleLock("down"):
+    with HostLock("down"):
         target, name = rt.project_dir, rt.container
         before = container_state(name)
         res = compose_down(target if target.is_dir() else None, rt.project)

@@ -17,7 +17,7 @@ from hostctl.config import Config, find_profile, load_config, parse_recipe, reci
 from hostctl.errors import EXIT_FAILED, FailedError, InputError
 from hostctl.interrupt import Interrupted, signals_raise
 from hostctl.safeload import load_yaml
-from hostctl.service.lock import LifecycleLock
+from hostctl.act.lock import HostLock
 from hostctl.tune import restore, runner
 
 TUNE_LOCK = "tune.lock"
@@ -73,7 +73,7 @@ def tune(config_path: Path | None, recipe_ref: str | None, *, dry_run: bool, jso
 
     say = lambda m: err.print(m, markup=False, highlight=False)  # noqa: E731
     target = out_dir or runner.default_out_dir(cfg.recipe.id)
-    with LifecycleLock("tune", paths.state_dir() / TUNE_LOCK):
+    with HostLock("tune", paths.state_dir() / TUNE_LOCK):
         facts = collect(path_requests(cfg))
         # The service as the profile serves it (its own recipe), to bring back afterwards.
         home = load_config(config_path)

@@ -72,7 +72,7 @@ class Ctx:
         """The storage decision on fresh facts and files (computed once; several checks read it)."""
         if "storage" not in self._cache:
             from hostctl.provision import storage
-            from hostctl.provision.apply import read_system_files
+            from hostctl.provision.storage_part import read_system_files
 
             files = read_system_files(self.config, self.facts, self.target)
             self._cache["storage"] = storage.decide(self.config, self.facts, files, storage.StorageOptions())

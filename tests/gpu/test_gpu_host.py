@@ -81,7 +81,7 @@ def test_dry_run_validates_against_the_real_range_and_sets_nothing(host, tmp_pat
     report = dry(with_power(config, 300))
     report.raise_for_error()
     assert not any(tmp_path.iterdir())
-    assert all(r.status in ("would-change", "ok", "skipped") for r in report.records), report.document()
+    assert all(r.status in ("would-change", "ok", "skipped") for r in report.actions), report.document()
 
 
 def test_p2p_ladder_with_the_gpus_here(host, tmp_path):

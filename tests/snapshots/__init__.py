@@ -115,6 +115,6 @@ def desktop_files(cfg: Config, facts: HostFacts, user_fstab: str = "") -> System
     for d in cfg.profile.drives:
         disk = next(x for x in facts.disks.devices if x.serial == d.identity.value)
         swap, data = disk.partitions
-        entries.append(fstab.Entry(f"UUID={swap.fs_uuid}", "none", "swap", "pri=100,nofail"))
-        entries.append(fstab.Entry(f"UUID={data.fs_uuid}", d.mount, "ext4", "defaults,noatime,nofail", 2))
+        entries.append(fstab.Entry(spec=f"UUID={swap.fs_uuid}", file="none", vfstype="swap", options="pri=100,nofail"))
+        entries.append(fstab.Entry(spec=f"UUID={data.fs_uuid}", file=d.mount, vfstype="ext4", options="defaults,noatime,nofail", passno=2))
     return SystemFiles(fstab=fstab.with_block(user_fstab, entries), sysctl=sysctl.render(cfg.profile, sysctl.desired(cfg.profile)))

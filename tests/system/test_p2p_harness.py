@@ -92,7 +92,7 @@ def test_provision_stores_the_verdict_and_the_plan_turns_p2p_on(tmp_path, monkey
                              gpu_options={"adapter": fake, "hostctl_bin": "/usr/bin/true", "p2p_options": opts,
                                           "gpus": lambda: probe_gpus(fake, pci_root=tmp_path / "pci")})
     report.raise_for_error()
-    assert ("gpu/p2p/functional", "changed") in [(r.id, r.status) for r in report.records]
+    assert ("gpu/p2p/functional", "changed") in [(r.id, r.status) for r in report.actions]
     # the fresh look after the check finds the verdict stored: nothing more to do
     assert [i.what for i in report.part("gpu").final.settled if i.id == "gpu/p2p/functional"][0].startswith(
         "stored verdict ok")

@@ -13,7 +13,7 @@ import pytest
 from hostctl import cli, paths
 from hostctl.facts import load_snapshot
 from hostctl.plan import build_plan
-from hostctl.provision.apply import provision_storage, storage_facts
+from hostctl.provision.storage_part import provision_storage, storage_facts
 from hostctl.provision.rankstores import split_rank_stores
 from hostctl.safefs import TEMP_MARK
 from hostctl.service.render import render_files

@@ -26,8 +26,8 @@ from hostctl.facts.model import GpuFacts, HostFacts
 from hostctl.gpu.harness import TorchPython
 from hostctl.gpu.p2p import store_verdict
 from hostctl.provision import parts
-from hostctl.provision.actions import Settled
-from hostctl.provision.executor import Report
+from hostctl.act.actions import Settled
+from hostctl.act.report import Report
 from hostctl.provision.gpu import UNIT_NAME, wait_for_driver
 
 LSPCI = (Path(__file__).parent / "data" / "lspci-pro6000x2-acs-redirect.txt").read_text()
@@ -68,7 +68,7 @@ class Result:
 
     @property
     def failed(self):
-        return [r for r in self.report.records if r.status == "failed"]
+        return [r for r in self.report.actions if r.status == "failed"]
 
     @property
     def final(self):
@@ -89,7 +89,7 @@ def provision(config, facts, fake, *, dry_run=False, tmp_path=None, torch=NO_TOR
 
 
 def statuses(result, prefix):
-    return sorted((r.id, r.status) for r in result.report.records if r.id.startswith(prefix))
+    return sorted((r.id, r.status) for r in result.report.actions if r.id.startswith(prefix))
 
 
 def test_sets_each_gpu_and_reads_back_the_enforced_limit(tmp_path):
@@ -99,11 +99,11 @@ def test_sets_each_gpu_and_reads_back_the_enforced_limit(tmp_path):
     uuids = [g.uuid for g in facts.gpus.devices]
     assert fake.sets == [(uuids[0], 250_000), (uuids[1], 250_000)]
     assert statuses(result, "gpu/power/") == [("gpu/power/0", "changed"), ("gpu/power/1", "changed")]
-    step = next(r for r in result.report.records if r.id == "gpu/power/0")
+    step = next(r for r in result.report.actions if r.id == "gpu/power/0")
     assert "300 W -> 250 W (150-600 W)" in step.describe and "read back the enforced limit" in step.describe
     assert step.argv is None and "nvidia-smi -i" in step.describe and step.seconds is not None
     # the re-probed GPUs decide nothing more: the limit holds and the driver enforces it
-    assert Settled("gpu/power/0", "250 W already set (150-600 W); the driver enforces 250 W") in result.final.items
+    assert Settled(id="gpu/power/0", what="250 W already set (150-600 W); the driver enforces 250 W") in result.final.items
     result.raise_for_failure()  # nothing failed
     assert result.report.part("gpu").status == "converged" and result.report.part("gpu").rounds == 2
 
@@ -178,7 +178,7 @@ def test_dry_run_changes_nothing_and_says_what_it_would_do(tmp_path, sysroot):
     assert f"nvidia-smi -i {facts.gpus.devices[0].uuid} -pl 250" in lines
     assert "would    gpu/power-unit: write /etc/systemd/system/hostctl-power.service" in lines
     assert "would    gpu/p2p/functional: run an all-reduce on GPUs 0, 1 with NCCL_P2P_DISABLE=0 NCCL_P2P_LEVEL=PHB" in lines
-    assert {r.status for r in result.report.records if r.id.startswith("gpu/power")} == {"would-change"}
+    assert {r.status for r in result.report.actions if r.id.startswith("gpu/power")} == {"would-change"}
     # with no Python that has torch, the dry run says the check cannot run (as the real run would)
     result = provision(with_power(config, 250), facts, fake, dry_run=True)
     assert "skip     gpu/p2p/functional: cannot run the functional check: no torch in the unit tier" in result.text
@@ -190,7 +190,7 @@ def test_a_stored_verdict_for_this_driver_and_cmdline_is_reused(tmp_path):
     stored = store_verdict(facts.state.p2p)  # what an earlier provision left on that host
     before = stored.stat().st_mtime_ns
     result = provision(config, facts, FakeNvml(pro6000x2_phb()), tmp_path=tmp_path)
-    (step,) = [r for r in result.report.records if r.id == "gpu/p2p/functional"]
+    (step,) = [r for r in result.report.actions if r.id == "gpu/p2p/functional"]
     assert step.status == "ok" and "stored verdict ok" in step.describe and "not measured again" in step.describe
     assert stored.stat().st_mtime_ns == before  # not measured, not written again
     # the rungs and the verdict go to the warnings list as data
@@ -238,10 +238,10 @@ def test_host_without_driver_installs_the_unit_and_skips_the_rest(tmp_path, sysr
     fake = FakeNvml(pro6000x2_phb())
     result = provision(config, facts, fake)
     assert (sysroot / "etc/systemd/system" / UNIT_NAME).is_file()
-    (skip,) = [r for r in result.report.records if r.id == "gpu"]
+    (skip,) = [r for r in result.report.actions if r.id == "gpu"]
     assert skip.status == "skipped" and skip.reason.startswith("no driver")
     assert "skip     gpu: no driver" in result.text
-    assert fake.init_calls == 0 and not [r for r in result.report.records if r.id.startswith("gpu/p2p")]
+    assert fake.init_calls == 0 and not [r for r in result.report.actions if r.id.startswith("gpu/p2p")]
     result.raise_for_failure()
 
 
@@ -264,7 +264,7 @@ def test_boot_mode_waits_for_the_driver_then_sets_only_the_limits(tmp_path, sysr
                              gpu_options={"adapter": fake, "version_file": version, "driver_wait_s": 30})
     report.raise_for_error()
     assert [u for u, _ in fake.sets] == [g.uuid for g in facts.gpus.devices] and {w for _, w in fake.sets} == {280_000}
-    assert sorted(r.id for r in report.records) == ["gpu/driver", "gpu/power/0", "gpu/power/1"]
+    assert sorted(r.id for r in report.actions) == ["gpu/driver", "gpu/power/0", "gpu/power/1"]
     assert "ok       gpu/driver: driver 595.71.05 ready after" in out.getvalue()
     # only the limits: no unit, no P2P, and a boot run is not recorded as the part converging
     assert files_in(sysroot) == [LOCK]

@@ -19,7 +19,7 @@ from hostctl.facts.model import GpuFacts
 from hostctl.facts.sysfiles import ManagedFiles, SystemFiles
 from hostctl.plan import build_plan
 from hostctl.provision import fstab, gpu, parts, storage, sysctl, system
-from hostctl.provision.actions import Action, Refusal, Settled, Skipped
+from hostctl.act.actions import Action, Refusal, Settled, Skipped
 from hostctl.service.render import INSTALLED_PROFILE
 from hostctl.bytesizes import GIB
 
@@ -262,7 +262,7 @@ def test_a_dry_run_judges_the_system_part_with_the_swap_storage_would_add(monkey
     root = paths.sysroot()
     (root / "usr/local/bin").mkdir(parents=True, exist_ok=True)
     (root / "usr/local/bin/hostctl").write_text("#!/bin/sh\n")
-    monkeypatch.setattr("hostctl.provision.apply.storage_facts", lambda c: blank)
+    monkeypatch.setattr("hostctl.provision.storage_part.storage_facts", lambda c: blank)
     out = io.StringIO()
     report = parts.provision(converting, dry_run=True, facts=lambda c: blank, out=out, err=io.StringIO(),
                              gpu_options={"p2p_options": {"lspci": (None, "not read in this test")}})
@@ -312,7 +312,7 @@ def test_power_unit_warns_when_the_hostctl_it_calls_is_missing():
     """One path for the hostctl in units (paths.hostctl_for_units): the power unit calls it too, and
     says so when nothing is installed there, as the system part refuses to."""
     from hostctl.paths import INSTALLED_HOSTCTL, hostctl_for_units
-    from hostctl.provision.actions import Note
+    from hostctl.act.actions import Note
 
     config, facts = examples.load("pro6000x2-desktop")
     assert hostctl_for_units() == INSTALLED_HOSTCTL and hostctl_for_units("/opt/h") == "/opt/h"

@@ -16,8 +16,9 @@ from hostctl.config import Drive, load_config
 from hostctl.errors import FailedError, InputError, RefusedError
 from hostctl.facts import load_snapshot
 from hostctl.facts.model import BlankProof, Disk, FsCheck, MountEntry, Partition
-from hostctl.provision import consent, fstab, sysctl
-from hostctl.provision.apply import plan_text
+from hostctl.act import consent
+from hostctl.provision import fstab, sysctl
+from hostctl.provision.storage_part import plan_text
 from hostctl.safefs import sudo_owner
 from hostctl.provision.storage import (
     StorageOptions,
@@ -418,8 +419,8 @@ def test_tensor_parallel_size_comes_from_the_recipe(cfg):
 
 
 def test_fstab_block_keeps_user_lines_and_replaces_only_its_own():
-    e1 = fstab.Entry("UUID=a", "/mnt/hostctl/x y", "ext4", "defaults,noatime,nofail", 2)
-    e2 = fstab.Entry("UUID=b", "none", "swap", "pri=100,nofail")
+    e1 = fstab.Entry(spec="UUID=a", file="/mnt/hostctl/x y", vfstype="ext4", options="defaults,noatime,nofail", passno=2)
+    e2 = fstab.Entry(spec="UUID=b", file="none", vfstype="swap", options="pri=100,nofail")
     user = "# static file system information\nUUID=root / ext4 defaults 0 1\n"
     once = fstab.with_block(user, [e1])
     assert once.startswith(user) and "UUID=a /mnt/hostctl/x\\040y ext4 defaults,noatime,nofail 0 2" in once
@@ -476,7 +477,7 @@ class Terminal(io.StringIO):
         return self.tty
 
 
-REQUEST = consent.Request("ssd1", f"serial:{SERIAL1}", SERIAL1, "writes a partition table on /dev/nvme1n1")
+REQUEST = consent.Request(drive="ssd1", identity=f"serial:{SERIAL1}", answer=SERIAL1, what="writes a partition table on /dev/nvme1n1")
 
 
 def test_consent():

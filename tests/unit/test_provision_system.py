@@ -58,7 +58,7 @@ def provision_system(config, plan, *, dry_run: bool):
 
 
 def statuses(report) -> list[tuple[str, str]]:
-    return [(r.id, r.status) for r in report.records]
+    return [(r.id, r.status) for r in report.actions]
 
 
 def _tree(root: Path) -> dict[str, str]:
@@ -99,7 +99,7 @@ def test_dry_run_describes_exactly_and_changes_nothing(sysroot):
     before = _tree(sysroot)
     result = provision_system(config, plan, dry_run=True)
     assert {s for _, s in statuses(result)} == {"would-change"} and _tree(sysroot) == before
-    described = [r.describe for r in result.records]
+    described = [r.describe for r in result.actions]
     assert described[0].startswith("create /etc/hostctl/hostctl.toml (")
     assert f"systemctl --root={sysroot} enable hostctl-runtime.service" in described
     # the power unit is the gpu part's (provision --only gpu)

@@ -15,7 +15,7 @@ from hostctl.errors import FailedError, InputError
 from hostctl.facts import load_snapshot
 from hostctl.plan import build_plan
 from hostctl.service import lifecycle, preflight
-from hostctl.service.lock import LifecycleLock
+from hostctl.act.lock import HostLock
 from hostctl.service.progress import KvCapacity, Tracker, shape
 from hostctl.service.smoke import check_loopback
 from need import need
@@ -134,18 +134,18 @@ def test_smoke_refuses_anything_else(url):
 
 def test_second_lifecycle_command_fails_fast_and_names_the_holder(tmp_path):
     path = tmp_path / "lock"
-    with LifecycleLock("up", path):
+    with HostLock("up", path):
         with pytest.raises(FailedError) as exc:
-            with LifecycleLock("down", path):
+            with HostLock("down", path):
                 pass
         assert "another hostctl up is running" in exc.value.message
         # and from another process
-        code = ("import sys; from pathlib import Path; from hostctl.service.lock import LifecycleLock\n"
-                "try:\n    LifecycleLock('up', Path(sys.argv[1])).__enter__()\nexcept Exception as e:\n"
+        code = ("import sys; from pathlib import Path; from hostctl.act.lock import HostLock\n"
+                "try:\n    HostLock('up', Path(sys.argv[1])).__enter__()\nexcept Exception as e:\n"
                 "    print(e); sys.exit(1)\n")
         res = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True)
         assert res.returncode == 1 and "another hostctl up is running" in res.stdout
-    with LifecycleLock("down", path):  # released on exit
+    with HostLock("down", path):  # released on exit
         pass
 
 

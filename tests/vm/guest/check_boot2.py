@@ -91,7 +91,7 @@ def test_no_unit_failed_at_boot():
         assert p["Result"] == "exit-code" and int(p["ExecMainStatus"]) != 0, p
 
 
-# hostctl's own lock files in its state directory (hostctl/provision/executor.py, hostctl/service/lock.py)
+# hostctl's own lock files in its state directory (hostctl/provision/executor.py, hostctl/act/lock.py)
 LOCK_FILES = {"provision.lock", "lock"}
 
 

@@ -1,43 +1,62 @@
-"""Action: one change to the host, described before it runs, and the Decision a part makes.
+"""Action: one change to the host, described before it runs, and the Assessment a part makes of
+one look at the host (the word Decision belongs to the planner: hostctl/plan/model.py).
 
-Every provision part (storage, system, gpu) is a pure `decide(...) -> Decision`, the way pyinfra
-operations yield only the commands that are needed: a host that already matches yields no
-Action. An Action carries its part and id, what it changes, why (the plan decision it serves),
-the exact argv (run as a list, never through a shell; `describe` shell-quotes it for reading
-only) or the file diff, whether it is destructive, and its consent level:
+Every part is a pure `decide(...) -> Assessment`, the way pyinfra operations yield only the
+commands that are needed: a host that already matches yields no Action. An Action carries its
+part and id, what it changes, why (the plan decision it serves), the exact argv (run as a list,
+never through a shell; `describe` shell-quotes it for reading only) or the file diff, whether it
+is destructive, and its consent level:
   none  - runs without asking;
   yes   - destroys nothing that may hold data (a blank drive, hostctl's own unfinished
           partitions): needs --yes or the drive's identity typed at a terminal;
-  erase - destroys foreign contents: also needs --erase IDENTITY, which the storage decision
+  erase - destroys foreign contents: also needs --erase IDENTITY, which the part's decision
           checks before it yields the action.
 `run` performs it and raises a HostctlError (or OSError) on failure; the executor
-(provision/executor.py) is the only caller.
+(act/executor.py) is the only caller.
 """
 
 from __future__ import annotations
 
+import copy
 import shlex
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, Literal, Union
 
 from hostctl import runner
+from hostctl.act import hooks
+from hostctl.data import Data
 from hostctl.errors import FailedError, HostctlError
 
 Consent = Literal["none", "yes", "erase"]
 
 
-@dataclass(frozen=True)
 class Action:
-    step: str  # its id, "<part>/...", e.g. "storage/ssd1/partition"
-    describe: str
-    run: Callable[[], None] = field(compare=False, repr=False)
-    destructive: bool = False
-    argv: tuple[str, ...] | None = None  # the exact command, when it is one
-    diff: str | None = None  # the unified diff, when it edits a text file
-    changes: str = ""  # what it changes: a device, a file, a GPU's power limit
-    why: str = ""  # the plan decision it serves
-    consent: Consent = "none"
+    """A plain class, not data: it holds the callable that makes the change."""
+
+    def __init__(self, step: str, describe: str, run: Callable[[], None], *, destructive: bool = False,
+                 argv: tuple[str, ...] | None = None, diff: str | None = None, changes: str = "", why: str = "",
+                 consent: Consent = "none") -> None:
+        self.step = step  # its id, "<part>/...", e.g. "storage/ssd1/partition"
+        self.describe = describe
+        self.run = run
+        self.destructive = destructive
+        self.argv = argv  # the exact command, when it is one
+        self.diff = diff  # the unified diff, when it edits a text file
+        self.changes = changes  # what it changes: a device, a file, a GPU's power limit
+        self.why = why  # the plan decision it serves
+        self.consent = consent
+
+    def __repr__(self) -> str:
+        return f"Action({self.step!r}, {self.describe.splitlines()[0]!r})"
+
+    def amended(self, **changes: Any) -> Action:
+        """This action with some of its fields changed (why it runs, what it changes, its consent)."""
+        unknown = set(changes) - set(vars(self))
+        if unknown:
+            raise TypeError(f"Action has no field(s) {', '.join(sorted(unknown))}")
+        new = copy.copy(self)
+        vars(new).update(changes)
+        return new
 
     @property
     def id(self) -> str:
@@ -53,24 +72,21 @@ class Action:
                 "destructive": self.destructive, "consent": self.consent}
 
 
-@dataclass(frozen=True)
-class Settled:
-    """A piece of the desired state the host already has (status `ok` in provision's report)."""
+class Settled(Data):
+    """A piece of the desired state the host already has (status `ok` in the report)."""
 
     id: str
     what: str
 
 
-@dataclass(frozen=True)
-class Skipped:
+class Skipped(Data):
     """Something the part does not do here, and why (no driver, no limits configured, ...)."""
 
     id: str
     reason: str
 
 
-@dataclass(frozen=True)
-class Note:
+class Note(Data):
     """A warning (or, with severity info, data worth reporting such as a P2P rung) from deciding."""
 
     id: str
@@ -79,8 +95,7 @@ class Note:
     data: dict[str, Any] | None = None
 
 
-@dataclass(frozen=True)
-class Refusal:
+class Refusal(Data):
     """The part will not act on this (exit 3): a drive that is in use, foreign, unsafe."""
 
     id: str
@@ -90,15 +105,18 @@ class Refusal:
 Item = Union[Action, Settled, Skipped, Note, Refusal]
 
 
-@dataclass
-class Decision:
-    """What one part decided on one snapshot of the host, in the order it decided it."""
+class Assessment:
+    """What one part found on one look at the host, in the order it found it: the actions still
+    needed and what is settled, skipped, warned about or refused. A plain class: its actions hold
+    callables."""
 
-    part: str
-    items: list[Item] = field(default_factory=list)
-    pending: bool = False  # more is decided once these actions ran and the host is read again
-    failures: list[str] = field(default_factory=list)  # nothing left to do, yet the part has failed
-    detail: Any = None  # the part's own decision value (StorageProvision, ...) for its text
+    def __init__(self, part: str, items: list[Item] | None = None, *, pending: bool = False,
+                 failures: list[str] | None = None, detail: Any = None) -> None:
+        self.part = part
+        self.items: list[Item] = items if items is not None else []
+        self.pending = pending  # more is decided once these actions ran and the host is read again
+        self.failures: list[str] = failures if failures is not None else []  # nothing left to do, yet it failed
+        self.detail = detail  # the part's own value (StorageProvision, ...) for its text
 
     def add(self, item: Item) -> Item:
         self.items.append(item)
@@ -136,6 +154,7 @@ def command(step: str, argv: list[str], *, destructive: bool = False, timeout: f
     def _run() -> None:
         if before:
             before()
+        hooks.command(argv)
         res = runner.run(argv, timeout=timeout, input_text=input_text)
         if not res.ok:
             raise FailedError(f"{step}: {res.why()}", details=(res.stderr or res.stdout).strip().splitlines()[-5:])

@@ -1,8 +1,8 @@
-"""The one executor (hostctl/provision/executor.py) on small parts whose "host" is a dict: it
-re-reads and re-decides until a part yields no action, runs nothing under --dry-run, stops at the
-first failure naming the action and its output, asks consent before anything destructive runs,
-takes one lock for the whole run, records convergence, and reports everything as a
-hostctl.provision/v1 document."""
+"""The one executor (hostctl/act/executor.py) on small parts whose "host" is a dict: it re-reads
+and re-decides until a part yields no action, runs nothing under --dry-run, stops at the first
+failure naming the action and its output, asks consent before anything destructive runs, takes
+the command's lock for the whole run, records convergence, and reports everything as one
+versioned JSON document."""
 
 from __future__ import annotations
 
@@ -14,10 +14,18 @@ from dataclasses import dataclass, field
 import pytest
 
 from hostctl import paths
+from hostctl.act import consent
+from hostctl.act.actions import Action, Assessment, Note, Refusal, Settled, Skipped
+from hostctl.act.executor import Executor
+from hostctl.act.lock import HostLock
+from hostctl.act.report import Report
 from hostctl.errors import FailedError, RefusedError
-from hostctl.provision import consent
-from hostctl.provision.actions import Action, Decision, Note, Refusal, Settled, Skipped
-from hostctl.provision.executor import Executor, Report, provision_lock
+
+SCHEMA = "hostctl.example/v1"
+
+
+def example_lock() -> HostLock:
+    return HostLock("example", paths.state_dir() / "example.lock", fix="wait for it to finish, then re-run")
 
 
 @dataclass
@@ -41,22 +49,22 @@ class Counter:
         self.reads.append(ctx.dry_run)
         return dict(self.host)
 
-    def decide(self, snap) -> Decision:
-        d = Decision(self.name)
+    def decide(self, snap) -> Assessment:
+        d = Assessment(self.name)
         have = snap.get(self.key, 0)
         if self.refuse:
-            d.add(Refusal(f"{self.name}/{self.key}", self.refuse))
+            d.add(Refusal(id=f"{self.name}/{self.key}", reason=self.refuse))
             return d
         if have >= self.want:
-            d.add(Settled(f"{self.name}/{self.key}", f"{self.key} is {have}"))
+            d.add(Settled(id=f"{self.name}/{self.key}", what=f"{self.key} is {have}"))
         steps = list(range(have, self.want))
         for i in steps[: self.per_round]:
             d.add(Action(f"{self.name}/{self.key}/{i}", f"step {self.key} {i} -> {i + 1}", run=self._step(i),
                          argv=("step", str(i)), destructive=self.destructive, consent="yes" if self.destructive else "none",
                          why="the profile wants more"))
         d.pending = len(steps) > self.per_round
-        d.add(Skipped(f"{self.name}/other", "nothing else here"))
-        d.add(Note(f"{self.name}/note", "a warning"))
+        d.add(Skipped(id=f"{self.name}/other", reason="nothing else here"))
+        d.add(Note(id=f"{self.name}/note", message="a warning"))
         return d
 
     def _step(self, i):
@@ -78,19 +86,21 @@ class Counter:
         return RefusedError(f"{self.name} refused: {d.refusals[0].reason}")
 
     def consent(self, d):
-        return [consent.Request(self.key, f"path:/dev/{self.key}", self.key, "writes")] if self.destructive else []
+        return ([consent.Request(drive=self.key, identity=f"path:/dev/{self.key}", answer=self.key, what="writes")]
+                if self.destructive else [])
 
 
 def run(parts, **kw):
     recorded: list[str] = []
     out, err = io.StringIO(), io.StringIO()
     kw.setdefault("yes", True)
-    report = Executor(out=out, err=err, record=recorded.append, **kw).run(parts)
+    report = Executor(command="hostctl example", lock=example_lock, out=out, err=err, record=recorded.append,
+                      **kw).run(parts, Report(schema_tag=SCHEMA, dry_run=kw.get("dry_run", False)))
     return report, out.getvalue(), err.getvalue(), recorded
 
 
 def statuses(report: Report):
-    return [(r.id, r.status) for r in report.records]
+    return [(r.id, r.status) for r in report.actions]
 
 
 def test_runs_reads_again_and_decides_again_until_nothing_is_left():
@@ -115,7 +125,7 @@ def test_dry_run_runs_nothing_takes_no_lock_and_records_nothing(monkeypatch):
     assert host == {} and err == "" and recorded == []
     assert statuses(report)[0] == ("storage/a/0", "would-change")
     assert report.part("storage").status == "would-change"
-    assert not (paths.state_dir() / "provision.lock").exists()
+    assert not (paths.state_dir() / "example.lock").exists()
 
 
 def test_an_action_that_changes_nothing_is_a_failure_naming_it():
@@ -131,9 +141,10 @@ def test_a_failed_action_stops_the_run_with_its_output_and_skips_the_rest():
     report, out, err, recorded = run([first, later])
     assert host == {"a": 1}
     assert statuses(report)[:3] == [("storage/a/0", "changed"), ("storage/a/1", "failed"), ("storage/a/2", "skipped")]
-    failed = report.records[1]
+    failed = report.actions[1]
     assert "disk on fire" in failed.reason and failed.output[0] == "last line"
-    assert "1 of 3 action(s) ran before this one failed" in report.error.details[-1]
+    assert report.error.details[-1] == ("1 of 3 action(s) ran before this one failed; re-running `hostctl example` "
+                                       "continues from what the host is now")
     assert [(p.part, p.status) for p in report.parts] == [("storage", "failed"), ("system", "not-run")]
     assert later.reads == [] and recorded == []
 
@@ -157,9 +168,9 @@ def test_a_refusal_stops_before_anything_runs():
 
 
 def test_one_lock_for_the_whole_run():
-    with provision_lock():
+    with example_lock():
         report, _, _, _ = run([Counter("a", 1, {})])
-    assert isinstance(report.error, FailedError) and "another hostctl provision is running" in report.error.message
+    assert isinstance(report.error, FailedError) and "another hostctl example is running" in report.error.message
     assert f"pid {os.getpid()}" in report.error.message  # the holder is named
 
 
@@ -179,7 +190,7 @@ def test_the_document_is_one_versioned_json_value():
     host: dict = {}
     report, _, _, _ = run([Counter("a", 1, host)])
     doc = json.loads(json.dumps(report.document()))
-    assert doc["schema"] == "hostctl.provision/v1" and doc["ok"] and doc["exit_code"] == 0
+    assert doc["schema"] == SCHEMA and doc["ok"] and doc["exit_code"] == 0
     (changed,) = [a for a in doc["actions"] if a["status"] == "changed"]
     assert changed["argv"] == ["step", "0"] and changed["why"] == "the profile wants more" and changed["seconds"] >= 0
     assert {"part", "id", "status", "argv", "diff", "destructive", "consent", "seconds", "reason"} <= set(changed)

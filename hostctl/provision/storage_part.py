@@ -1,24 +1,28 @@
-"""The storage part's reading and presenting: its facts (disks, mounts, swap, memory and the
-directories the plan names), the system files it decides on, the plan text people read, its
-refusal and consent requests, and provision_storage(), which runs this part alone through the one
-executor (provision/executor.py): decide, print, consent, act, read the host again and decide
-again until nothing is left to do.
+"""The storage part of provision: its reading (disks, mounts, swap, memory and the directories
+the plan names, then the system files it decides on, with each disk locked for a real run), its
+plan text, its refusal and consent requests; and provision_storage(), which runs this part alone
+through the one executor (hostctl.act): decide, print, consent, act, read the host again and
+decide again until nothing is left to do. The decisions themselves are storage.py's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TextIO
+from typing import Any, NamedTuple, TextIO
 
+from hostctl.act import consent
+from hostctl.act.actions import Action, Assessment
+from hostctl.act.executor import Context, Executor
+from hostctl.act.report import Report
+from hostctl.bytesizes import fmt_bytes
 from hostctl.config import Config
-from hostctl.errors import RefusedError
+from hostctl.errors import HostctlError, RefusedError
 from hostctl.facts.model import HostFacts
 from hostctl.facts.sysfiles import LocalReader, Reader, read_storage_files
-from hostctl.provision import consent, fstab, sysctl
-from hostctl.provision.actions import Action
-from hostctl.provision.executor import MAX_ROUNDS, run_actions  # noqa: F401  (the storage tests' entry points)
-from hostctl.provision.requests import fact_requests  # noqa: F401  (parts and verify import it from here)
+from hostctl.provision import fstab, storage, sysctl
+from hostctl.provision.executor import COMMAND, SCHEMA, disk_lock, provision_lock
+from hostctl.provision.record import record_converged
+from hostctl.provision.requests import fact_requests
 from hostctl.provision.storage import (
     STATUS_WORDS,
     DriveVerdict,
@@ -29,12 +33,9 @@ from hostctl.provision.storage import (
     role_dirs,
 )
 from hostctl.safefs import sudo_owner
-from hostctl.bytesizes import fmt_bytes
 
 
-
-@dataclass
-class StorageOutcome:
+class StorageOutcome(NamedTuple):
     changed: int  # actions run
     rounds: int
     final: StorageProvision
@@ -101,7 +102,7 @@ def plan_text(sp: StorageProvision, *, heading: str | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _refusal(sp: StorageProvision, ran: int) -> RefusedError:
+def refusal(sp: StorageProvision, ran: int) -> RefusedError:
     refused = sp.refused
     first = refused[0]
     message = f"drive {first.where()} refused: {'; '.join(first.reasons)}"
@@ -120,11 +121,54 @@ def _refusal(sp: StorageProvision, ran: int) -> RefusedError:
 # ---------------------------------------------------------------- running
 
 
-def _consent_request(d: DriveVerdict) -> consent.Request:
+def consent_request(d: DriveVerdict) -> consent.Request:
     where = d.disk.path if d.disk else "?"
     what = (f"ERASES {d.found.removeprefix('erase: ')} on {where}" if d.status == "erase"
             else f"writes a partition table or filesystems on {where}")
-    return consent.Request(d.drive.name, str(d.drive.identity), d.drive.identity.value, what)
+    return consent.Request(drive=d.drive.name, identity=str(d.drive.identity), answer=d.drive.identity.value,
+                           what=what)
+
+
+class StoragePart:
+    name = "storage"
+    record = True
+
+    def __init__(self, config: Config, opts: StorageOptions, *,
+                 read_facts: Callable[[Config], HostFacts] | None = None):
+        self.config, self.opts = config, opts
+        self.read_facts = read_facts or storage_facts
+        self.locked: set[str] = set()
+
+    def read(self, ctx: Context) -> Any:
+        facts = self.read_facts(self.config)
+        if not ctx.dry_run:
+            for disk in storage.resolve_drives(self.config, facts)[0].values():
+                if disk.path not in self.locked:  # held until the whole run ends
+                    ctx.held.enter_context(disk_lock(disk.path))
+                    self.locked.add(disk.path)
+        return facts, read_system_files(self.config, facts)
+
+    def decide(self, snapshot: Any) -> Assessment:
+        facts, files = snapshot
+        return storage.decide(self.config, facts, files, self.opts)
+
+    def plan_text(self, d: Assessment, round_no: int) -> str:
+        if round_no == 1:
+            return plan_text(d.detail)
+        return plan_text(d.detail, heading="re-planned with the partitions the kernel has loaded now:")
+
+    def done_text(self, first: Assessment, final: Assessment, ran: list[Action], *, dry_run: bool) -> str:
+        if dry_run:
+            return ("storage: no changes needed\n" if not first.actions else
+                    f"dry run: {len(first.actions)} action(s) shown, nothing was changed\n")
+        return ("storage: no changes\n" if not ran else
+                f"storage: {len(ran)} action(s) run; verified: a fresh look at the host needs nothing more\n")
+
+    def refusal(self, d: Assessment, ran: int) -> HostctlError:
+        return refusal(d.detail, ran)
+
+    def consent(self, d: Assessment) -> list[consent.Request]:
+        return [consent_request(v) for v in d.detail.drives if v.destructive]
 
 
 def provision_storage(
@@ -141,15 +185,11 @@ def provision_storage(
 ) -> StorageOutcome:
     """`provision --only storage` from Python: the storage part alone through the one executor.
     Raises what the run raised (a refusal, a failed action); the StorageOutcome otherwise."""
-    from hostctl.provision.executor import Executor
-    from hostctl.provision.parts import StoragePart
-    from hostctl.provision.record import record_converged
-
     opts = opts or StorageOptions(erase=tuple(erase), owner=sudo_owner())
     part = StoragePart(config, opts, read_facts=read_facts)
-    executor = Executor(dry_run=dry_run, yes=yes, stdin=stdin, out=out, err=err,
+    executor = Executor(command=COMMAND, lock=provision_lock, dry_run=dry_run, yes=yes, stdin=stdin, out=out, err=err,
                         record=lambda name: record_converged(name, config) and None)
-    report = executor.run([part])
+    report = executor.run([part], Report(schema_tag=SCHEMA, dry_run=dry_run))
     report.raise_for_error()
     done = report.parts[0]
     return StorageOutcome(done.changed, done.rounds, done.final.detail)

@@ -1,5 +1,5 @@
-"""hostctl's one lock helper: one `up` or `down` at a time on a host (state_dir()/lock, flock), and
-the same for provision (state_dir()/provision.lock), tune and a model pull (their own files).
+"""The host lock: one `up` or `down` at a time on a host (state_dir()/lock, flock), and the same for
+provision (state_dir()/provision.lock), tune and a model pull (their own files).
 
 A second command does not wait: it fails at once and names the holder, because an `up` can
 legitimately run for the whole load timeout and a queued `down` that fires afterwards would
@@ -22,14 +22,14 @@ from hostctl.errors import FailedError
 LOCK_FILE = "lock"
 
 
-class LifecycleLock:
+class HostLock:
     def __init__(self, operation: str, path: Path | None = None, *, fix: str | None = None):
         self.operation = operation
         self.path = path or paths.state_dir() / LOCK_FILE
         self.fix = fix or "wait for it to finish (an `up` ends by its load timeout at the latest), then run this again"
         self._fd: int | None = None
 
-    def __enter__(self) -> "LifecycleLock":
+    def __enter__(self) -> "HostLock":
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)  # never through a link
         try:

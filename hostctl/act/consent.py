@@ -1,18 +1,18 @@
-"""Consent for destructive steps. `--yes` consents for drives that are blank or carry hostctl's
-own layout; otherwise the user types the drive's identity value (its serial, WWN, by-id name or
-path) at a terminal. Without a terminal nobody can be asked: refused (exit 3). Erasing foreign
-contents also needs `--erase IDENTITY`, which the storage plan checks before this."""
+"""Consent for destructive actions, asked by the executor before any of them runs. `--yes`
+consents for drives that are blank or carry hostctl's own layout; otherwise the user types the
+drive's identity value (its serial, WWN, by-id name or path) at a terminal. Without a terminal
+nobody can be asked: refused (exit 3). Erasing foreign contents also needs `--erase IDENTITY`,
+which the storage part checks before it decides the action."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TextIO
 
+from hostctl.data import Data
 from hostctl.errors import RefusedError
 
 
-@dataclass(frozen=True)
-class Request:
+class Request(Data):
     drive: str  # the drive's name in the profile
     identity: str  # as written in the profile, e.g. serial:25120G800101
     answer: str  # what the user must type: the identity's value
