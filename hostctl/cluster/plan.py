@@ -23,6 +23,8 @@ from hostctl.plan.model import Plan
 from hostctl.plan.runtime import SERVER
 
 SCHEMA = "hostctl.cluster-plan/v1"
+SUPERVISED = ("replica",)  # the roles whose `up --foreground` stays and supervises (run.py, the member unit)
+FOLLOWER_WAIT_S = 300  # how long a follower waits for the leader's master port by default
 _CLI_SHIM = ("import sys; from vllm.entrypoints.serve.utils.api_utils import cli_env_setup; "
              "from vllm.entrypoints.cli.serve import ServeSubcommand; "
              "from vllm.utils.argparse_utils import FlexibleArgumentParser; cli_env_setup(); "

@@ -18,7 +18,7 @@ from hostctl.facts.sysfiles import LocalReader, Reader, read_storage_files
 from hostctl.provision import consent, fstab, sysctl
 from hostctl.provision.actions import Action
 from hostctl.provision.executor import MAX_ROUNDS, run_actions  # noqa: F401  (the storage tests' entry points)
-from hostctl.provision.requests import fact_requests  # noqa: F401  (parts and verify import it from here)
+from hostctl.plan.requests import fact_requests
 from hostctl.provision.storage import (
     STATUS_WORDS,
     DriveVerdict,

@@ -34,7 +34,7 @@ def live_facts(config: Config) -> HostFacts:
     """Every fact of this host the plan reads (provision refuses --facts: it acts on this host)."""
     from hostctl.facts import collect
     from hostctl.plan import alias_requests
-    from hostctl.provision.apply import fact_requests
+    from hostctl.plan.requests import fact_requests
 
     return collect(fact_requests(config), alias_paths=alias_requests(config))
 

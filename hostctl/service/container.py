@@ -161,3 +161,24 @@ class Feed:
             self._dc.close()
         except Exception:
             pass
+
+
+def running_fingerprint(project_dir, container: str) -> fingerprint.ServiceFingerprint | None:
+    """The fingerprint of the service running now: the project `up` rendered, and the image id
+    of its container (None when it is not running)."""
+    import docker.errors
+
+    from hostctl.service import fingerprint
+
+    dc = client()
+    try:
+        try:
+            c = dc.containers.get(container)
+        except docker.errors.NotFound:
+            return None
+        if c.status != "running":
+            return None
+        image_id = c.attrs.get("Image")
+    finally:
+        dc.close()
+    return fingerprint.of_project(project_dir, image_id)

@@ -118,7 +118,7 @@ class VerifyReport:
 def _facts_here(config: Config):
     from hostctl.facts import collect
     from hostctl.plan import alias_requests
-    from hostctl.provision.apply import fact_requests
+    from hostctl.plan.requests import fact_requests
 
     return collect(fact_requests(config), alias_paths=alias_requests(config))
 

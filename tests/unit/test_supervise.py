@@ -175,7 +175,7 @@ def test_down_stops_the_recorded_supervisor_and_only_a_hostctl(tmp_path, monkeyp
     import subprocess
     import sys
 
-    from hostctl.service import supervise
+    from hostctl.service import supervisor
 
     monkeypatch.setenv("HOSTCTL_SYSROOT", str(tmp_path))
     state = tmp_path / "var/lib/hostctl"
@@ -185,18 +185,18 @@ def test_down_stops_the_recorded_supervisor_and_only_a_hostctl(tmp_path, monkeyp
     # whatever its command line says.
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "hostctl", "up", "--foreground"])
     try:
-        assert supervise.process_start(other.pid) is not None
-        (state / supervise.SUPERVISOR_FILE).write_text(
-            json.dumps({"pid": other.pid, "start": supervise.process_start(other.pid) - 1}))
-        assert supervise.running_supervisor() is None
-        assert not supervise.stop_running_supervisor(said.append) and other.poll() is None
+        assert supervisor.process_start(other.pid) is not None
+        (state / supervisor.SUPERVISOR_FILE).write_text(
+            json.dumps({"pid": other.pid, "start": supervisor.process_start(other.pid) - 1}))
+        assert supervisor.running() is None
+        assert not supervisor.stop_running(said.append) and other.poll() is None
     finally:
         other.kill()
         other.wait()
     sup = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "hostctl", "up", "--foreground"])
-    (state / supervise.SUPERVISOR_FILE).write_text(json.dumps({"pid": sup.pid, "start": supervise.process_start(sup.pid)}))
+    (state / supervisor.SUPERVISOR_FILE).write_text(json.dumps({"pid": sup.pid, "start": supervisor.process_start(sup.pid)}))
     try:
-        assert supervise.stop_running_supervisor(said.append, wait_s=10)
+        assert supervisor.stop_running(said.append, wait_s=10)
         # It has ended (SIGTERM); reap it so the pid is really gone.
         assert sup.wait(timeout=5) == -15
         assert said and f"pid {sup.pid}" in said[0]
