@@ -11,8 +11,6 @@ support bundle.
 
 from __future__ import annotations
 
-import re
-
 from hostctl.secrets import shown_userinfo
 
 

@@ -1,6 +1,6 @@
 """The qualify verdict: the context ladder's rungs read from a `qualify` bench result, stored with
-the service fingerprint it was measured under (state_dir()/qualify.json), and how `status`
-shows it. doctor judges the stored verdict through facts (hostctl.doctor.checks.service).
+the service fingerprint it was measured under (state_dir()/qualify.json); `status` shows it
+(hostctl.service.status). doctor judges the stored verdict through facts (hostctl.doctor.checks.service).
 
 A rung that did not run (a needle that does not fit, a probe that failed to start) is a failed
 rung: the ladder proves the served context only when every rung ran and passed.
@@ -8,7 +8,7 @@ rung: the ladder proves the served context only when every rung ran and passed.
 
 from __future__ import annotations
 
-from hostctl.service import fingerprint, saved
+from hostctl.service import saved
 
 QUALIFY_SUITE = "qualify"
 
@@ -62,47 +62,3 @@ def store(result: dict, result_path: str | None) -> dict:
     doc = verdict(result, result_path)
     saved.save_qualify(doc)
     return doc
-
-
-def status_part(current: fingerprint.ServiceFingerprint | None) -> dict | None:
-    """For `hostctl status`: the stored verdict, and whether it was measured on the service now
-    running (None: nothing stored)."""
-    doc = saved.load_qualify()
-    if not doc:
-        return None
-    stored = fingerprint.ServiceFingerprint.from_dict(doc.get("fingerprint") or {})
-    why = fingerprint.differences(stored, current) if current is not None else ["no running service to compare with"]
-    return {"passed": doc.get("passed"), "measured_at": doc.get("measured_at"), "context": doc.get("context"),
-            "recipe": doc.get("recipe"), "this_service": not why, "differences": why,
-            "rungs": [{"name": r.get("name"), "pass": r.get("pass")} for r in doc.get("rungs") or []]}
-
-
-def running_fingerprint(project_dir, container: str) -> fingerprint.ServiceFingerprint | None:
-    """The fingerprint of the service running now: the project `up` rendered, and the image id
-    of its container (None when it is not running)."""
-    import docker.errors
-
-    from hostctl.service.container import client
-
-    dc = client()
-    try:
-        try:
-            c = dc.containers.get(container)
-        except docker.errors.NotFound:
-            return None
-        if c.status != "running":
-            return None
-        image_id = c.attrs.get("Image")
-    finally:
-        dc.close()
-    return fingerprint.of_project(project_dir, image_id)
-
-
-def status_line(part: dict | None) -> str:
-    if not part:
-        return "  qualify: no verdict stored (hostctl bench --suite qualify)"
-    rungs_ = ", ".join(f"{r['name']} {'ok' if r['pass'] else 'FAIL'}" for r in part["rungs"])
-    head = (f"  qualify: {'passed' if part['passed'] else 'FAILED'} at {part['measured_at']}"
-            + (f" ({part['context']:,} tokens)" if part.get("context") else ""))
-    where = "this service" if part["this_service"] else "ANOTHER service: " + "; ".join(part["differences"])
-    return f"{head}, measured on {where}: {rungs_}"

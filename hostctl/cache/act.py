@@ -1,5 +1,6 @@
 """`hostctl cache list|verify|prune`: read the cache directories of the profile's drives, judge
-them (decide.py), and for prune remove what the current plan does not use.
+them (decide.py), and for prune remove what the current plan does not use; after `up`, record
+which generations the ready service used (usage.py holds that record).
 
 prune's guards, in order: only generations decide.py calls unused (never one the plan uses, never
 one hostctl cannot tell); nothing while this profile's runtime container runs (the engine facts:
@@ -16,7 +17,7 @@ import os
 import shutil
 import stat
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import TextIO
@@ -86,9 +87,9 @@ def plan_key_for(config: Config, usage_doc: dict | None = None) -> tuple[PlanKey
     from hostctl.facts import collect_storage
     from hostctl.plan import path_requests
     from hostctl.plan.storage import plan_storage
-    from hostctl.provision.storage import tensor_parallel
+    from hostctl.plan.requests import tensor_parallel
 
-    world = tensor_parallel(config)
+    world = tensor_parallel(config.recipe)
     storage = plan_storage(config, collect_storage(path_requests(config)), world)
     rt = config.profile.runtime
     label = None
@@ -116,8 +117,22 @@ def plan_key_for(config: Config, usage_doc: dict | None = None) -> tuple[PlanKey
     return key, cache_roots(config, storage)
 
 
-def scan_for(roots: list[Root]) -> CacheFacts:
-    return scan(roots)
+def record_ready(config, plan, log_lines: Iterable[str]) -> None:
+    """Called by `up` once the service is ready: remember what it used."""
+    from hostctl import paths
+    from hostctl.cache import usage
+
+    lines = list(log_lines)
+    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    doc = usage.load() or {"schema": usage.USAGE_SCHEMA}
+    doc["last_up"] = {"profile": config.profile.name, "recipe": config.recipe.id, "image": plan.runtime.image,
+                      "at": now, "compile_hashes": usage.compile_hashes(lines), "packs_opened": usage.packs_opened(lines)}
+    key, roots = plan_key_for(config, doc)
+    used = doc.setdefault("used_at", {})
+    for g in generations(scan(roots), key):
+        if g.use == "used":
+            used[g.id] = now
+    safefs.write_file(paths.state_dir() / usage.USAGE_FILE, json.dumps(doc, indent=2) + "\n")
 
 
 class CacheView(Data):

@@ -2,19 +2,16 @@
 directory (cache-use.json): the compile-cache directories the runtime named in its log (vLLM logs
 "Using cache directory: .../torch_compile_cache/<hash>/rank_<i>_<j> for vLLM's torch.compile"),
 the pack files it opened (its pack store logs each one), and when each generation the plan used
-was last used. `cache list` shows it; decide.py uses the
-compile hashes. Recording never fails an `up`.
+was last used. act.record_ready writes it (recording never fails an `up`); `cache list` shows it;
+decide.py uses the compile hashes.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable
-from datetime import datetime, timezone
 
 from hostctl import loglines, paths
-from hostctl.safefs import write_file
 
 USAGE_FILE = "cache-use.json"
 USAGE_SCHEMA = "hostctl.cache-use/v1"
@@ -54,21 +51,3 @@ def last_up_for(doc: dict, profile: str, recipe: str, image: str) -> dict | None
     if isinstance(last, dict) and (last.get("profile"), last.get("recipe"), last.get("image")) == (profile, recipe, image):
         return last
     return None
-
-
-def record_ready(config, plan, log_lines: Iterable[str]) -> None:
-    """Called by `up` once the service is ready: remember what it used."""
-    from hostctl.cache.act import plan_key_for, scan_for
-    from hostctl.cache.decide import generations
-
-    lines = list(log_lines)
-    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    doc = load() or {"schema": USAGE_SCHEMA}
-    doc["last_up"] = {"profile": config.profile.name, "recipe": config.recipe.id, "image": plan.runtime.image,
-                      "at": now, "compile_hashes": compile_hashes(lines), "packs_opened": packs_opened(lines)}
-    key, roots = plan_key_for(config, doc)
-    used = doc.setdefault("used_at", {})
-    for g in generations(scan_for(roots), key):
-        if g.use == "used":
-            used[g.id] = now
-    write_file(paths.state_dir() / USAGE_FILE, json.dumps(doc, indent=2) + "\n")

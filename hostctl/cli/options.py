@@ -90,7 +90,7 @@ class GlobalOptions:
         if config is None:
             return collect()
         from hostctl.plan import alias_requests
-        from hostctl.provision.requests import fact_requests
+        from hostctl.plan.requests import fact_requests
 
         # every directory a provision part decides on, so `facts --json` (read by `verify --host`
         # on another machine) holds what the parts' decisions need

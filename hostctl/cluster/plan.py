@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from hostctl.cluster.profile import ClusterProfile, Member
-from hostctl.config import Config, HostProfile, Recipe, ServeArgs, load_config
+from hostctl.config import Config, HostProfile, Recipe, load_config
 from hostctl.data import Data
 from hostctl.errors import InputError
 from hostctl.facts.model import HostFacts
@@ -24,6 +24,8 @@ from hostctl.plan.model import Plan
 from hostctl.plan.runtime import SERVER
 
 SCHEMA = "hostctl.cluster-plan/v1"
+SUPERVISED = ("replica",)  # the roles whose `up --foreground` stays and supervises (run.py, the member unit)
+FOLLOWER_WAIT_S = 300  # how long a follower waits for the leader's master port by default
 _CLI_SHIM = ("import sys; from vllm.entrypoints.serve.utils.api_utils import cli_env_setup; "
              "from vllm.entrypoints.cli.serve import ServeSubcommand; "
              "from vllm.utils.argparse_utils import FlexibleArgumentParser; cli_env_setup(); "

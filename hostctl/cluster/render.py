@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 
 from hostctl import __version__
-from hostctl.cluster.plan import ClusterPlan, MemberPlan
+from hostctl.cluster.plan import FOLLOWER_WAIT_S, SUPERVISED, ClusterPlan, MemberPlan
 from hostctl.errors import FailedError, InputError
 
 
@@ -44,7 +44,6 @@ def member_unit(cp: ClusterPlan, mp: MemberPlan, cluster_path: Path, hostctl_bin
     """(file name, text) of the member's unit: ExecStart `up --cluster PATH --member NAME` (a
     replica with --foreground: Type=notify, supervised; the others Type=oneshot), ExecStop its
     `down`. Read back before it is returned: the two commands must be these argvs."""
-    from hostctl.cluster.run import FOLLOWER_WAIT_S, SUPERVISED
     from hostctl.service.render import _environment
     from hostctl.service.rendercheck import exec_problems
 

@@ -33,12 +33,11 @@ from pydantic import ConfigDict
 from hostctl.data import Data
 from hostctl import paths, secrets
 from hostctl.cluster.commands import load
-from hostctl.cluster.plan import ClusterPlan, MemberPlan
+from hostctl.cluster.plan import FOLLOWER_WAIT_S, SUPERVISED, ClusterPlan, MemberPlan
 from hostctl.cluster.profile import KEY_FILE_VAR, ClusterProfile, read_key
 from hostctl.errors import FailedError, InputError, RefusedError
 
 Say = Callable[[str], None]
-FOLLOWER_WAIT_S = 300
 POLL_S = 1.0
 
 
@@ -169,9 +168,6 @@ def leave_router(cp: ClusterPlan, mp: MemberPlan, say: Say) -> None:
 # ---------------------------------------------------------------- up
 
 
-SUPERVISED = ("replica",)
-
-
 def up(cluster_path: Path, member: str, *, timeout: int | None, keep_on_failure: bool, say: Say,
        hostctl_bin: str, print_endpoint: Callable[[str], None], foreground: bool = False) -> int:
     """Start this member and print its endpoint (the router's for a replica that joined); the
@@ -249,7 +245,7 @@ def _up_serving(cp: ClusterPlan, mp: MemberPlan, *, timeout, keep_on_failure, sa
 def _live_facts(mp: MemberPlan):
     from hostctl.facts import collect
     from hostctl.plan import alias_requests
-    from hostctl.provision.requests import fact_requests
+    from hostctl.plan.requests import fact_requests
 
     return collect(fact_requests(mp.config), alias_paths=alias_requests(mp.config))
 
@@ -378,7 +374,7 @@ def _down_one(cp: ClusterPlan, mp: MemberPlan, say: Say) -> str:
     from hostctl.service.compose import compose_down
     from hostctl.service.container import container_state
 
-    from hostctl.service.supervise import stop_running_supervisor
+    from hostctl.service import supervisor
 
     if mp.member.role == "replica":
         leave_router(cp, mp, say)
@@ -386,7 +382,7 @@ def _down_one(cp: ClusterPlan, mp: MemberPlan, say: Say) -> str:
     with member_state(mp.state_dir):
         # A supervising `up --cluster ... --foreground` ends first (it takes its runtime down and
         # exits 0), or it would see a death and its unit would start it again.
-        stop_running_supervisor(say)
+        supervisor.stop_running(say)
         res = compose_down(target if target.is_dir() else None, mp.project)
     if not res.ok:
         raise FailedError(f"{mp.member.name}: docker compose down failed", details=(res.stderr or "").splitlines()[-5:])

@@ -27,6 +27,7 @@ from hostctl.plan import build_plan
 from hostctl.plan.memory import MIN_CONTAINER_RAM
 from hostctl.plan.power import TOLERANCE_W
 from hostctl.plan.storage import DEFAULT_COMPILE_CACHE, ROLE_DIRS
+from hostctl.plan.requests import tensor_parallel
 from hostctl.profile_init import drives as drv
 from hostctl.profile_init.recipes import rank, recipe_fit
 from hostctl.profile_init.model import (
@@ -278,11 +279,6 @@ def _roles(recipe: Recipe, names: list[str], tp: int) -> tuple[dict[str, Any], l
     return storage, choices
 
 
-def _tensor_parallel(recipe: Recipe) -> int:
-    tp = recipe.args().get("--tensor-parallel-size")
-    return max(int(tp), 1) if tp and tp.isdigit() else max(recipe.requires.gpus, 1)
-
-
 # ---------------------------------------------------------------- one profile for one recipe
 
 
@@ -311,7 +307,7 @@ class _Draft:
             raise AssertionError(f"init chose drives the storage planner refuses: {[d.disk for d in unusable]}")
         names = [d.name for d in self.drives]
 
-        storage, role_choices = _roles(recipe, names, _tensor_parallel(recipe))
+        storage, role_choices = _roles(recipe, names, tensor_parallel(recipe))
         self.choices += role_choices
         self._cache_space(recipe, storage)
         reserve, reserve_why = host_reserve(facts)

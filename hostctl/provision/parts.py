@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from hostctl import paths
-from hostctl.act import consent
 from hostctl.act.actions import Action, Assessment
 from hostctl.act.executor import Context, Executor
 from hostctl.act.report import Report
@@ -29,7 +28,7 @@ from hostctl.facts.model import GpuFacts, HostFacts
 from hostctl.facts.sysfiles import LocalReader
 from hostctl.provision.executor import COMMAND, SCHEMA, provision_lock
 from hostctl.provision.record import record_converged
-from hostctl.provision.requests import fact_requests
+from hostctl.plan.requests import fact_requests
 from hostctl.provision.storage_part import StoragePart
 
 ORDER = ("storage", "system", "gpu")

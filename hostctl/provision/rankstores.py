@@ -26,7 +26,7 @@ from hostctl.data import Data
 from hostctl.errors import FailedError, InputError, RefusedError
 from hostctl.facts.model import HostFacts
 from hostctl.plan.storage import RANK_FILE_EXTS, plan_storage, rank_files
-from hostctl.provision.storage import tensor_parallel
+from hostctl.plan.requests import tensor_parallel
 from hostctl.bytesizes import MIB, fmt_bytes
 
 CHUNK = 8 * MIB
@@ -56,7 +56,7 @@ def plan_split(config: Config, facts: HostFacts) -> tuple[list[RankCopy], list[s
     """(copies to make, ranks that read the shared store as it is). Raises when a copy would be
     wrong: missing files, an unmounted or shared filesystem, too little room."""
     profile = config.profile
-    world = tensor_parallel(config)
+    world = tensor_parallel(config.recipe)
     storage = plan_storage(config, facts, world=world)
     store = storage.role("expert_store")
     if store is None:
@@ -235,7 +235,7 @@ def split_rank_stores(config: Config, *, out: TextIO | None = None, err: TextIO 
                   + (f"; {kept} already there and unchanged" if kept else "")
                   + f"; originals kept in {c.source_dir}\n")
     # Verify with a fresh look: the plan must now bind every copied rank's files.
-    storage = plan_storage(config, read_facts(config), world=tensor_parallel(config))
+    storage = plan_storage(config, read_facts(config), world=tensor_parallel(config.recipe))
     unbound = [c.rank for c in copies
                if sorted(next(r for r in storage.rank_stores if r.rank == c.rank).files) != sorted(c.files)]
     if unbound:

@@ -48,7 +48,7 @@ from hostctl.facts.model import Disk, HostFacts, Partition
 from hostctl.facts.sysfiles import DirState, SystemFiles  # noqa: F401  (the snapshot storage decides on)
 from hostctl.plan.storage import plan_storage
 from hostctl.provision import files, fstab, sysctl
-from hostctl.provision.requests import dir_requests, tensor_parallel  # noqa: F401  (their callers import them from here)
+from hostctl.plan.requests import tensor_parallel
 from hostctl.bytesizes import MIB, fmt_bytes
 
 SWAP_TYPE = ("8200", "0657fd6d-a4ab-43c4-84e5-0933c84b4f4f")
@@ -785,7 +785,7 @@ def _lay_out(v: DriveVerdict, specs: list[PartSpec], parts: list[Partition | Non
 
 def role_dirs(config: Config, facts: HostFacts) -> tuple[dict[str, list[tuple[str, str]]], list[tuple[str, str]]]:
     """(drive name -> [(role, dir)] on that drive, [(role, dir)] not on any drive), from the storage plan."""
-    storage = plan_storage(config, facts, world=tensor_parallel(config))
+    storage = plan_storage(config, facts, world=tensor_parallel(config.recipe))
     on_drive: dict[str, list[tuple[str, str]]] = {}
     plain: list[tuple[str, str]] = []
     for target in storage.roles:

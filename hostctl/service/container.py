@@ -12,10 +12,14 @@ import re
 import threading
 import time
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING
 
 from pydantic import ConfigDict
 
 from hostctl.data import Data
+
+if TYPE_CHECKING:
+    from hostctl.service import fingerprint
 
 API_TIMEOUT_S = 10
 
@@ -164,3 +168,24 @@ class Feed:
             self._dc.close()
         except Exception:
             pass
+
+
+def running_fingerprint(project_dir, container: str) -> fingerprint.ServiceFingerprint | None:
+    """The fingerprint of the service running now: the project `up` rendered, and the image id
+    of its container (None when it is not running)."""
+    import docker.errors
+
+    from hostctl.service import fingerprint
+
+    dc = client()
+    try:
+        try:
+            c = dc.containers.get(container)
+        except docker.errors.NotFound:
+            return None
+        if c.status != "running":
+            return None
+        image_id = c.attrs.get("Image")
+    finally:
+        dc.close()
+    return fingerprint.of_project(project_dir, image_id)

@@ -244,7 +244,7 @@ def _up(config: Config, plan: Plan, facts, *, timeout: int | None, keep_on_failu
 def _record_cache_use(config: Config, plan: Plan, log: list[str], say: Say) -> None:
     """Remember which cache generations this ready service uses; never fails the start."""
     try:
-        from hostctl.cache.usage import record_ready
+        from hostctl.cache.act import record_ready
 
         record_ready(config, plan, log)
     except Exception as exc:  # a bookkeeping failure must not turn a ready service into a failed start
@@ -449,9 +449,9 @@ def failure_error(outcome: StartOutcome) -> FailedError:
 
 def down(config: Config, say: Say) -> str:
     """Take the profile's project down; the profile alone names it (no facts, no plan)."""
-    from hostctl.service.supervise import stop_running_supervisor
+    from hostctl.service import supervisor
 
-    stop_running_supervisor(say)  # a supervising `up --foreground` ends first, or it would restart nothing but see a death
+    supervisor.stop_running(say)  # a supervising `up --foreground` ends first, or it would restart nothing but see a death
     rt = identity.of_config(config)
     with HostLock("down"):
         target, name = rt.project_dir, rt.container

@@ -10,7 +10,12 @@ hostctl's state files; it collects no other facts and builds no plan, so it answ
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING
+
 from hostctl.service import identity, saved
+
+if TYPE_CHECKING:
+    from hostctl.service import fingerprint
 
 SCHEMA = "hostctl.status/v1"
 HEALTH_TIMEOUT_S = 3.0
@@ -67,11 +72,10 @@ def status(rt: identity.RuntimeIdentity) -> dict:
     supervised = restarts.status_part()
     if supervised:
         doc["supervision"] = supervised
-    from hostctl.bench import qualify
     from hostctl.service import fingerprint
 
     current = fingerprint.of_project(rt.project_dir, found["image_id"]) if running else None
-    doc["qualify"] = qualify.status_part(current)
+    doc["qualify"] = qualify_part(current)
     smoke = saved.load_smoke()
     if smoke:
         doc["last_smoke"] = {"at": smoke.get("started_at"), "ok": smoke.get("ok"), "url": smoke.get("url"),
@@ -108,7 +112,30 @@ def status_text(doc: dict) -> str:
         lines.append(f"  last smoke: {'passed' if smoke['ok'] else 'FAILED'} at {smoke['at']}: {parts}")
     else:
         lines.append("  last smoke: none recorded")
-    from hostctl.bench.qualify import status_line
-
-    lines.append(status_line(doc.get("qualify")))
+    lines.append(qualify_line(doc.get("qualify")))
     return "\n".join(lines) + "\n"
+
+
+def qualify_part(current: fingerprint.ServiceFingerprint | None) -> dict | None:
+    """For `hostctl status`: the stored verdict, and whether it was measured on the service now
+    running (None: nothing stored)."""
+    from hostctl.service import fingerprint
+
+    doc = saved.load_qualify()
+    if not doc:
+        return None
+    stored = fingerprint.ServiceFingerprint.from_dict(doc.get("fingerprint") or {})
+    why = fingerprint.differences(stored, current) if current is not None else ["no running service to compare with"]
+    return {"passed": doc.get("passed"), "measured_at": doc.get("measured_at"), "context": doc.get("context"),
+            "recipe": doc.get("recipe"), "this_service": not why, "differences": why,
+            "rungs": [{"name": r.get("name"), "pass": r.get("pass")} for r in doc.get("rungs") or []]}
+
+
+def qualify_line(part: dict | None) -> str:
+    if not part:
+        return "  qualify: no verdict stored (hostctl bench --suite qualify)"
+    rungs_ = ", ".join(f"{r['name']} {'ok' if r['pass'] else 'FAIL'}" for r in part["rungs"])
+    head = (f"  qualify: {'passed' if part['passed'] else 'FAILED'} at {part['measured_at']}"
+            + (f" ({part['context']:,} tokens)" if part.get("context") else ""))
+    where = "this service" if part["this_service"] else "ANOTHER service: " + "; ".join(part["differences"])
+    return f"{head}, measured on {where}: {rungs_}"

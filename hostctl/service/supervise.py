@@ -22,14 +22,10 @@ runtime hang is handled here first, with its diagnosis.
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
 import signal
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from datetime import datetime, timezone
 
 import httpx
@@ -37,13 +33,10 @@ import httpx
 from pydantic import ConfigDict, Field
 
 from hostctl.data import Data
-from hostctl import paths
-from hostctl.safefs import write_file
 from hostctl.config import Config
-from hostctl.facts import processes
 from hostctl.failures import StartEvidence, Finding, classify
 from hostctl.plan.model import Plan
-from hostctl.service import apiclient, apipeer, restarts, sdnotify, saved
+from hostctl.service import apiclient, apipeer, restarts, sdnotify, saved, supervisor
 
 Say = Callable[[str], None]
 HEALTH_EVERY_S = 2.0
@@ -52,7 +45,6 @@ STATE_EVERY_S = 5.0
 POLL_S = 0.2
 HANG_STOP_S = 5  # a hung runtime has nothing to finish gracefully
 LOG_TAIL = 2000  # log lines read from the dead container for the diagnosis
-SUPERVISOR_FILE = "supervisor.json"  # pid of the running supervisor: `down` stops it first
 ALIVE = ("running", "paused", "restarting", "created")
 
 
@@ -177,65 +169,6 @@ class Stop:
 
 def _now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
-
-
-def _save_supervisor(name: str) -> None:
-    write_file(paths.state_dir() / SUPERVISOR_FILE,
-                 json.dumps({"pid": os.getpid(), "start": processes.start_ticks(os.getpid()), "container": name,
-                             "since": _now_iso()}) + "\n")
-
-
-def _supervisor_record() -> dict | None:
-    """The recorded supervisor, or None when there is none or it is not a record (bounded like any
-    outside file: a 4,000-digit pid would reach os.kill as an OverflowError)."""
-    from hostctl.errors import InputError, UntrustedPathError
-    from hostctl.safeload import MAX_CONFIG_BYTES, load_json
-
-    try:
-        doc = load_json(paths.state_dir() / SUPERVISOR_FILE, "supervisor record", limit=MAX_CONFIG_BYTES)
-    except (InputError, UntrustedPathError):
-        return None
-    return doc if isinstance(doc, dict) else None
-
-
-def _clear_supervisor() -> None:
-    doc = _supervisor_record()
-    if doc is not None and doc.get("pid") == os.getpid():
-        with contextlib.suppress(OSError):
-            (paths.state_dir() / SUPERVISOR_FILE).unlink()
-
-
-def running_supervisor() -> dict | None:
-    """The supervisor recorded in the state directory, when its process still runs."""
-    try:
-        doc = _supervisor_record()
-        if doc is None:
-            return None
-        pid, start = int(doc["pid"]), int(doc["start"])
-        os.kill(pid, 0)
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    # A reused pid is not ours: the process must be the one that wrote the record (its name
-    # proves nothing: any Python of a venv under a "hostctl" directory has it in its cmdline).
-    return doc if processes.start_ticks(pid) == start else None
-
-
-def stop_running_supervisor(say: Say, wait_s: float = 170) -> bool:
-    """`down` while a supervisor runs: SIGTERM it (it takes the runtime down and exits 0, so
-    systemd does not restart it) and wait for it to end."""
-    doc = running_supervisor()
-    if doc is None:
-        return False
-    pid = int(doc["pid"])
-    say(f"stopping the supervisor (pid {pid}, `hostctl up --foreground`): it takes the runtime down")
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except OSError:
-        return False
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline and processes.alive(pid):
-        time.sleep(0.2)
-    return True
 
 
 def _health_thread(url: str, out: Callable[[Observation], None], stop: threading.Event) -> threading.Thread:
@@ -393,11 +326,11 @@ def supervise_ready(config: Config, plan: Plan, endpoint: str, stop: Stop, began
         restarts.mark_ready()
     print_endpoint(endpoint)
     notify("READY=1\nSTATUS=ready: " + endpoint)
-    _save_supervisor(lifecycle.container_name(plan))
+    supervisor.save(lifecycle.container_name(plan), _now_iso())
     try:
         ended = supervise(config, plan, stop, say, notify=notify)
     finally:
-        _clear_supervisor()
+        supervisor.clear()
     if ended.verdict.action == "stopped":
         doc = saved.load_service() or {}
         saved.save_service({**doc, "state": "down", "down_at": lifecycle._now_iso(),

@@ -76,7 +76,7 @@ def decide(before: Before) -> RefusedError | None:
 
 def observe(cfg, plan, *, hostctl_bin: str) -> Before:
     """The container of the profile's project, hostctl's record of it, and both fingerprints."""
-    from hostctl.bench.qualify import running_fingerprint
+    from hostctl.service.container import running_fingerprint
     from hostctl.service import saved
     from hostctl.service.container import container_state
     from hostctl.service.lifecycle import container_name, project_dir

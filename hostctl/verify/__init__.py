@@ -117,7 +117,7 @@ class VerifyReport(Data):
 def _facts_here(config: Config):
     from hostctl.facts import collect
     from hostctl.plan import alias_requests
-    from hostctl.provision.requests import fact_requests
+    from hostctl.plan.requests import fact_requests
 
     return collect(fact_requests(config), alias_paths=alias_requests(config))
 

@@ -16,8 +16,6 @@ import json
 from collections.abc import Callable
 from typing import Any, Literal
 
-from pydantic import Field
-
 from hostctl.data import Data
 from hostctl.config import Config
 from hostctl.errors import HostctlError

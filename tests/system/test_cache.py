@@ -66,7 +66,7 @@ def caches(tmp_path, host):
     (ssd1 / "compile-cache" / "triton" / "kernel.cubin").write_bytes(os.urandom(10000))
     os.sync()  # ext4 settles a sparse file's blocks (its extent tree) at writeback: sizes are stable after it
     # `up` records what the ready runtime said about its compile cache (hostctl/cache/usage.py).
-    from hostctl.cache.usage import record_ready
+    from hostctl.cache.act import record_ready
     from hostctl.config import load_config
     from hostctl.facts import collect_storage
     from hostctl.plan import build_plan, path_requests

@@ -16,7 +16,7 @@ from hostctl.bench import probes, qualify, suites
 from hostctl.cli import main
 from hostctl.config import parse_recipe
 from hostctl.errors import InputError
-from hostctl.service import fingerprint
+from hostctl.service import fingerprint, status
 from hostctl.tune import chart
 from hostctl.tune import plan as tplan
 from hostctl.tune import runner as trunner
@@ -367,10 +367,10 @@ def test_status_line_says_whether_the_verdict_is_this_services():
     part = {"passed": False, "measured_at": "2026-12-01T00:00:00+00:00", "context": 2048, "this_service": False,
             "differences": ["the image is another build (stored aaa, now bbb)"],
             "rungs": [{"name": "needle 25%", "pass": False}, {"name": "boundary 2x(1,920+128)", "pass": True}]}
-    line = qualify.status_line(part)
+    line = status.qualify_line(part)
     assert "FAILED" in line and "(2,048 tokens)" in line and "ANOTHER service: the image is another build" in line
     assert "needle 25% FAIL, boundary 2x(1,920+128) ok" in line
-    assert "no verdict stored" in qualify.status_line(None)
+    assert "no verdict stored" in status.qualify_line(None)
 
 
 def test_text_reports_of_recorded_demo_results():

@@ -37,17 +37,17 @@ def test_a_suite_integer_of_5000_digits_names_its_line(tmp_path):
 def test_a_planted_supervisor_record_with_a_huge_pid_is_no_supervisor(tmp_path, monkeypatch, pid):
     """Another user (nobody) plants the record `down` reads: os.kill got a 4,001-digit pid
     (OverflowError, exit 70) and `status` crashed; now it is no supervisor at all."""
-    from hostctl.service import supervise
+    from hostctl.service import supervisor
 
     monkeypatch.setenv(paths.SYSROOT_ENV, str(tmp_path))
     state = paths.state_dir()
     state.mkdir(parents=True)
-    record = state / supervise.SUPERVISOR_FILE
+    record = state / supervisor.SUPERVISOR_FILE
     record.write_text('{"pid": ' + pid + ', "start": 1, "container": "x", "since": "now"}\n')
     os.chown(record, NOBODY, NOBODY)
     before = record.read_bytes()
-    assert supervise.running_supervisor() is None
-    supervise._clear_supervisor()
+    assert supervisor.running() is None
+    supervisor.clear()
     assert record.read_bytes() == before  # not ours: left where it is
 
 

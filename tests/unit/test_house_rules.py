@@ -1,6 +1,6 @@
-"""The house rules the code keeps by construction: every plan problem code belongs to exactly one
-doctor check, the import graph among hostctl's modules has no cycle (top-level imports, read
-statically), every module imports, and nothing decides by matching an error's wording."""
+"""The house rules the code keeps by construction (docs/house.md): every plan problem code belongs to
+exactly one doctor check, every import (function-local too) stays on its floor or below and closes
+no circle, every module imports, and nothing decides by matching an error's wording."""
 
 from __future__ import annotations
 
@@ -103,103 +103,170 @@ def test_the_wording_pattern_catches_what_it_is_for():
     assert not WORDING.search('if p.code in codes:')
 
 
-# ---------------------------------------------------------------- the import graph
+# ---------------------------------------------------------------- the import graph (docs/house.md "Floors")
 
 
-def _top_level_imports(name: str, path: Path) -> set[str]:
-    """The hostctl modules `name` imports when it is imported: module-level statements only
-    (not inside functions, not under `if TYPE_CHECKING:`)."""
-    tree = ast.parse(path.read_text())
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+def imports_of(name: str, source: str) -> set[str]:
+    """Every hostctl module `name` imports, wherever the import statement stands: at the top, in
+    a function (how a command stays fast) or under `if TYPE_CHECKING:` (a dependency all the same)."""
+    is_package = MODULE_FILES.get(name, Path()).name == "__init__.py"
+    package = name if is_package else name.rpartition(".")[0]
     found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found.update(_known(a.name) for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            found.update(_known(f"{base}.{a.name}") if f"{base}.{a.name}" in MODULE_FILES else _known(base)
+                         for a in node.names)
+    return {m for m in found if m and m != name}
 
-    def visit(stmts):
-        for node in stmts:
-            if isinstance(node, ast.Import):
-                found.update(a.name for a in node.names)
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    anchor = package.split(".")
-                    anchor = anchor[: len(anchor) - node.level + 1]
-                    base = ".".join(anchor + ([base] if base else []))
-                for a in node.names:
-                    sub = f"{base}.{a.name}"
-                    found.add(sub if sub in MODULE_FILES else base)
-            elif isinstance(node, ast.If):
-                test = node.test
-                if isinstance(test, ast.Name) and test.id == "TYPE_CHECKING" or \
-                        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING":
-                    visit(node.orelse)
-                    continue
-                visit(node.body)
-                visit(node.orelse)
-            elif isinstance(node, ast.Try):
-                visit(node.body)
-                for h in node.handlers:
-                    visit(h.body)
-                visit(node.orelse)
-                visit(node.finalbody)
-            elif isinstance(node, (ast.With,)):
-                visit(node.body)
 
-    visit(tree.body)
-    return {m for m in found if m in MODULE_FILES and m != name}
+def _known(dotted: str) -> str | None:
+    """The hostctl module a dotted name lives in (`hostctl.facts.model.Disk` -> hostctl.facts.model)."""
+    while dotted and dotted not in MODULE_FILES:
+        dotted = dotted.rpartition(".")[0]
+    return dotted or None
+
+
+def room(module: str) -> str:
+    """A top-level module or subpackage of hostctl (`hostctl.facts.disks` -> hostctl.facts)."""
+    return ".".join(module.split(".")[:2])
+
+
+def house_floors() -> dict[str, int]:
+    """Room -> floor, read from the table in docs/house.md: the document is the rule."""
+    table = (ROOT.parent / "docs" / "house.md").read_text()
+    floors: dict[str, int] = {}
+    for line in table.splitlines():
+        row = re.match(r"\| (\d) [^|]*\| ([^|]*)\|", line)
+        if row:
+            for word in row.group(2).replace("`", "").split(","):
+                word = word.strip()
+                floors["hostctl" if word == "hostctl" else f"hostctl.{word}"] = int(row.group(1))
+    return floors
+
+
+GRAPH = {name: imports_of(name, path.read_text()) for name, path in MODULE_FILES.items()}
+FLOORS = house_floors()
 
 
 def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Strongly connected components with more than one module (Tarjan)."""
+    """Strongly connected components with more than one node (Tarjan, iterative)."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
     on: set[str] = set()
     out: list[list[str]] = []
-    counter = [0]
-
-    def strong(v: str) -> None:
-        index[v] = low[v] = counter[0]
-        counter[0] += 1
-        stack.append(v)
-        on.add(v)
-        for w in sorted(graph.get(v, ())):
-            if w not in index:
-                strong(w)
-                low[v] = min(low[v], low[w])
-            elif w in on:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            comp = []
-            while True:
-                w = stack.pop()
-                on.discard(w)
-                comp.append(w)
-                if w == v:
-                    break
-            if len(comp) > 1:
-                out.append(sorted(comp))
-
-    import sys
-    limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(limit, 10_000))
-    try:
-        for v in sorted(graph):
-            if v not in index:
-                strong(v)
-    finally:
-        sys.setrecursionlimit(limit)
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph.get(start, ()))))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on.add(start)
+        while work:
+            v, edges = work[-1]
+            w = next(edges, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(graph.get(w, ())))))
+                elif w in on:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    out.append(sorted(comp))
     return out
 
 
-def test_the_cycle_finder_finds_a_cycle():
+def test_the_graph_reader_sees_every_import_and_the_cycle_finder_a_cycle():
+    source = ("from hostctl.facts import disks\n"
+              "def f():\n    from hostctl.plan.model import Plan\n"
+              "if TYPE_CHECKING:\n    import hostctl.config\n"
+              "from . import memory\n")
+    assert imports_of("hostctl.facts.gpu", source) == {
+        "hostctl.facts.disks", "hostctl.plan.model", "hostctl.config", "hostctl.facts.memory"}
     assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert import_cycles({"a": {"b"}, "b": set()}) == []
+    assert FLOORS["hostctl.errors"] == 0 and FLOORS["hostctl.facts"] == 2 and FLOORS["hostctl.cli"] == 6
 
 
-def test_hostctl_import_graph_has_no_cycle():
-    graph = {name: _top_level_imports(name, path) for name, path in MODULE_FILES.items()}
-    assert graph["hostctl.doctor.checks"] >= {"hostctl.doctor.checks.gpu", "hostctl.doctor.registry"}
-    cycles = import_cycles(graph)
-    assert not cycles, "import cycles among hostctl modules:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+def test_no_module_imports_in_a_circle():
+    assert GRAPH["hostctl.doctor.checks"] >= {"hostctl.doctor.checks.gpu", "hostctl.doctor.registry"}
+    cycles = import_cycles(GRAPH)
+    assert not cycles, "import circles among hostctl modules:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def test_no_room_imports_in_a_circle():
+    rooms: dict[str, set[str]] = {}
+    for name, targets in GRAPH.items():
+        rooms.setdefault(room(name), set()).update(room(t) for t in targets if room(t) != room(name))
+    cycles = import_cycles(rooms)
+    assert not cycles, "import circles among hostctl's rooms:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def test_every_room_stands_on_a_floor():
+    homeless = sorted({room(name) for name in MODULE_FILES} - set(FLOORS) - {"hostctl.__main__"})
+    assert not homeless, f"rooms docs/house.md gives no floor: {homeless}"
+
+
+def test_no_import_climbs_a_floor():
+    """A module imports from its own floor or a lower one: facts/ and plan/ never reach code that acts."""
+    climbs = [f"{name} (floor {FLOORS[room(name)]}) imports {t} (floor {FLOORS[room(t)]})"
+              for name, targets in sorted(GRAPH.items()) for t in sorted(targets)
+              if room(name) in FLOORS and room(t) in FLOORS and FLOORS[room(t)] > FLOORS[room(name)]]
+    assert not climbs, "\n".join(climbs)
+
+
+# ---------------------------------------------------------------- one data layer (docs/house.md)
+
+
+# Replaced by the libraries' own means (issue 28): pydantic for records and their strictness and
+# start-up (defer_build), typer and rich for the console, the docker SDK for the engine, the
+# executor's test hook for the kill points, secrets.py for redaction.
+REPLACED = ("hostctl.record", "hostctl.strict_record", "hostctl.config_cache", "hostctl.noplugins",
+            "hostctl.http10", "hostctl.testhooks", "hostctl.doctor.redact")
+
+
+@pytest.mark.parametrize("gone", REPLACED)
+def test_a_replaced_module_is_gone_and_named_nowhere(gone):
+    assert gone not in MODULE_FILES
+    pattern = re.compile(r"\b" + re.escape(gone) + r"\b|from " + re.escape(gone.rpartition(".")[0])
+                         + r" import (\w+, )*" + re.escape(gone.rpartition(".")[2]) + r"\b")
+    naming = [str(p.relative_to(ROOT.parent)) for p in MODULE_FILES.values() if pattern.search(p.read_text())]
+    assert not naming, f"{gone} is still named in {naming}"
+
+
+def test_every_data_type_derives_from_data():
+    """One way to define a data type: a pydantic model deriving from hostctl.data.Data."""
+    strays = []
+    for name, path in MODULE_FILES.items():
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module == "dataclasses":
+                strays.append(f"{name}: imports dataclasses")
+            elif isinstance(node, ast.ClassDef) and name != "hostctl.data":
+                bases = {b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases}
+                if "BaseModel" in bases:
+                    strays.append(f"{name}.{node.name}: derives from BaseModel, not Data")
+    assert not strays, "\n".join(strays)
 
 
 @pytest.mark.parametrize("name", IMPORTABLE)

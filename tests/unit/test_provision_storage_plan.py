@@ -28,8 +28,8 @@ from hostctl.provision.storage import (
     partition_path,
     plan_storage_provision,
     required_bytes,
-    tensor_parallel,
 )
+from hostctl.plan.requests import tensor_parallel
 
 HOSTS = paths.hosts_dir()
 SERIAL1, SERIAL2 = "25120G800101", "25120G800102"
@@ -412,7 +412,7 @@ def test_drive_names_fit_their_labels():
 
 
 def test_tensor_parallel_size_comes_from_the_recipe(cfg):
-    assert tensor_parallel(cfg) == 2
+    assert tensor_parallel(cfg.recipe) == 2
 
 
 # ---------------------------------------------------------------- fstab, sysctl, consent

@@ -176,7 +176,7 @@ def test_down_stops_the_recorded_supervisor_and_only_a_hostctl(tmp_path, monkeyp
     import subprocess
     import sys
 
-    from hostctl.service import supervise
+    from hostctl.service import supervisor
 
     monkeypatch.setenv("HOSTCTL_SYSROOT", str(tmp_path))
     state = tmp_path / "var/lib/hostctl"
@@ -187,17 +187,17 @@ def test_down_stops_the_recorded_supervisor_and_only_a_hostctl(tmp_path, monkeyp
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "hostctl", "up", "--foreground"])
     try:
         assert processes.start_ticks(other.pid) is not None
-        (state / supervise.SUPERVISOR_FILE).write_text(
+        (state / supervisor.SUPERVISOR_FILE).write_text(
             json.dumps({"pid": other.pid, "start": processes.start_ticks(other.pid) - 1}))
-        assert supervise.running_supervisor() is None
-        assert not supervise.stop_running_supervisor(said.append) and other.poll() is None
+        assert supervisor.running() is None
+        assert not supervisor.stop_running(said.append) and other.poll() is None
     finally:
         other.kill()
         other.wait()
     sup = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "hostctl", "up", "--foreground"])
-    (state / supervise.SUPERVISOR_FILE).write_text(json.dumps({"pid": sup.pid, "start": processes.start_ticks(sup.pid)}))
+    (state / supervisor.SUPERVISOR_FILE).write_text(json.dumps({"pid": sup.pid, "start": processes.start_ticks(sup.pid)}))
     try:
-        assert supervise.stop_running_supervisor(said.append, wait_s=10)
+        assert supervisor.stop_running(said.append, wait_s=10)
         # It has ended (SIGTERM); reap it so the pid is really gone.
         assert sup.wait(timeout=5) == -15
         assert said and f"pid {sup.pid}" in said[0]

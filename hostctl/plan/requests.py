@@ -1,23 +1,22 @@
-"""Which directories the facts must describe for the provision parts to decide: the plan's own
-(plan.path_requests) and those the storage decisions read (each drive's mountpoint, its role
-directories, the rank stores). A module of its own, without the storage decisions' imports, so
-that `facts --config` and `plan` (read-only, benchmarks/doctor_quick.py) ask for the same
-directories without importing the provisioning code (~45 ms)."""
+"""Which directories the facts must describe for a profile: the plan's own (plan.path_requests)
+and those provision's storage decisions read (each drive's mountpoint, its role directories, the
+rank stores), and how many ranks the recipe runs. Pure: `facts --config`, `plan`, `verify`,
+`provision` and `cache` all ask here, so they read the same directories."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from hostctl.config import Config
+    from hostctl.config import Config, Recipe
 
 
-def tensor_parallel(config: Config) -> int:
+def tensor_parallel(recipe: Recipe) -> int:
     """The number of ranks whose store files exist (`rank<r>of<N>`): the recipe's TP size."""
-    tp = config.recipe.args().get("--tensor-parallel-size")
+    tp = recipe.args().get("--tensor-parallel-size")
     if tp and tp.isdigit():
         return max(int(tp), 1)
-    return max(config.recipe.requires.gpus, 1)
+    return max(recipe.requires.gpus, 1)
 
 
 def dir_requests(config: Config) -> list[str]:
@@ -28,7 +27,7 @@ def dir_requests(config: Config) -> list[str]:
     out = [d.mount for d in profile.drives]
     for d in profile.drives:
         out += [f"{d.mount}/{sub}" for sub in ROLE_DIRS.values()]
-    for rank in range(tensor_parallel(config)):
+    for rank in range(tensor_parallel(config.recipe)):
         for d in profile.drives:
             out.append(rank_store_dir(d.mount, rank))
     return list(dict.fromkeys(out))
