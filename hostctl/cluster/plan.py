@@ -11,9 +11,10 @@ split) raises InputError naming the host's field; a host plan's own problems sta
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
+
+from pydantic import Field
 
 from hostctl.cluster.profile import ClusterProfile, Member
 from hostctl.config import Config, HostProfile, Recipe, load_config
@@ -54,8 +55,7 @@ class Identity(Data):
     model_revision: str | None
 
 
-@dataclass
-class MemberPlan:
+class MemberPlan(Data):
     member: Member
     project: str
     state_dir: str
@@ -64,7 +64,7 @@ class MemberPlan:
     plan: Plan | None = None  # None: no facts for this host here, or the router
     identity: Identity | None = None
     facts_source: str = "none"
-    router_command: list[str] = field(default_factory=list)
+    router_command: list[str] = Field(default_factory=list)
 
     @property
     def container(self) -> str:
@@ -87,8 +87,7 @@ class MemberPlan:
         return doc
 
 
-@dataclass
-class ClusterPlan:
+class ClusterPlan(Data):
     cluster: ClusterProfile
     mode: str
     tp: int

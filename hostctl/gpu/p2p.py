@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import Field
 
 from hostctl.data import Data
 from hostctl import paths
@@ -58,10 +58,6 @@ class Rung(Data):
 
 
 class P2PLadder(Data):
-    # P2PVerdict (hostctl.facts.model) is still a Record on this branch: taken as it is. Delete this
-    # line once facts.model's records are Data (issue 28, merged from the facts branch).
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-
     gpus: list[str]  # "index:uuid" in rank order
     rungs: list[Rung] = Field(default_factory=list)
     functional: FunctionalCheck | None = None

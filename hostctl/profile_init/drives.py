@@ -11,7 +11,8 @@ not decided here: `storage_verdict` asks the storage planner (provision/storage.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+
+from pydantic import Field
 
 from hostctl import marks
 from hostctl.config import Drive, DriveIdentity
@@ -101,8 +102,7 @@ def hostctl_layout(disk: Disk) -> Existing | None:
     )
 
 
-@dataclass
-class Candidate:
+class Candidate(Data):
     disk: Disk
     identity: DriveIdentity
     existing: Existing | None
@@ -110,7 +110,7 @@ class Candidate:
     named: bool = False
     name: str = ""
     swap_bytes: int = 0
-    notes: list[str] = field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
 
     @property
     def max_swap(self) -> int:
@@ -139,9 +139,9 @@ def judge(disk: Disk, facts: HostFacts) -> Candidate:
         else:
             probe = _probe(ident)
     except ValueError as exc:  # a layout no valid profile can describe (e.g. an xfs drive with a long name)
-        return Candidate(disk, ident, existing, f"its hostctl partitions cannot be described by a profile: {exc}")
+        return Candidate(disk=disk, identity=ident, existing=existing, problem=f"its hostctl partitions cannot be described by a profile: {exc}")
     problem = verdict_problem(storage_verdict(probe, facts))
-    return Candidate(disk, ident, existing, problem)
+    return Candidate(disk=disk, identity=ident, existing=existing, problem=problem)
 
 
 def describe(disk: Disk) -> str:

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import ConfigDict, Field
@@ -15,16 +14,18 @@ from hostctl.data import Data
 INIT_SCHEMA = "hostctl.init/v1"
 
 
-@dataclass(frozen=True)
-class InitOptions:
+class InitOptions(Data):
+    model_config = ConfigDict(frozen=True)
+
     recipe: str | None = None  # --recipe: the reference written into the profile (bundled name or absolute path)
     drives: tuple[DriveIdentity, ...] | None = None  # --drives; () for `--drives none`
     power_limit_w: float | None = None  # --power-limit: asked for every GPU
     model_dir: str | None = None  # --model-dir
 
 
-@dataclass(frozen=True)
-class RecipeSource:
+class RecipeSource(Data):
+    model_config = ConfigDict(frozen=True)
+
     """A recipe init may choose: the reference a profile names it by, and the recipe itself."""
 
     ref: str

@@ -12,8 +12,10 @@ The system and gpu parts refuse (exit 3) before writing a unit; doctor reports t
 from __future__ import annotations
 
 import stat
-from dataclasses import dataclass
 
+from pydantic import ConfigDict
+
+from hostctl.data import Data
 from hostctl.errors import FailedError, RefusedError
 from hostctl.facts.executable import ExecChain
 
@@ -22,11 +24,10 @@ INSTALL_ROUTE = ("install hostctl as root: `sudo ./install.sh` in a hostctl chec
 SHOWN = 5  # findings listed in an error; the count says how many more
 
 
-# A dataclass, not Data, for now: doctor imports this module, and tests/unit/test_cli_imports.py
-# still holds doctor to no pydantic import (lift it with that test).
-@dataclass(frozen=True)
-class Writable:
+class Writable(Data):
     """One file or directory behind the executable that someone other than root can change."""
+
+    model_config = ConfigDict(frozen=True)
 
     path: str
     role: str
