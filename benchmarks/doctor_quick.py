@@ -21,10 +21,7 @@ machine hits every row alike) and the ratio of each command's median to the shel
   --help               the command list
   doctor quick         `doctor --json`, the whole process
     in-process         config + facts + plan + checks, from the document's own timings
-  facts, plan, status  as a user types them (text); plan and status read a profile, which the
-                       config cache remembers after the untimed first run
-  plan, not remembered plan with an empty config cache (XDG_CACHE_HOME): the profile is validated
-                       by pydantic, as on the first run after an edit (shown, not part of the goal)
+  facts, plan, status  as a user types them (text); plan and status read and validate a profile
   shell script         the hand-gathered facts
 doctor and facts run without a profile unless --config is given (as on a fresh machine); plan and
 status need one and use --config, default the bundled runtime/hosts/demo-cpu.toml. The doctor
@@ -40,16 +37,17 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "doctor_quick_facts.sh"
 DEMO_PROFILE = ROOT / "runtime" / "hosts" / "demo-cpu.toml"
-GOAL_S = 0.3  # every read-only command, on the 2-CPU development machine (issue 12)
-DOCTOR_GOAL_S = 0.5  # doctor quick on the H200 machine
-MISS = "plan, not remembered"
+# The budget of every read-only command (docs/house.md, "Start-up"): the median under 0.5 s on
+# the GPU machine and at most 4x the shell script's, reached by importing a heavy module only on the
+# path that needs it and pydantic's defer_build, never by re-implementing a library.
+GOAL_S = 0.5
+GOAL_RATIO = 4.0
 
 
 def timed(argv: list[str], env: dict[str, str], ok: tuple[int, ...] = (0, 1)) -> tuple[float, str]:
@@ -92,7 +90,7 @@ def main() -> None:
         timed(argv, env, ok)  # untimed: writes the bytecode caches, warms the page cache
     parts = ("  in-process (config+facts+plan+checks)", "    facts", "    checks")
     rows: dict[str, list[float]] = {k: [] for k in list(baseline) + ["--help", "doctor quick", *parts, "facts",
-                                                                      "plan", "status", MISS, "shell script"]}
+                                                                      "plan", "status", "shell script"]}
     summary = None
     for _ in range(args.runs):
         for name, (argv, ok) in baseline.items():
@@ -107,8 +105,6 @@ def main() -> None:
                 rows[parts[1]].append(t["facts"])
                 rows[parts[2]].append(t["checks"])
                 summary = doc["summary"]
-        with tempfile.TemporaryDirectory() as empty:
-            rows[MISS].append(timed(hostctl + ["plan"] + profile, {**env, "XDG_CACHE_HOME": empty}, (0, 1))[0])
         rows["shell script"].append(timed(["sh", str(SCRIPT)], env, (0,))[0])
 
     medians = {k: statistics.median(v) for k, v in rows.items()}
@@ -120,12 +116,10 @@ def main() -> None:
     print(f"{'':40} {'median':>9} {'fastest':>9} {'/shell':>7}")
     for name, values in rows.items():
         print(f"{name:40} {medians[name] * 1000:7.1f}ms {min(values) * 1000:7.1f}ms {medians[name] / shell:6.1f}x")
-    slow = [n for n in commands if medians[n] >= GOAL_S]
-    print(f"goal: each command < {GOAL_S * 1000:.0f} ms (median) -> "
-          + ("met" if not slow else "NOT met by " + ", ".join(f"{n} ({medians[n] * 1000:.0f} ms)" for n in slow)))
-    d = medians["doctor quick"]
-    print(f"goal on the H200 machine: doctor quick < {DOCTOR_GOAL_S * 1000:.0f} ms -> "
-          f"{'met' if d < DOCTOR_GOAL_S else 'NOT met'} here ({d * 1000:.0f} ms)")
+    slow = [n for n in commands if medians[n] >= GOAL_S or medians[n] > GOAL_RATIO * shell]
+    print(f"budget: each command < {GOAL_S * 1000:.0f} ms (median) and <= {GOAL_RATIO:.0f}x the shell script -> "
+          + ("met" if not slow else "NOT met by " + ", ".join(
+              f"{n} ({medians[n] * 1000:.0f} ms, {medians[n] / shell:.1f}x)" for n in slow)))
     if args.json_out:
         Path(args.json_out).write_text(json.dumps({
             "host": host, "cpus": os.cpu_count(), "python": sys.version.split()[0], "runs": args.runs,

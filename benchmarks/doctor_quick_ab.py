@@ -8,7 +8,7 @@ fastest wall time, the median CPU time, and B/A.
 
 A is the tree at --a, B this checkout; --a-path/--b-path put more folders first on each side's
 PYTHONPATH (another typer, say). Each side keeps its own cache folder (XDG_CACHE_HOME), so a
-tree with hostctl's config cache is measured with it warm, as a user runs it. Only the standard
+tree that caches anything there is measured with it warm, as a user runs it. Only the standard
 library is imported here. benchmarks/doctor_quick.py is the one-tree benchmark with the floor rows.
 """
 
@@ -44,7 +44,7 @@ def main() -> None:
         env["XDG_CACHE_HOME"] = str(caches / side)
         envs[side] = env
     cwd = caches  # no ./hostctl.toml is picked up
-    for name, argv in cmds.items():  # untimed: bytecode, page cache, each side's config cache
+    for name, argv in cmds.items():  # untimed: bytecode, page cache, each side's caches
         for side, env in envs.items():
             done = subprocess.run([sys.executable, "-m", "hostctl", *argv], capture_output=True, env=env, cwd=cwd)
             if done.returncode not in (0, 1):

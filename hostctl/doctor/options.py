@@ -1,7 +1,6 @@
 """What one `hostctl doctor` run was asked for: the options the CLI passes to hostctl.doctor.run.
 
-Apart from the package's __init__ because every command imports the package (hostctl.doctor.redact
-redacts their output): defining this record there would import pydantic for `--help`.
+A module of its own so that the CLI names the options without importing the checks.
 """
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ def _client() -> "APIClient":
     return docker.APIClient(**docker.utils.kwargs_from_env(), version="auto", timeout=API_TIMEOUT_S)
 
 
-def _unreachable(exc: Exception) -> str:
+def unreachable(exc: Exception) -> str:
     """Why the engine could not be asked, naming the socket it was asked on."""
     path = local_socket()
     where = f" at {path}" if path is not None else ""
@@ -234,7 +234,7 @@ def probe_docker(image_refs: tuple[str, ...] = ()) -> EngineFacts:
         finally:
             client.close()
     except Exception as exc:  # the SDK wraps socket, HTTP and API errors in several types
-        return EngineFacts(available=False, reason=_unreachable(exc))
+        return EngineFacts(available=False, reason=unreachable(exc))
     facts = EngineFacts(
         version=info.get("ServerVersion"),
         api_version=api_version,
@@ -288,7 +288,7 @@ def probe_container(name: str) -> tuple[dict | None, str | None]:
     except docker.errors.APIError as exc:
         return None, f"the Docker engine refused: {_refusal(exc)}"
     except Exception as exc:  # the SDK wraps socket, HTTP and API errors in several types
-        return None, _unreachable(exc)
+        return None, unreachable(exc)
     if inspect is None:
         return None, None
     config = inspect.get("Config") or {}

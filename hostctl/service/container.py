@@ -25,9 +25,18 @@ API_TIMEOUT_S = 10
 
 
 def client():
+    """The docker SDK's client for the engine DOCKER_HOST names; an engine that does not answer is
+    a FailedError naming its socket, not a traceback."""
     import docker
 
-    return docker.from_env(version="auto", timeout=API_TIMEOUT_S)
+    try:
+        return docker.from_env(version="auto", timeout=API_TIMEOUT_S)
+    except docker.errors.DockerException as exc:
+        from hostctl.errors import FailedError
+        from hostctl.facts.engine import unreachable
+
+        raise FailedError(unreachable(exc), fix="start the engine (`systemctl start docker`) or point DOCKER_HOST "
+                          "at the one that runs the runtime, then run the command again") from exc
 
 
 class ContainerState(Data):

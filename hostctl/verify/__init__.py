@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from hostctl import __version__
 from hostctl.config import Config
@@ -41,6 +41,9 @@ def parse_only(only: str | None) -> tuple[str, ...]:
 
 
 class CheckResult(Data):
+    # `check` is a VerifyCheck, a plain class (it holds a function): taken as it is, not validated
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
     check: VerifyCheck
     result: VerifyResult
     seconds: float = 0.0

@@ -97,6 +97,13 @@ def test_down_and_logs_name_the_container_from_the_profile(profile, capsys):
     assert code == 1 and out == "" and f"no runtime container {PROJECT}-runtime" in err
 
 
+def test_down_says_when_the_engine_cannot_be_asked(profile, capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-such.sock")
+    code, out, err = run(["down", "--config", profile], capsys)
+    assert code == 1 and out == "", err  # a failure the user can act on, not a bug (exit 70)
+    assert f"Docker engine unreachable at {tmp_path}/no-such.sock" in err and "fix: start the engine" in err
+
+
 def test_smoke_refuses_an_address_off_this_machine_without_reading_the_host(profile, capsys):
     code, out, err = run(["smoke", "--url", "http://192.0.2.1:8000", "--config", profile], capsys)
     assert code == 2 and "192.0.2.1" in err
