@@ -26,9 +26,9 @@ from pydantic import Field
 
 from hostctl.data import Data
 from hostctl import safefs
-from hostctl.cache import layout
+from hostctl.facts import cache_layout as layout
 from hostctl.cache.decide import Generation, PlanKey, PrunePlan, generations, plan_prune
-from hostctl.cache.facts import CacheFacts, Root, running_runtimes, scan
+from hostctl.facts.caches import CacheFacts, Root, running_runtimes, scan
 from hostctl.config import Config
 from hostctl.errors import FailedError, RefusedError
 from hostctl.safepaths import relative_name_problem
@@ -94,7 +94,7 @@ def plan_key_for(config: Config, usage_doc: dict | None = None) -> tuple[PlanKey
     rt = config.profile.runtime
     label = None
     if rt.model_dir:
-        from hostctl.model.facts import probe_checkpoint
+        from hostctl.facts.checkpoint import probe_checkpoint
 
         override, revision = runtime_inputs(config.recipe.env, config.recipe.serve_args)
         ckpt_id, why = runtime_ckpt_id(rt.model_dir, revision=revision, override=override)

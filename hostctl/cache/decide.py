@@ -25,8 +25,8 @@ from typing import Literal
 from pydantic import Field
 
 from hostctl.data import Data
-from hostctl.cache import layout
-from hostctl.cache.facts import CacheFacts, CompileHash, Other, PackRank, PlanesRank
+from hostctl.facts import cache_layout as layout
+from hostctl.facts.caches import CacheFacts, CompileHash, Other, PackRank, PlanesRank
 
 Use = Literal["used", "unused", "unknown"]
 Kind = Literal["planes", "pack", "compile"]

@@ -25,7 +25,7 @@ import os
 import shlex
 
 from hostctl.errors import InputError, UntrustedPathError
-from hostctl.model.manifest import SMALL_FILE_MAX, TOO_LARGE_FIX
+from hostctl.facts.manifest import SMALL_FILE_MAX, TOO_LARGE_FIX
 from hostctl.plan.runtime import MODEL_IN_CONTAINER
 from hostctl.safefs import TooLargeError, read_bounded
 from hostctl.safeload import parse_json

@@ -17,7 +17,7 @@ from typing import Protocol
 
 from hostctl.cluster.plan import ClusterPlan, MemberPlan
 from hostctl.data import Data
-from hostctl.model.manifest import SMALL_FILE_MAX
+from hostctl.facts.manifest import SMALL_FILE_MAX
 from hostctl.safefs import read_bounded
 
 SCHEMA = "hostctl.cluster-doctor/v1"

@@ -101,7 +101,7 @@ def build_report(opts: DoctorOptions, err: TextIO | None = None):
         source = "live"
     checkpoint = None
     if config is not None and config.profile.runtime.model_dir and opts.facts_path is None:
-        from hostctl.model.facts import probe_checkpoint  # sizes and hostctl's manifest; nothing is hashed
+        from hostctl.facts.checkpoint import probe_checkpoint  # sizes and hostctl's manifest; nothing is hashed
 
         checkpoint = probe_checkpoint(config.profile.runtime.model_dir)
     boot_code, boot_units = _boot_code() if opts.facts_path is None else (None, ())

@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # annotations only: importing config, plan and the model mani
     from hostctl.config import Config
     from hostctl.facts.executable import ExecChain
     from hostctl.facts.model import ContainerFacts, HostFacts
-    from hostctl.model.facts import CheckpointFacts
+    from hostctl.facts.checkpoint import CheckpointFacts
     from hostctl.plan.model import Plan, Problem
 
 Status = Literal["pass", "warn", "fail", "skip"]

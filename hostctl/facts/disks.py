@@ -21,7 +21,7 @@ from pathlib import Path
 from hostctl import runner
 from hostctl.facts.memory import read_swaps
 from hostctl import marks
-from hostctl.facts.model import BlankProof, Disk, DiskFacts, FsCheck, Partition, SwapDevice
+from hostctl.facts.model import BlankProof, Disk, DiskFacts, DriveMatch, FsCheck, Partition, SwapDevice
 from hostctl.facts.mounts import MountLine, read_mountinfo
 
 SYS_BLOCK = Path("/sys/block")
@@ -573,3 +573,10 @@ def identity_matches(kind: str, value: str, disk: Disk, aliases: dict[str, str |
     if kind == "by-id":
         return os.path.basename(value) in disk.by_id
     return disk.path == value or (aliases or {}).get(value) == disk.name
+
+
+def resolve_identity(kind: str, value: str, disks: DiskFacts) -> DriveMatch:
+    """What a drive identity (serial:, wwn:, by-id:, path:) names among the probed disks. The one
+    place a drive is resolved to its disk: provisioning, init and their checks all read this."""
+    return DriveMatch(disks=[d for d in disks.devices if identity_matches(kind, value, d, disks.aliases)],
+                      leads_to=disks.aliases.get(value) if kind == "path" else None)

@@ -201,6 +201,13 @@ class DiskFacts(Absence):
     aliases: dict[str, str | None] = Field(default_factory=dict)
 
 
+class DriveMatch(Data):
+    """One drive identity resolved on this host (facts.disks.resolve_identity)."""
+
+    disks: list[Disk] = Field(default_factory=list)  # the whole disks it names: exactly one when it resolves
+    leads_to: str | None = None  # a `path:` identity: the kernel name of the device its path leads to, if any
+
+
 # ---------------------------------------------------------------- memory, NUMA, IOMMU, kernel
 
 

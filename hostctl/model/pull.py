@@ -30,9 +30,11 @@ from hostctl.data import Data
 from hostctl import __version__, safefs
 from hostctl.config import Config
 from hostctl.errors import FailedError, InputError
-from hostctl.model.facts import CheckpointFacts, free_space, probe_checkpoint
+from hostctl.facts.checkpoint import CheckpointFacts, probe_checkpoint
+from hostctl.facts.free_space import free_space
 from hostctl.model.hashing import digests
-from hostctl.model.manifest import MARKER_NAME, Manifest, ManifestFile, now_iso, write_manifest, write_marker
+from hostctl.facts.manifest import MARKER_NAME, Manifest, ManifestFile
+from hostctl.model.manifest import now_iso, write_manifest, write_marker
 from hostctl.model.progress import Progress
 from hostctl.model.resolve import ModelRef, load_ref
 from hostctl.bytesizes import fmt_bytes

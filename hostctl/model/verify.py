@@ -22,9 +22,9 @@ from typing import Literal
 from pydantic import Field
 
 from hostctl.data import Data
-from hostctl.model.facts import CheckpointFacts
+from hostctl.facts.checkpoint import CheckpointFacts
 from hostctl.model.hashing import digests, hash_jobs
-from hostctl.model.manifest import MANIFEST_NAME, Manifest
+from hostctl.facts.manifest import MANIFEST_NAME, Manifest
 from hostctl.model.resolve import ModelRef
 from hostctl.safefs import closing_fd, open_file_below
 
@@ -200,7 +200,7 @@ def recorded(manifest: Manifest, level: Level, when: str, verdict: Verdict | Non
 def run_verify(ref: ModelRef, level: Level, err=None) -> Verdict:
     """Read the checkpoint (and at the full level every hash, with progress on `err`), judge it,
     and on a pass record the date in the manifest (doctor shows the last full verify)."""
-    from hostctl.model.facts import probe_checkpoint
+    from hostctl.facts.checkpoint import probe_checkpoint
     from hostctl.model.manifest import now_iso, write_manifest
     from hostctl.model.progress import Progress
 

@@ -17,8 +17,9 @@ from pydantic import Field
 from hostctl import marks
 from hostctl.config import Drive, DriveIdentity
 from hostctl.data import Data
-from hostctl.facts.model import Disk, HostFacts, Partition
-from hostctl.provision.storage import DriveVerdict, StorageOptions, identity_matches, plan_drive, required_bytes
+from hostctl.facts.disks import resolve_identity
+from hostctl.facts.model import Disk, DiskFacts, HostFacts, Partition
+from hostctl.provision.storage import DriveVerdict, StorageOptions, plan_drive, required_bytes
 from hostctl.bytesizes import MIB, fmt_bytes
 
 DEFAULT_PRIORITY = 100  # every drive's swap at one priority: the kernel stripes pages over them (README)
@@ -31,7 +32,7 @@ USABLE = ("create", "converge", "ready")
 def storage_verdict(drive: Drive, facts: HostFacts) -> DriveVerdict:
     """The storage planner's own verdict on laying `drive` out on this host, with no --erase and no
     cache directories: the one place init asks whether a disk holds anything hostctl would refuse."""
-    matches = [d for d in facts.disks.devices if identity_matches(drive, d, facts.disks.aliases)]
+    matches = resolve_identity(drive.identity.kind, drive.identity.value, facts.disks).disks
     if len(matches) != 1:
         return DriveVerdict(drive, None, "refused", "not found" if not matches else "ambiguous",
                             [f"identity {drive.identity} matches {len(matches)} disks"])
@@ -60,7 +61,7 @@ def stable_identity(disk: Disk, disks: list[Disk]) -> DriveIdentity:
     forms += [("by-id", link) for link in disk.by_id]
     for kind, value in forms:
         ident = DriveIdentity(kind=kind, value=value)
-        if [d.path for d in disks if identity_matches(_probe(ident), d)] == [disk.path]:
+        if [d.path for d in resolve_identity(kind, value, DiskFacts(devices=disks)).disks] == [disk.path]:
             return ident
     return DriveIdentity(kind="path", value=disk.path)
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from hostctl.config import Config, HostProfile, Recipe, parse_profile
 from hostctl.errors import InputError
+from hostctl.facts.disks import resolve_identity
 from hostctl.facts.model import HostFacts
 from hostctl.plan import build_plan
 from hostctl.plan.memory import MIN_CONTAINER_RAM
@@ -41,7 +42,6 @@ from hostctl.profile_init.model import (
     SkippedDisk,
     SwapArithmetic,
 )
-from hostctl.provision.storage import identity_matches
 from hostctl.bytesizes import GIB, MIB, fmt_bytes, fmt_gib
 
 API_HOST = "127.0.0.1"
@@ -129,7 +129,7 @@ def _power_reason(asked: float | None, gpus: list[GpuRange], facts: HostFacts) -
 def _named(options: InitOptions, facts: HostFacts, judged: dict[str, drv.Candidate]) -> list[drv.Candidate]:
     chosen: list[drv.Candidate] = []
     for ident in options.drives or ():
-        matches = [d for d in facts.disks.devices if identity_matches(drv._probe(ident), d)]
+        matches = resolve_identity(ident.kind, ident.value, facts.disks).disks
         if not matches:
             known = "; ".join(f"{d.path} ({drv.stable_identity(d, facts.disks.devices)})" for d in facts.disks.devices)
             raise InputError(f"--drives {ident}: no disk on this host has that identity; nothing was written",

@@ -43,7 +43,7 @@ from hostctl.config import Config, Drive
 from hostctl.data import Data
 from hostctl.errors import FailedError, InputError, RefusedError
 from hostctl.facts.disks import blank_proof, blkid_probe, nonzero_samples, table_entries
-from hostctl.facts.disks import identity_matches as disk_identity_matches
+from hostctl.facts.disks import resolve_identity
 from hostctl.facts.model import Disk, HostFacts, Partition
 from hostctl.facts.sysfiles import DirState, SystemFiles  # noqa: F401  (the snapshot storage decides on)
 from hostctl.plan.storage import plan_storage
@@ -103,10 +103,6 @@ def partition_start(specs: list[PartSpec], spec: PartSpec) -> int:
 def partition_path(disk_path: str, number: int) -> str:
     """The kernel's name for partition N: nvme0n1p2 and loop0p2 (a name ending in a digit), sda2."""
     return f"{disk_path}p{number}" if disk_path[-1].isdigit() else f"{disk_path}{number}"
-
-
-def identity_matches(drive: Drive, disk: Disk, aliases: dict[str, str | None] | None = None) -> bool:
-    return disk_identity_matches(drive.identity.kind, drive.identity.value, disk, aliases)
 
 
 def names_drive(erase_arg: str, drive: Drive) -> bool:
@@ -818,8 +814,8 @@ def resolve_drives(config: Config, facts: HostFacts) -> tuple[dict[str, Disk], l
     refused: list[DriveVerdict] = []
     disk_names = {d.name for d in facts.disks.devices}
     for drive in config.profile.drives:
-        matches = [d for d in facts.disks.devices if identity_matches(drive, d, facts.disks.aliases)]
-        alias = facts.disks.aliases.get(drive.identity.value) if drive.identity.kind == "path" else None
+        resolved = resolve_identity(drive.identity.kind, drive.identity.value, facts.disks)
+        matches, alias = resolved.disks, resolved.leads_to
         if not matches and alias is not None and alias not in disk_names:
             refused.append(DriveVerdict(drive, None, "refused", "not a whole disk", [
                 f"{drive.identity} leads to {alias}, which is a partition or another kind of block device, not a "

@@ -136,7 +136,7 @@ def check_model(config: Config, say=None) -> list[Failure]:
     """The quick verify of the checkpoint (hostctl/model/verify.py); a model inside the image has
     nothing to verify, and a checkpoint hostctl did not pull is checked for presence only."""
     from hostctl.errors import InputError
-    from hostctl.model.facts import probe_checkpoint
+    from hostctl.facts.checkpoint import probe_checkpoint
     from hostctl.model.resolve import load_ref
     from hostctl.model.verify import judge
 

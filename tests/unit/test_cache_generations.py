@@ -14,7 +14,7 @@ import pytest
 import cachelayout as cl
 from hostctl.cache import usage
 from hostctl.cache.decide import PlanKey, generations, plan_prune
-from hostctl.cache.facts import Root, scan
+from hostctl.facts.caches import Root, scan
 from hostctl.cache.identity import runtime_ckpt_id, runtime_inputs
 
 

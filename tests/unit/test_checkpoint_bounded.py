@@ -11,7 +11,7 @@ import pytest
 
 from hostctl.cache.identity import runtime_ckpt_id
 from hostctl.cluster.doctor import LocalReader
-from hostctl.model.manifest import SMALL_FILE_MAX
+from hostctl.facts.manifest import SMALL_FILE_MAX
 
 NOBODY = 65534
 
@@ -63,7 +63,7 @@ def test_cluster_doctor_reader_does_not_read_a_sparse_manifest(model_dir):
 
 
 def test_probe_names_a_sparse_index_and_what_to_do_unread(model_dir):
-    from hostctl.model.facts import probe_checkpoint
+    from hostctl.facts.checkpoint import probe_checkpoint
 
     index = model_dir / "model.safetensors.index.json"
     _sparse(index, 4 * SMALL_FILE_MAX)

@@ -30,7 +30,8 @@ from hostctl.images import GPU_RUNTIME_IMAGE
 from hostctl.cli import main
 from hostctl.config import load_config
 from hostctl.facts.model import HostFacts
-from hostctl.model.manifest import Manifest, ManifestFile, write_marker
+from hostctl.facts.manifest import Manifest, ManifestFile
+from hostctl.model.manifest import write_marker
 from hostctl.model.registry import load_models
 from hostctl.plan import build_plan, codes
 from hostctl.profile_init import init_profile

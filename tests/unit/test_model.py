@@ -20,9 +20,10 @@ from hostctl.doctor.registry import CheckContext
 from hostctl.errors import InputError
 from hostctl.facts import load_snapshot
 from hostctl.model import hashing
-from hostctl.model.facts import probe_checkpoint
+from hostctl.facts.checkpoint import probe_checkpoint
 from hostctl.model.hub import RemoteFile, RemoteSnapshot
-from hostctl.model.manifest import Manifest, ManifestFile, marker_digest, write_manifest
+from hostctl.facts.manifest import Manifest, ManifestFile
+from hostctl.model.manifest import marker_digest, write_manifest
 from hostctl.model.pull import plan_pull
 from hostctl.model.registry import load_models, parse_models
 from hostctl.model.resolve import load_ref

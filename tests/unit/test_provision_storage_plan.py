@@ -15,7 +15,8 @@ from hostctl import paths
 from hostctl.config import Drive, load_config
 from hostctl.errors import FailedError, InputError, RefusedError
 from hostctl.facts import load_snapshot
-from hostctl.facts.model import BlankProof, Disk, FsCheck, MountEntry, Partition
+from hostctl.facts.disks import resolve_identity
+from hostctl.facts.model import BlankProof, Disk, DiskFacts, FsCheck, MountEntry, Partition
 from hostctl.act import consent
 from hostctl.provision import fstab, sysctl
 from hostctl.provision.storage_part import plan_text
@@ -23,7 +24,6 @@ from hostctl.safefs import sudo_owner
 from hostctl.provision.storage import (
     StorageOptions,
     SystemFiles,
-    identity_matches,
     layout,
     partition_path,
     plan_storage_provision,
@@ -385,13 +385,14 @@ def test_erase_naming_no_drive_is_bad_input(cfg, facts):
 def test_identity_forms():
     d = Disk(name="nvme1n1", path="/dev/nvme1n1", serial="S1", wwn="eui.ABC", by_id=["nvme-Model_S1"])
 
-    def drive(identity: str) -> Drive:
-        return Drive(name="x", identity=identity)
+    def matches(identity: str) -> bool:
+        ident = Drive(name="x", identity=identity).identity
+        return resolve_identity(ident.kind, ident.value, DiskFacts(devices=[d])).disks == [d]
 
-    assert identity_matches(drive("serial:S1"), d) and not identity_matches(drive("serial:s1"), d)
-    assert identity_matches(drive("wwn:EUI.abc"), d)
-    assert identity_matches(drive("by-id:nvme-Model_S1"), d) and identity_matches(drive("by-id:/dev/disk/by-id/nvme-Model_S1"), d)
-    assert identity_matches(drive("path:/dev/nvme1n1"), d) and not identity_matches(drive("path:/dev/nvme1n"), d)
+    assert matches("serial:S1") and not matches("serial:s1")
+    assert matches("wwn:EUI.abc")
+    assert matches("by-id:nvme-Model_S1") and matches("by-id:/dev/disk/by-id/nvme-Model_S1")
+    assert matches("path:/dev/nvme1n1") and not matches("path:/dev/nvme1n")
 
 
 def test_partition_paths():

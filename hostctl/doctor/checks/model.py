@@ -1,7 +1,7 @@
 """Model check: the checkpoint the recipe names is on this host, is the revision the recipe (or
 the profile) pins, passes the quick verify, and when it was last fully verified. A model inside
 the runtime image has nothing to check. Reads the live reading of the checkpoint directory (sizes and
-hostctl's manifest; hostctl/model/facts.py) and the models file the recipe resolves through."""
+hostctl's manifest; hostctl/facts/checkpoint.py) and the models file the recipe resolves through."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ def checkpoint(ctx: CheckContext) -> CheckResult:
         return ctx.no_profile("no checkpoint to check")
     # Imported only with a profile: the models file's YAML reader and the manifest's schema
     # are doctor's start-up cost otherwise (benchmarks/doctor_quick.py).
-    from hostctl.model.manifest import MANIFEST_NAME
+    from hostctl.facts.manifest import MANIFEST_NAME
     from hostctl.model.resolve import load_ref
     from hostctl.model.verify import judge
 

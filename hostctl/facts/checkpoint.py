@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pydantic import Field, ValidationError
 
-from hostctl.model.manifest import (INDEX_NAME, MANIFEST_NAME, MARKER_NAME, SMALL_FILE_MAX, TOO_LARGE_FIX, UNSAFE_NAME,
+from hostctl.facts.manifest import (INDEX_NAME, MANIFEST_NAME, MARKER_NAME, SMALL_FILE_MAX, TOO_LARGE_FIX, UNSAFE_NAME,
                                     Manifest, UnsafeIndexName, weight_files)
 from hostctl.data import Data
 from hostctl.errors import InputError
@@ -140,15 +140,3 @@ def _probe(base: int, root: Path, path: str) -> CheckpointFacts:
             facts.sizes[name] = size
     return facts
 
-
-def free_space(path: str) -> tuple[str, int | None]:
-    """(the nearest existing directory at or above `path`, its filesystem's free bytes for an
-    unprivileged writer); None when even that cannot be read."""
-    p = Path(path)
-    while not p.exists() and p != p.parent:
-        p = p.parent
-    try:
-        st = os.statvfs(p)
-    except OSError:
-        return str(p), None
-    return str(p), st.f_bavail * st.f_frsize

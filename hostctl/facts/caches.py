@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from hostctl.cache import layout
+from hostctl.facts import cache_layout as layout
 from hostctl.data import Data
 from hostctl.safefs import TEMP_MARK
 from hostctl.safepaths import relative_name_problem
