@@ -4,5 +4,5 @@ complete, whether the current plan uses it, and removing the ones it does not.
 
 layout.py knows the runtime's names and keys (docs/model-and-cache-formats.md, "Caches");
 facts.py reads the directories; identity.py computes the runtime's checkpoint identity;
-decide.py judges (pure); usage.py keeps what `up` learned; act.py lists, verifies and prunes.
+decide.py judges (pure); usage.py keeps what `up` learned; act.py lists and verifies; prune.py removes, through hostctl.act.
 """
