@@ -17,6 +17,7 @@ class Request(Data):
     identity: str  # as written in the profile, e.g. serial:25120G800101
     answer: str  # what the user must type: the identity's value
     what: str  # what will be destroyed, one line
+    review: str = "hostctl provision --only storage --dry-run"  # the command that shows the plan first
 
 
 def obtain(requests: list[Request], *, yes: bool, stdin: TextIO, stderr: TextIO) -> None:
@@ -29,7 +30,7 @@ def obtain(requests: list[Request], *, yes: bool, stdin: TextIO, stderr: TextIO)
         raise RefusedError(
             f"destructive steps on {names} need consent, and stdin is not a terminal to ask",
             fix="re-run at a terminal to type each drive's identity, or pass --yes after reading the plan "
-                "(`hostctl provision --only storage --dry-run`)",
+                f"(`{requests[0].review}`)",
         )
     for r in requests:
         stderr.write(f"\n{r.drive} ({r.identity}): {r.what}\nType {r.answer} to continue: ")

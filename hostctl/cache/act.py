@@ -1,24 +1,13 @@
-"""`hostctl cache list|verify|prune`: read the cache directories of the profile's drives, judge
-them (decide.py), and for prune remove what the current plan does not use; after `up`, record
-which generations the ready service used (usage.py holds that record).
-
-prune's guards, in order: only generations decide.py calls unused (never one the plan uses, never
-one hostctl cannot tell); nothing while this profile's runtime container runs (the engine facts:
-its io.hostctl.profile label or its Compose project), or when the engine cannot say; consent as for provision (`--yes`, or `prune` typed at a terminal; no
-terminal: refused, exit 3); every path removed lies inside a scanned cache directory. A
-generation is renamed `.hostctl-removing.<name>` before it is deleted, so an interrupted prune
-leaves nothing the runtime could mistake for a cache, and the next prune finishes it.
+"""`hostctl cache list|verify`: read the cache directories of the profile's drives, judge them
+(decide.py), list and verify them; after `up`, record which generations the ready service used
+(usage.py holds that record). Removing what the plan does not use is prune.py's.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
-import stat
-import sys
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from datetime import datetime, timezone
 from typing import TextIO
 
@@ -26,11 +15,9 @@ from pydantic import Field
 
 from hostctl.data import Data
 from hostctl import safefs
-from hostctl.facts import cache_layout as layout
-from hostctl.cache.decide import Generation, PlanKey, PrunePlan, generations, plan_prune
-from hostctl.facts.caches import CacheFacts, Root, running_runtimes, scan
+from hostctl.cache.decide import Generation, PlanKey, generations
+from hostctl.facts.caches import CacheFacts, Root, scan
 from hostctl.config import Config
-from hostctl.errors import FailedError, RefusedError
 from hostctl.safepaths import relative_name_problem
 from hostctl.bytesizes import fmt_bytes
 
@@ -262,161 +249,6 @@ def verify(config: Config, err: TextIO) -> VerifyReport:
             if at is not None:
                 problems.append(f"{copy} differs from {source} at byte {at} (`hostctl store split` copies it again "
                                 "after it is removed)")
-    return report
-
-
-# ---------------------------------------------------------------- prune
-
-
-def _root_of(path: str, roots: list[Root]) -> Root | None:
-    """The scanned cache root `path` lies in, lexically (the walk then refuses any link below it)."""
-    p = os.path.abspath(path)
-    return next((r for r in roots if p.startswith(os.path.abspath(r.path).rstrip(os.sep) + os.sep)), None)
-
-
-def _remove(paths_: list[str], roots: list[Root]) -> None:
-    """Rename each path to its REMOVING name, then delete it, all under the fd of its folder opened
-    by safefs.open_under: the cache folders are the invoking user's, and a link they put in place
-    of a folder on the way (even after the scan looked) must not make root rename or delete what
-    the link points to. shutil.rmtree with dir_fd walks without following links."""
-    where = {}
-    for p in paths_:
-        root = _root_of(p, roots)
-        if root is None:
-            raise FailedError(f"refusing to remove {p}: it is not inside a cache directory hostctl scanned")
-        where[p] = root
-    # A pack's sidecar goes first: without it the runtime rebuilds instead of trusting what is left.
-    # Every name is renamed before any is deleted, so an interrupted prune leaves only REMOVING names.
-    order = sorted(paths_, key=lambda p: (not p.endswith(".json") or p.endswith(".heat.json"), p))
-    renamed = []
-    for p in order:
-        head, tail = os.path.split(os.path.abspath(p))
-        root = os.path.abspath(where[p].path)
-        with _folder(root, head) as dfd:
-            if dfd is None or not _exists(dfd, tail):
-                continue
-            target = tail if tail.startswith(layout.REMOVING_PREFIX) else layout.REMOVING_PREFIX + tail
-            if target != tail:
-                os.rename(tail, target, src_dir_fd=dfd, dst_dir_fd=dfd)
-            renamed.append((root, head, target))
-    for root, head, target in renamed:
-        with _folder(root, head) as dfd:
-            if dfd is None:
-                continue
-            try:
-                st = os.stat(target, dir_fd=dfd, follow_symlinks=False)
-            except FileNotFoundError:
-                continue
-            if stat.S_ISDIR(st.st_mode):
-                shutil.rmtree(target, dir_fd=dfd)
-            else:
-                os.unlink(target, dir_fd=dfd)
-
-
-def _exists(dfd: int, name: str) -> bool:
-    try:
-        os.stat(name, dir_fd=dfd, follow_symlinks=False)
-        return True
-    except FileNotFoundError:
-        return False
-
-
-@contextmanager
-def _folder(root: str, head: str) -> Iterator[int | None]:
-    try:
-        dfd = safefs.open_under(root, os.path.relpath(head, root))
-    except FileNotFoundError:
-        yield None
-        return
-    try:
-        yield dfd
-    finally:
-        os.close(dfd)
-
-
-class PruneReport(Data):
-    view: CacheView
-    plan: PrunePlan
-    dry_run: bool
-    removed: list[str] = Field(default_factory=list)
-
-    def doc(self) -> dict:
-        return self.view.doc("prune", dry_run=self.dry_run, freed_bytes=self.plan.freed_bytes,
-                             remove=[{"id": g.id, "size_bytes": g.size_bytes, "paths": g.paths} for g in self.plan.remove]
-                             + [{"id": o.path, "size_bytes": o.usage.allocated, "paths": [o.path]}
-                                for o in self.plan.leftovers],
-                             keep=[{"id": g.id, "use": g.use, "why": g.use_reason} for g in self.plan.keep],
-                             removed=self.removed)
-
-    def text(self) -> str:
-        verb = "would remove" if self.dry_run else "removed"
-        lines = []
-        for g in self.plan.remove:
-            if self.dry_run or g.id in self.removed:
-                lines.append(f"{verb} {g.id} ({g.root}): frees {fmt_bytes(g.size_bytes)} ({g.use_reason})")
-        for o in self.plan.leftovers:
-            if self.dry_run or o.path in self.removed:
-                lines.append(f"{verb} {o.path}: frees {fmt_bytes(o.usage.allocated)} (an interrupted prune's leftover)")
-        for g in self.plan.keep:
-            lines.append(f"keep {g.id}: {g.use} ({g.use_reason})")
-        if not self.plan.remove and not self.plan.leftovers:
-            lines.append("nothing to prune: every generation is used by the plan or cannot be told apart")
-        else:
-            lines.append(f"{'would free' if self.dry_run else 'freed'} {fmt_bytes(self.plan.freed_bytes)} in all")
-        return "\n".join(lines) + "\n"
-
-
-def _refuse_if_running(config: Config, stderr: TextIO) -> None:
-    running, unknown = running_runtimes(config.profile.name, config.profile.runtime.project)
-    if unknown is not None:
-        raise RefusedError(f"cannot tell whether the runtime runs ({unknown}); nothing was removed",
-                           fix="start the Docker engine so hostctl can see its containers, then prune again")
-    ours = [r for r in running if r.ours]
-    if ours:
-        names = ", ".join(f"{r.name} (profile {r.profile})" for r in ours)
-        raise RefusedError(f"the runtime is running ({names}): it may be reading or writing these caches; "
-                           "nothing was removed", fix="`hostctl down` first, then prune")
-    for r in running:
-        stderr.write(f"note: {r.name} (profile {r.profile}) runs too; it is another profile's runtime\n")
-
-
-def _consent(plan: PrunePlan, yes: bool, stdin: TextIO, stderr: TextIO) -> None:
-    if yes:
-        return
-    what = f"{len(plan.remove) + len(plan.leftovers)} cache generation(s), {fmt_bytes(plan.freed_bytes)}"
-    if not stdin.isatty():
-        raise RefusedError(f"removing {what} needs consent, and stdin is not a terminal to ask",
-                           fix="re-run at a terminal and type `prune`, or pass --yes after reading "
-                               "`hostctl cache prune --dry-run`")
-    stderr.write(f"\nThis removes {what} (listed above). Type prune to continue: ")
-    stderr.flush()
-    typed = stdin.readline().strip()
-    if typed != "prune":
-        raise RefusedError(f"consent not given: typed {typed!r}, expected 'prune'; nothing was removed",
-                           fix="re-run and type prune, or pass --yes")
-
-
-def prune(config: Config, *, dry_run: bool, yes: bool, stdin: TextIO | None = None, stdout: TextIO | None = None,
-          stderr: TextIO | None = None) -> PruneReport:
-    stdin, stdout, stderr = stdin or sys.stdin, stdout or sys.stdout, stderr or sys.stderr
-    v = view(config)
-    plan = plan_prune(v.gens, v.facts.other)
-    report = PruneReport(view=v, plan=plan, dry_run=dry_run)
-    if dry_run or (not plan.remove and not plan.leftovers):
-        return report
-    _refuse_if_running(config, stderr)
-    preview = PruneReport(view=v, plan=plan, dry_run=True).text()
-    stderr.write(preview)
-    _consent(plan, yes, stdin, stderr)
-    _refuse_if_running(config, stderr)  # consent can take a while: look again right before removing
-    roots = v.facts.roots
-    for g in plan.remove:
-        _remove(g.paths, roots)
-        report.removed.append(g.id)
-        stderr.write(f"removed {g.id}: freed {fmt_bytes(g.size_bytes)}\n")
-    for o in plan.leftovers:
-        _remove([o.path], roots)
-        report.removed.append(o.path)
     return report
 
 

@@ -1,5 +1,5 @@
 """`hostctl cache list|verify|prune`: the runtime's caches by generation. Parsing and printing only;
-the work is in hostctl.cache.act."""
+the work is in hostctl.cache.act (list, verify) and hostctl.cache.prune."""
 
 from __future__ import annotations
 
@@ -68,8 +68,14 @@ def prune(
 ) -> None:
     """Remove the cache generations the current plan does not use; never one it uses or one hostctl
     cannot tell. Refused (exit 3) while the runtime runs, and without --yes or `prune` typed at a
-    terminal."""
-    from hostctl.cache import act
+    terminal. --json prints one hostctl.cache.prune/v1 document (the executor's report)."""
+    import io
 
-    report = act.prune(_config(ctx, config, facts, "cache prune"), dry_run=dry_run, yes=yes)
-    sys.stdout.write(act.dump(report.doc()) if json_ else report.text())
+    from hostctl.cache.prune import prune as run_prune
+    from hostctl.cli.options import print_json
+
+    report = run_prune(_config(ctx, config, facts, "cache prune"), dry_run=dry_run, yes=yes,
+                       out=io.StringIO() if json_ else sys.stdout)
+    if json_:
+        print_json(report.document())
+    report.raise_for_error()

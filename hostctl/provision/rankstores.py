@@ -1,13 +1,19 @@
-"""`hostctl store split`: copy each rank's expert-store files (`<stem>.rank<r>of<N>.pack`, its
-`.json` sidecar and `.lock`) from the shared expert store to that rank's store directory on the
-drive the plan assigns (`<mount>/moet-store-rank<r>`), so the ranks read from different drives.
+"""`hostctl store split` as a part of the one executor (hostctl.act): copy each rank's
+expert-store files (`<stem>.rank<r>of<N>.pack`, its `.json` sidecar and `.lock`) from the shared
+expert store to that rank's store directory on the drive the plan assigns
+(`<mount>/moet-store-rank<r>`), so the ranks read from different drives.
+
+read() looks at the host (the storage facts, the plan made from them, the store's files and each
+rank directory's copies, filesystems and room); decide() is pure: one copy action per file not yet
+copied (or changed since: size and modification time differ from the original), or the reason
+nothing may be copied, all checked before the first byte is: the files exist, each target is on
+its drive's mount and not on the shared store's filesystem (a copy there spreads nothing: refused),
+and there is room. The executor runs the copies and reads again until nothing is left to copy and
+the plan binds every copied rank's files: verified.
 
 Each file is copied to a temporary name, flushed to the drive, read back from the drive and
 compared byte for byte with the original, and only then renamed into place; the originals stay
-in the shared store as the rollback. Everything is checked before the first byte is copied:
-the files exist, each target is on its drive's mount and not on the shared store's filesystem
-(a copy there spreads nothing), and there is room. A re-run skips files already copied and
-unchanged since (same size and modification time as the original).
+in the shared store as the rollback.
 """
 
 from __future__ import annotations
@@ -17,31 +23,60 @@ import os
 import stat
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
 from hostctl import safefs
+from hostctl.act import consent
+from hostctl.act.actions import Action, Assessment, Refusal, Settled
+from hostctl.act.executor import Context, Executor
+from hostctl.act.lock import HostLock
+from hostctl.act.report import Report
 from hostctl.config import Config
 from hostctl.data import Data
-from hostctl.errors import FailedError, InputError, RefusedError
+from hostctl.errors import FailedError, HostctlError, InputError, RefusedError
 from hostctl.facts.model import HostFacts
 from hostctl.plan.storage import RANK_FILE_EXTS, plan_storage, rank_files
 from hostctl.plan.requests import tensor_parallel
 from hostctl.bytesizes import MIB, fmt_bytes
 
 CHUNK = 8 * MIB
+COMMAND = "hostctl store split"
+SCHEMA = "hostctl.store.split/v1"
+PART = "store"
 
 
-class RankCopy(Data):
+# ---------------------------------------------------------------- reading
+
+
+class RankRead(Data):
+    """One rank's store directory as read: what the shared store holds for it, what is copied."""
+
     rank: int
     drive: str
-    source_dir: str
-    target_dir: str
-    files: list[str]
-    todo: list[str] = []  # not yet copied (or changed since)
+    host_dir: str
+    shared: bool  # it reads the shared store as it is
+    files: list[str] = []  # its files in the shared store
+    sizes: dict[str, int] = {}  # of the originals
+    same: list[str] = []  # already copied and unchanged since
+    drive_mount: str | None = None  # where the profile mounts its drive
+    mount_target: str | None = None  # where its directory lives now
+    is_dir: bool = False
+    same_fs: bool = False  # on the shared store's filesystem
+    dev: int | None = None
+    free: int | None = None
+    bound: list[str] = []  # the files the plan binds over the shared store path
+    status: str = ""  # the plan's word for it
 
-    def bytes_todo(self) -> int:
-        return sum(os.stat(os.path.join(self.source_dir, n)).st_size for n in self.todo)
+
+class SplitRead(Data):
+    profile: str
+    world: int
+    store: str | None  # the shared expert store (host path); None: the profile names none
+    store_is_dir: bool = False
+    rank_stores: bool = False  # the profile assigns drives to ranks
+    ranks: list[RankRead] = []
 
 
 def _same_copy(src: Path, dst: Path) -> bool:
@@ -52,67 +87,113 @@ def _same_copy(src: Path, dst: Path) -> bool:
     return stat.S_ISREG(d.st_mode) and s.st_size == d.st_size and s.st_mtime_ns == d.st_mtime_ns
 
 
-def plan_split(config: Config, facts: HostFacts) -> tuple[list[RankCopy], list[str]]:
-    """(copies to make, ranks that read the shared store as it is). Raises when a copy would be
-    wrong: missing files, an unmounted or shared filesystem, too little room."""
+def read_split(config: Config, facts: HostFacts) -> SplitRead:
+    """What the plan made from these facts says, and what the store and rank directories hold."""
     profile = config.profile
     world = tensor_parallel(config.recipe)
     storage = plan_storage(config, facts, world=world)
     store = storage.role("expert_store")
-    if store is None:
-        raise InputError(f"profile {profile.name} names no expert store (storage.expert_store): nothing to split")
-    if not profile.storage.rank_stores:
-        raise InputError(f"profile {profile.name} assigns no drives to ranks (storage.rank_stores): nothing to split",
-                         fix='list a drive per rank, e.g. storage.rank_stores = ["ssd1", "ssd2"]')
+    snap = SplitRead(profile=profile.name, world=world, store=store.host_path if store else None,
+                     rank_stores=bool(profile.storage.rank_stores))
+    if store is None or not snap.rank_stores:
+        return snap
     source = Path(store.host_path)
-    if not source.is_dir():
-        raise FailedError(f"the shared expert store {source} does not exist",
-                          fix="run `hostctl provision --only storage`, then let the runtime's first start write the store")
+    snap.store_is_dir = source.is_dir()
+    if not snap.store_is_dir:
+        return snap
     names = sorted(os.listdir(source))
-    copies, shared = [], []
-    problems: list[str] = []
+    source_dev = os.stat(source).st_dev
     for rs in storage.rank_stores:
+        r = RankRead(rank=rs.rank, drive=rs.drive, host_dir=rs.host_dir, shared=rs.shared, bound=list(rs.files),
+                     status=rs.status)
+        snap.ranks.append(r)
         if rs.shared:
-            shared.append(f"rank {rs.rank} reads the shared store on {rs.drive} ({store.host_path}) as it is")
             continue
-        files = rank_files(names, rs.rank, world)
-        if not any(n.endswith(".pack") for n in files):
-            problems.append(f"rank {rs.rank}: no <stem>.rank{rs.rank}of{world}.{{{','.join(RANK_FILE_EXTS)}}} files in "
-                            f"{source} yet (the runtime's first start writes them)")
-            continue
+        r.files = rank_files(names, rs.rank, world)
+        r.sizes = {n: os.stat(source / n).st_size for n in r.files}
         drive = profile.drive(rs.drive)
         pf = facts.path(rs.host_dir)
         target = Path(rs.host_dir)
-        if drive is None or pf is None or not target.is_dir() or pf.mount_target != drive.mount:
-            where = f"on {pf.mount_target}" if pf and pf.exists else "missing"
-            problems.append(f"rank {rs.rank}: its store directory {rs.host_dir} is {where}, not on drive {rs.drive}'s "
-                            f"mount {drive.mount if drive else '?'}")
+        r.drive_mount = drive.mount if drive else None
+        r.mount_target = pf.mount_target if pf and pf.exists else None
+        r.is_dir = target.is_dir()
+        if r.is_dir:
+            st, vfs = os.stat(target), os.statvfs(target)
+            r.dev, r.free, r.same_fs = st.st_dev, vfs.f_bavail * vfs.f_frsize, st.st_dev == source_dev
+            r.same = [n for n in r.files if _same_copy(source / n, target / n)]
+    return snap
+
+
+# ---------------------------------------------------------------- deciding (pure)
+
+
+def _refusals(snap: SplitRead) -> list[Refusal]:
+    return [Refusal(id=f"{PART}/rank{r.rank}",
+                    reason=f"rank {r.rank}: {r.host_dir} is on the same filesystem as the shared store {snap.store}: "
+                           "a copy there would not move any reads to another drive; nothing was copied")
+            for r in snap.ranks
+            if not r.shared and _placed(r) and r.same_fs and any(n.endswith(".pack") for n in r.files)]
+
+
+def _placed(r: RankRead) -> bool:
+    return r.drive_mount is not None and r.is_dir and r.mount_target == r.drive_mount
+
+
+def decide(snap: SplitRead, copy: Callable[[RankRead, str], Action]) -> Assessment:
+    """A copy action per file of a rank not yet copied; raises when a copy would be wrong (missing
+    files, an unmounted drive, too little room) and refuses one onto the shared store's filesystem."""
+    if snap.store is None:
+        raise InputError(f"profile {snap.profile} names no expert store (storage.expert_store): nothing to split")
+    if not snap.rank_stores:
+        raise InputError(f"profile {snap.profile} assigns no drives to ranks (storage.rank_stores): nothing to split",
+                         fix='list a drive per rank, e.g. storage.rank_stores = ["ssd1", "ssd2"]')
+    if not snap.store_is_dir:
+        raise FailedError(f"the shared expert store {snap.store} does not exist",
+                          fix="run `hostctl provision --only storage`, then let the runtime's first start write the store")
+    d = Assessment(PART, detail=snap)
+    problems: list[str] = []
+    for r in snap.ranks:
+        if r.shared:
             continue
-        if os.stat(source).st_dev == os.stat(target).st_dev:
-            raise RefusedError(
-                f"rank {rs.rank}: {rs.host_dir} is on the same filesystem as the shared store {source}: "
-                "a copy there would not move any reads to another drive; nothing was copied",
-                fix=f"assign rank {rs.rank} a drive other than the shared store's in storage.rank_stores")
-        copy = RankCopy(rank=rs.rank, drive=rs.drive, source_dir=str(source), target_dir=rs.host_dir, files=files)
-        copy.todo = [n for n in files if not _same_copy(source / n, target / n)]
-        copies.append(copy)
+        if not any(n.endswith(".pack") for n in r.files):
+            problems.append(f"rank {r.rank}: no <stem>.rank{r.rank}of{snap.world}.{{{','.join(RANK_FILE_EXTS)}}} files "
+                            f"in {snap.store} yet (the runtime's first start writes them)")
+        elif not _placed(r):
+            where = f"on {r.mount_target}" if r.mount_target else "missing"
+            problems.append(f"rank {r.rank}: its store directory {r.host_dir} is {where}, not on drive {r.drive}'s "
+                            f"mount {r.drive_mount or '?'}")
+    refusals = _refusals(snap)
+    if refusals:
+        d.items += refusals
+        return d
     if problems:
         raise FailedError("cannot split the rank stores; nothing was copied", details=problems,
                           fix="run `hostctl provision --only storage` for missing directories; split after the "
                               "first start has written the store")
     need: dict[int, int] = {}
-    for c in copies:
-        dev = os.stat(c.target_dir).st_dev
-        need[dev] = need.get(dev, 0) + c.bytes_todo()
-    for c in copies:
-        st = os.statvfs(c.target_dir)
-        free = st.f_bavail * st.f_frsize
-        dev = os.stat(c.target_dir).st_dev
-        if need.get(dev, 0) > free:
-            raise FailedError(f"drive {c.drive} has {fmt_bytes(free)} free; the rank store copies need "
-                              f"{fmt_bytes(need[dev])}; nothing was copied", fix="free space on that drive")
-    return copies, shared
+    copying = [r for r in snap.ranks if not r.shared]
+    for r in copying:
+        need[r.dev] = need.get(r.dev, 0) + sum(r.sizes[n] for n in r.files if n not in r.same)
+    for r in copying:
+        if need[r.dev] > (r.free or 0):
+            raise FailedError(f"drive {r.drive} has {fmt_bytes(r.free or 0)} free; the rank store copies need "
+                              f"{fmt_bytes(need[r.dev])}; nothing was copied", fix="free space on that drive")
+    for r in copying:
+        todo = [n for n in r.files if n not in r.same]
+        for n in todo:
+            d.add(copy(r, n))
+        if not todo:
+            d.add(Settled(id=f"{PART}/rank{r.rank}", what=f"rank {r.rank}: {len(r.files)} file(s) copied to "
+                                                           f"{r.host_dir}"))
+    # Every copy in place: the plan made from the host must now bind each such rank's files.
+    unbound = [r for r in copying if set(r.same) == set(r.files) and sorted(r.bound) != sorted(r.files)]
+    if unbound:
+        raise FailedError(f"the files of rank(s) {[r.rank for r in unbound]} are copied, yet the plan does not "
+                          "bind them", details=[f"rank {r.rank}: {r.status}" for r in unbound])
+    return d
 
+
+# ---------------------------------------------------------------- copying
 
 class _Progress:
     """Copy/verify progress on stderr: a live line at a terminal, a line per file otherwise."""
@@ -212,35 +293,78 @@ def _first_diff(x: bytes, y: bytes) -> int:
     return next((i for i, (p, q) in enumerate(zip(x, y)) if p != q), min(len(x), len(y)))
 
 
-def split_rank_stores(config: Config, *, out: TextIO | None = None, err: TextIO | None = None,
-                      read_facts=None) -> list[RankCopy]:
+# ---------------------------------------------------------------- the part
+
+
+class SplitPart:
+    name = PART
+    record = False  # the plan itself says a rank is split (its files in the rank directory)
+
+    def __init__(self, config: Config, *, read_facts: Callable[[Config], HostFacts], err: TextIO) -> None:
+        self.config, self.read_facts, self.err = config, read_facts, err
+
+    def read(self, ctx: Context) -> SplitRead:
+        return read_split(self.config, self.read_facts(self.config))
+
+    def _copy(self, store: str, r: RankRead, name: str) -> Action:
+        src, dst = Path(store) / name, Path(r.host_dir) / name
+
+        def _run() -> None:
+            copy_verified(src, dst, _Progress(self.err), f"rank {r.rank} {name}")
+
+        return Action(step=f"{PART}/rank{r.rank}/{name}",
+                      describe=f"copy {src} ({fmt_bytes(r.sizes[name])}) to {r.host_dir}, verified byte for byte",
+                      run=_run, changes=str(dst), why=f"rank {r.rank} reads its expert store from drive {r.drive}")
+
+    def decide(self, snapshot: SplitRead) -> Assessment:
+        return decide(snapshot, lambda r, name: self._copy(snapshot.store or "", r, name))
+
+    def plan_text(self, d: Assessment, round_no: int) -> str:
+        snap: SplitRead = d.detail
+        lines = []
+        if round_no == 1:
+            lines += [f"rank {r.rank} reads the shared store on {r.drive} ({snap.store}) as it is: nothing to copy"
+                      for r in snap.ranks if r.shared]
+        lines += [f"  {a.describe}" for a in d.actions]
+        return "".join(line + "\n" for line in lines)
+
+    def done_text(self, first: Assessment, final: Assessment, ran: list[Action], *, dry_run: bool) -> str:
+        snap: SplitRead = first.detail
+        lines = []
+        for r in snap.ranks:
+            if r.shared:
+                continue
+            mine = [a for a in (first.actions if dry_run else ran) if a.id.startswith(f"{PART}/rank{r.rank}/")]
+            size = fmt_bytes(sum(r.sizes[a.id.rsplit("/", 1)[-1]] for a in mine))
+            kept = len(r.files) - len(mine)
+            lines.append(f"rank {r.rank} -> {r.drive}: {len(mine)} file(s) "
+                         + (f"to copy ({size}) into {r.host_dir}" if dry_run else
+                            f"copied and verified byte for byte ({size}) into {r.host_dir}")
+                         + (f"; {kept} already there and unchanged" if kept else "")
+                         + ("" if dry_run else f"; originals kept in {snap.store}"))
+        if dry_run:
+            lines.append(f"dry run: {len(first.actions)} copy(ies) shown, nothing was changed")
+        elif ran:
+            lines.append("verified: a fresh look finds every copy in place and bound by the plan; the rendered "
+                         "Compose project binds these files per rank: run `hostctl render` (or `up`) to use them")
+        return "".join(line + "\n" for line in lines)
+
+    def refusal(self, d: Assessment, ran: int) -> HostctlError:
+        r = d.refusals[0]
+        rank = r.id.removeprefix(f"{PART}/rank")
+        return RefusedError(r.reason, details=[x.reason for x in d.refusals[1:]],
+                            fix=f"assign rank {rank} a drive other than the shared store's in storage.rank_stores")
+
+    def consent(self, d: Assessment) -> list[consent.Request]:
+        return []  # it only adds copies; the originals stay
+
+
+def split_rank_stores(config: Config, *, dry_run: bool = False, out: TextIO | None = None,
+                      err: TextIO | None = None, read_facts: Callable[[Config], HostFacts] | None = None) -> Report:
+    """The split part alone through the one executor; the report's error is what it stopped at."""
     from hostctl.provision.storage_part import storage_facts
 
-    out, err = out or sys.stdout, err or sys.stderr
-    read_facts = read_facts or storage_facts
-    copies, shared = plan_split(config, read_facts(config))
-    progress = _Progress(err)
-    for line in shared:
-        out.write(f"{line}: nothing to copy\n")
-    for c in copies:
-        total = 0
-        for i, name in enumerate(c.todo, 1):
-            src, dst = Path(c.source_dir) / name, Path(c.target_dir) / name
-            err.write(f"rank {c.rank}: {name} ({fmt_bytes(src.stat().st_size)}) -> {c.target_dir} [{i}/{len(c.todo)}]\n")
-            err.flush()
-            total += copy_verified(src, dst, progress, f"rank {c.rank} {name}")
-        kept = len(c.files) - len(c.todo)
-        out.write(f"rank {c.rank} -> {c.drive}: {len(c.todo)} file(s) copied and verified byte for byte "
-                  f"({fmt_bytes(total)}) into {c.target_dir}"
-                  + (f"; {kept} already there and unchanged" if kept else "")
-                  + f"; originals kept in {c.source_dir}\n")
-    # Verify with a fresh look: the plan must now bind every copied rank's files.
-    storage = plan_storage(config, read_facts(config), world=tensor_parallel(config.recipe))
-    unbound = [c.rank for c in copies
-               if sorted(next(r for r in storage.rank_stores if r.rank == c.rank).files) != sorted(c.files)]
-    if unbound:
-        raise FailedError(f"after copying, the plan still does not bind the files of rank(s) {unbound}",
-                          details=[f"rank {r.rank}: {r.status}" for r in storage.rank_stores if r.rank in unbound])
-    if copies:
-        out.write("the rendered Compose project binds these files per rank: run `hostctl render` (or `up`) to use them\n")
-    return copies
+    err = err or sys.stderr
+    part = SplitPart(config, read_facts=read_facts or storage_facts, err=err)
+    executor = Executor(command=COMMAND, lock=lambda: HostLock("store split"), dry_run=dry_run, out=out, err=err)
+    return executor.run([part], Report(schema_tag=SCHEMA, dry_run=dry_run, profile=config.profile.name))

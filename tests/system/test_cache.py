@@ -146,12 +146,16 @@ def test_prune_dry_run_shows_the_space_each_frees_and_removes_nothing(caches):
     res = hostctl(["cache", "prune", "--dry-run", "--json", "--config", str(caches["profile"])])
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
-    assert doc["dry_run"] and doc["removed"] == []
+    assert doc["schema"] == "hostctl.cache.prune/v1" and doc["dry_run"] and doc["ok"]
+    assert doc["parts"][0]["status"] == "would-change"
+    remove = [a["id"].removeprefix("cache/") for a in doc["actions"] if a["status"] == "would-change"]
+    assert all(a["destructive"] and a["consent"] == "yes" for a in doc["actions"] if a["status"] == "would-change")
     gens, _ = listed(caches)
     unused = {i for i, g in gens.items() if g["use"] == "unused"}
-    assert {r["id"] for r in doc["remove"]} == unused and len(unused) == 3
-    assert all(r["size_bytes"] == gens[r["id"]]["size_bytes"] > 0 for r in doc["remove"]), [(r["id"], r["size_bytes"], gens[r["id"]]["size_bytes"]) for r in doc["remove"]]
-    assert doc["freed_bytes"] == sum(r["size_bytes"] for r in doc["remove"])
+    assert set(remove) == unused and len(unused) == 3
+    freed = next(n["data"] for n in doc["warnings"] if n["id"] == "cache/freed")
+    assert all(freed["size_bytes"][i] == gens[i]["size_bytes"] > 0 for i in remove), (freed, gens)
+    assert freed["freed_bytes"] == sum(freed["size_bytes"].values())
     text = hostctl(["cache", "prune", "--dry-run", "--config", str(caches["profile"])])
     assert text.stdout.count("would remove") == 3 and "frees" in text.stdout
     assert _tree(caches["ssd1"]) | _tree(caches["ssd2"]) == before
@@ -225,9 +229,10 @@ def test_prune_yes_without_a_checkpoint_identity_keeps_planes_and_packs(caches):
     res = hostctl(["cache", "prune", "--yes", "--json", "--config", str(caches["profile"])])
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
-    assert [r["id"] for r in doc["remove"]] == ["compile:0ld0ld0ld0"]
+    assert [a["id"] for a in doc["actions"] if a["status"] == "changed"] == ["cache/compile:0ld0ld0ld0"]
     assert all(p.exists() for p in caches["planes_old"] + caches["packs_old"])
-    assert {k["use"] for k in doc["keep"] if not k["id"].startswith("compile:")} == {"unknown"}
+    kept = [a for a in doc["actions"] if a["status"] in ("ok", "skipped") and not a["id"].startswith("cache/compile:")]
+    assert kept and {a["status"] for a in kept} == {"skipped"} and all("unknown" in a["reason"] for a in kept)
 
 
 @needs_compose

@@ -92,10 +92,14 @@ def test_a_changed_original_is_copied_again(host, tmp_path):
     quiet(provision_storage, cfg, yes=True)
     store, rank0 = tmp_path / "m2" / "moet-store", tmp_path / "m1" / "moet-store-rank0"
     make_store(store, 2)
-    quiet(split_rank_stores, cfg)
+    assert quiet(split_rank_stores, cfg)[0].error is None
     pack = store / f"{STEM}.rank0of2.pack"
     pack.write_bytes(os.urandom(pack.stat().st_size))  # a re-conversion rewrote it, same size
-    _, out, err = quiet(split_rank_stores, cfg)
+    dry, out, _ = quiet(split_rank_stores, cfg, dry_run=True)
+    assert dry.error is None and "1 file(s) to copy" in out and "nothing was changed" in out
+    assert [a.id for a in dry.actions] == [f"store/rank0/{pack.name}"] and dry.actions[0].status == "would-change"
+    report, out, err = quiet(split_rank_stores, cfg)
+    assert report.error is None and report.parts[0].status == "converged", err
     assert "1 file(s) copied" in out and "2 already there" in out
     assert sha256(rank0 / pack.name) == sha256(pack)
     assert not [n for n in os.listdir(rank0) if TEMP_MARK in n]
@@ -109,8 +113,10 @@ def test_tp4_over_three_drives(host, tmp_path):
                         storage='planes_cache = "d1"\nexpert_store = "d2"\nrank_stores = ["d1", "d2", "d3", "d1"]')
     quiet(provision_storage, cfg, yes=True)
     digests = make_store(tmp_path / "m2" / "moet-store", 4, pack_bytes=1 << 20)
-    copies, out, _ = quiet(split_rank_stores, cfg)
-    assert {(c.rank, c.drive) for c in copies} == {(0, "d1"), (2, "d3"), (3, "d1")}
+    report, out, _ = quiet(split_rank_stores, cfg)
+    assert report.error is None and report.document()["schema"] == "hostctl.store.split/v1"
+    split = report.parts[0].first.detail.ranks
+    assert {(r.rank, r.drive) for r in split if not r.shared} == {(0, "d1"), (2, "d3"), (3, "d1")}
     for rank, mount in ((0, "m1"), (2, "m3"), (3, "m1")):
         target = tmp_path / mount / f"moet-store-rank{rank}"
         assert sorted(os.listdir(target)) == sorted(n for n in digests if f".rank{rank}of4." in n)

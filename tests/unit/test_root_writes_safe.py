@@ -174,7 +174,7 @@ def _victim_generation(victim):
 def test_cache_prune_does_not_delete_through_another_users_link_as_the_cache_folder(tmp_path, victim):
     """The profile names a compile cache in /tmp; nobody planted the name as a link to root's
     folder, which holds a generation of the same name."""
-    from hostctl.cache.act import _remove
+    from hostctl.cache.prune import _remove
     from hostctl.facts.caches import Root
 
     gen = _victim_generation(victim)
@@ -190,7 +190,7 @@ def test_cache_prune_does_not_delete_through_another_users_link_as_the_cache_fol
 def test_cache_prune_does_not_delete_through_a_link_inside_the_users_cache_folder(tmp_path, monkeypatch, victim):
     """The cache folder is the invoking user's: a folder of it replaced by a link after the scan
     (the consent prompt waits for a person) must not lead root's rename and delete elsewhere."""
-    from hostctl.cache.act import _remove
+    from hostctl.cache.prune import _remove
     from hostctl.facts.caches import Root
 
     monkeypatch.setenv("SUDO_UID", str(NOBODY))
