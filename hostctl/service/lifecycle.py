@@ -33,6 +33,7 @@ from hostctl.service import apiclient, apipeer, identity, preflight, saved
 from hostctl.service.compose import compose_down, compose_up
 from hostctl.service.container import Feed, container_state
 from hostctl.act.lock import HostLock
+from hostctl.act.report import Report
 from hostctl.service.progress import Tracker
 from hostctl.service.smoke import SmokeReport, _headers, check_models, run_suite
 
@@ -43,6 +44,7 @@ POLL_S = 0.25
 HEALTH_EVERY_S = 1.0
 STATE_EVERY_S = 2.0
 FAILED_STOP_S = 5
+SCHEMA = "hostctl.up/v1"
 
 
 def _uptime_s() -> float | None:
@@ -154,7 +156,7 @@ def interrupted(config: Config, plan: Plan, exc, guard, *, keep_on_failure: bool
 
 def _up(config: Config, plan: Plan, facts, *, timeout: int | None, keep_on_failure: bool, say: Say,
         hostctl_bin: str, started: list[bool]) -> StartOutcome:
-    from hostctl.service.render import compose_checked, render_files, write_project
+    from hostctl.service.render import compose_checked, render_files
 
     t_start = time.monotonic()
     name = container_name(plan)
@@ -186,12 +188,11 @@ def _up(config: Config, plan: Plan, facts, *, timeout: int | None, keep_on_failu
 
     target = project_dir(config)
     try:
-        write_project(render_files(plan, hostctl_bin=hostctl_bin, config_path=str(Path(config.source).resolve())),
-                      target, check=compose_checked)
+        render_project(render_files(plan, hostctl_bin=hostctl_bin, config_path=str(Path(config.source).resolve())),
+                       target, check=compose_checked, say=say)
     except FailedError as exc:
         exc.details.append("nothing was started")
         raise
-    say(f"rendered {target}")
 
     since = time.time() - 1
     started[0] = True
@@ -239,6 +240,46 @@ def _up(config: Config, plan: Plan, facts, *, timeout: int | None, keep_on_failu
         down_res = compose_down(target, plan.runtime.project, stop_timeout_s=FAILED_STOP_S)
         say(f"took the project down ({'ok' if down_res.ok else down_res.why()}): nothing left running")
     return outcome
+
+
+def render_project(files: dict[str, str], target: Path, *, check: Callable[[Path], None] | None, say: Say,
+                   dry_run: bool = False, command: str = "hostctl up") -> Report:
+    """Write the rendered project through the executor (hostctl.service.project_part): the files
+    that differ are written, then read back. The caller holds the lifecycle lock; its text goes to
+    `say` (stdout is the endpoint's). Raises what the run stopped at."""
+    import io
+    from contextlib import nullcontext
+
+    from hostctl.act.executor import Executor
+    from hostctl.service.project_part import ProjectPart
+
+    out, err = _SayStream(say), _SayStream(say)
+    report = Report(schema_tag=SCHEMA, dry_run=dry_run)
+    Executor(command=command, lock=nullcontext, dry_run=dry_run, yes=True, stdin=io.StringIO(), out=out,
+             err=err).run([ProjectPart(files, target, check=check)], report)
+    out.flush()
+    err.flush()
+    report.raise_for_error()
+    return report
+
+
+class _SayStream:
+    """The executor's text, a line at a time, to `say`."""
+
+    def __init__(self, say: Say) -> None:
+        self.say, self.buf = say, ""
+
+    def write(self, text: str) -> int:
+        self.buf += text
+        *lines, self.buf = self.buf.split("\n")
+        for line in lines:
+            self.say(line)
+        return len(text)
+
+    def flush(self) -> None:
+        if self.buf:
+            self.say(self.buf)
+            self.buf = ""
 
 
 def _record_cache_use(config: Config, plan: Plan, log: list[str], say: Say) -> None:
