@@ -17,6 +17,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING
 from pathlib import Path
 
 import httpx
@@ -29,11 +30,13 @@ from hostctl.config import Config
 from hostctl.failures import StartEvidence, Finding, classify
 from hostctl.errors import FailedError
 from hostctl.plan.model import Plan
+
+if TYPE_CHECKING:
+    from hostctl.act.report import Report
 from hostctl.service import apiclient, apipeer, identity, preflight, saved
 from hostctl.service.compose import compose_down, compose_up
 from hostctl.service.container import Feed, container_state
 from hostctl.act.lock import HostLock
-from hostctl.act.report import Report
 from hostctl.service.progress import Tracker
 from hostctl.service.smoke import SmokeReport, _headers, check_models, run_suite
 
@@ -245,41 +248,13 @@ def _up(config: Config, plan: Plan, facts, *, timeout: int | None, keep_on_failu
 def render_project(files: dict[str, str], target: Path, *, check: Callable[[Path], None] | None, say: Say,
                    dry_run: bool = False, command: str = "hostctl up") -> Report:
     """Write the rendered project through the executor (hostctl.service.project_part): the files
-    that differ are written, then read back. The caller holds the lifecycle lock; its text goes to
+    that differ are written, then read back. The caller holds the lifecycle lock; the text goes to
     `say` (stdout is the endpoint's). Raises what the run stopped at."""
-    import io
-    from contextlib import nullcontext
-
-    from hostctl.act.executor import Executor
+    from hostctl.act.inline import run_inline
     from hostctl.service.project_part import ProjectPart
 
-    out, err = _SayStream(say), _SayStream(say)
-    report = Report(schema_tag=SCHEMA, dry_run=dry_run)
-    Executor(command=command, lock=nullcontext, dry_run=dry_run, yes=True, stdin=io.StringIO(), out=out,
-             err=err).run([ProjectPart(files, target, check=check)], report)
-    out.flush()
-    err.flush()
-    report.raise_for_error()
-    return report
-
-
-class _SayStream:
-    """The executor's text, a line at a time, to `say`."""
-
-    def __init__(self, say: Say) -> None:
-        self.say, self.buf = say, ""
-
-    def write(self, text: str) -> int:
-        self.buf += text
-        *lines, self.buf = self.buf.split("\n")
-        for line in lines:
-            self.say(line)
-        return len(text)
-
-    def flush(self) -> None:
-        if self.buf:
-            self.say(self.buf)
-            self.buf = ""
+    return run_inline([ProjectPart(files, target, check=check)], command=command, schema=SCHEMA, say=say,
+                      dry_run=dry_run)
 
 
 def _record_cache_use(config: Config, plan: Plan, log: list[str], say: Say) -> None:

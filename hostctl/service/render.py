@@ -24,7 +24,7 @@ from pathlib import Path
 import jinja2
 
 from hostctl import __version__, paths, safefs, safetext
-from hostctl.data import Data
+from hostctl.act.files import FileNow, read_file
 from hostctl.errors import FailedError, InputError
 from hostctl.plan.model import Plan
 
@@ -321,16 +321,7 @@ def _put_in_place(pfd: int, tmp: str, ofd: int | None, name: str, names: list[st
     safefs.fsync_dir(ofd)
 
 
-class OnDisk(Data):
-    """One project file as it is on the host: its text (None: absent, or not a plain file
-    hostctl could read) and its permission bits."""
-
-    name: str
-    text: str | None = None
-    mode: int | None = None
-
-
-def read_project(out_dir: Path, names: list[str]) -> list[OnDisk]:
+def read_project(out_dir: Path, names: list[str]) -> list[FileNow]:
     """The project's files as they are now, read through the same trusted folder fd that
     write_project writes through: a folder that write_project would refuse (another user's, one
     others can write into, a system directory) is refused here, before anything is decided."""
@@ -344,28 +335,12 @@ def read_project(out_dir: Path, names: list[str]) -> list[OnDisk]:
     except (FileNotFoundError, NotADirectoryError):
         ofd = None
     if ofd is None:
-        return [OnDisk(name=n) for n in names]
+        return [FileNow(name=n) for n in names]
     try:
         _refuse_system_dir(out_dir, ofd)
-        return [_read_one(ofd, n) for n in names]
+        return [read_file(ofd, n) for n in names]
     finally:
         os.close(ofd)
-
-
-def _read_one(dir_fd: int, name: str) -> OnDisk:
-    try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
-    except OSError:
-        return OnDisk(name=name)  # absent, a link or unreadable: written anew
-    with os.fdopen(fd, "rb") as fh:
-        st = os.fstat(fh.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            return OnDisk(name=name)
-        try:
-            text = fh.read().decode("utf-8")
-        except UnicodeDecodeError:
-            text = None
-        return OnDisk(name=name, text=text, mode=stat.S_IMODE(st.st_mode))
 
 
 def file_mode(name: str) -> int:

@@ -12,7 +12,8 @@ import pytest
 from hostctl.errors import FailedError
 from hostctl.service import lifecycle
 from hostctl.service.project_part import ProjectPart, decide
-from hostctl.service.render import OnDisk, read_project
+from hostctl.act.files import FileNow
+from hostctl.service.render import read_project
 
 FILES = {"compose.yaml": "services: {}\n", "runtime.env": "API_KEY='s3cret'\n"}
 
@@ -65,6 +66,6 @@ def test_a_rejected_project_writes_nothing_and_names_the_action(tmp_path):
 
 
 def test_absent_files_are_actions():
-    d = decide(FILES, [OnDisk(name="compose.yaml", text=FILES["compose.yaml"], mode=0o644)],
+    d = decide(FILES, [FileNow(name="compose.yaml", text=FILES["compose.yaml"], mode=0o644)],
                __import__("pathlib").Path("/p"), write=lambda: None)
     assert d.actions[0].describe == "write runtime.env into /p" and not d.settled
