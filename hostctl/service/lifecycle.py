@@ -34,7 +34,9 @@ from hostctl.plan.model import Plan
 if TYPE_CHECKING:
     from hostctl.act.report import Report
 from hostctl.service import apiclient, apipeer, identity, preflight, saved
-from hostctl.service.compose import compose_down, compose_up
+from hostctl.service.compose import compose_down
+from hostctl.service.runtime_part import RuntimePart
+from hostctl.act.inline import run_inline
 from hostctl.service.container import Feed, container_state
 from hostctl.act.lock import HostLock
 from hostctl.service.progress import Tracker
@@ -199,12 +201,9 @@ def _up(config: Config, plan: Plan, facts, *, timeout: int | None, keep_on_failu
 
     since = time.time() - 1
     started[0] = True
-    res = compose_up(target, plan.runtime.project, new_session=True)
+    run_inline([RuntimePart("start", project_dir=target, project=plan.runtime.project, container=name,
+                            new_session=True)], command="hostctl up", schema=SCHEMA, say=say)
     t_compose = time.monotonic()
-    if not res.ok:
-        compose_down(target, plan.runtime.project)
-        raise FailedError("docker compose up failed", details=(res.stderr or res.stdout).strip().splitlines()[-10:],
-                          fix="read the error above; the project was taken down again")
     say(f"started {name} ({t_compose - t_start:.1f} s); waiting for it to load "
         f"(timeout {timeout or config.recipe.load_timeout_s} s, watchdog {watchdog_s(config)} s without progress)")
     try:
@@ -250,7 +249,6 @@ def render_project(files: dict[str, str], target: Path, *, check: Callable[[Path
     """Write the rendered project through the executor (hostctl.service.project_part): the files
     that differ are written, then read back. The caller holds the lifecycle lock; the text goes to
     `say` (stdout is the endpoint's). Raises what the run stopped at."""
-    from hostctl.act.inline import run_inline
     from hostctl.service.project_part import ProjectPart
 
     return run_inline([ProjectPart(files, target, check=check)], command=command, schema=SCHEMA, say=say,
@@ -470,22 +468,16 @@ def down(config: Config, say: Say) -> str:
     supervisor.stop_running(say)  # a supervising `up --foreground` ends first, or it would restart nothing but see a death
     rt = identity.of_config(config)
     with HostLock("down"):
-        target, name = rt.project_dir, rt.container
-        before = container_state(name)
-        res = compose_down(target if target.is_dir() else None, rt.project)
-        if not res.ok:
-            raise FailedError("docker compose down failed", details=(res.stderr or res.stdout).strip().splitlines()[-10:])
-        after = container_state(name)
-        if after.exists:
-            raise FailedError(f"{name} still exists after docker compose down",
-                              fix=f"remove it by hand: docker rm -f {name}")
+        part = RuntimePart("stop", project_dir=rt.project_dir, project=rt.project, container=rt.container)
+        run_inline([part], command="hostctl down", schema=SCHEMA, say=say)
         doc = saved.load_service() or {}
-        if doc.get("container") == name:
+        if doc.get("container") == rt.container:
             saved.save_service({**doc, "state": "down", "down_at": _now_iso()})
-        if before.exists:
+        before = part.before
+        if before is not None and before.exists:
             say(f"caches kept: {', '.join(before.rw_binds) or 'none bound'}")
-            return f"stopped and removed {name}"
-        return f"{name} was not running"
+            return f"stopped and removed {rt.container}"
+        return f"{rt.container} was not running"
 
 
 def stream_logs(name: str, follow: bool, write: Callable[[bytes], None]) -> None:
