@@ -244,6 +244,24 @@ def _up(config: Config, plan: Plan, facts, *, timeout: int | None, keep_on_failu
     return outcome
 
 
+def preview(config: Config, plan: Plan, *, say: Say, hostctl_bin: str = "/usr/local/bin/hostctl") -> Report:
+    """`up --dry-run`: the project's files and the compose up as the executor would run them
+    (diffs, commands), decided once; nothing is written or started, no preflight is run."""
+    from hostctl.service.project_part import ProjectPart
+    from hostctl.service.render import compose_checked, render_files
+
+    failures = preflight.check_plan(plan)
+    if failures:
+        raise FailedError(f"preflight: {failures[0].message}", details=failures[0].details + ["nothing was rendered"],
+                          fix=failures[0].fix)
+    files = render_files(plan, hostctl_bin=hostctl_bin, config_path=str(Path(config.source).resolve()))
+    target = project_dir(config)
+    return run_inline([ProjectPart(files, target, check=compose_checked),
+                       RuntimePart("start", project_dir=target, project=plan.runtime.project,
+                                   container=container_name(plan))],
+                      command="hostctl up", schema=SCHEMA, say=say, dry_run=True, profile=config.profile.name)
+
+
 def render_project(files: dict[str, str], target: Path, *, check: Callable[[Path], None] | None, say: Say,
                    dry_run: bool = False, command: str = "hostctl up") -> Report:
     """Write the rendered project through the executor (hostctl.service.project_part): the files

@@ -25,3 +25,24 @@ def test_down_only_while_the_container_exists():
     assert [a.id for a in d.actions] == ["runtime/down"] and "caches stay" in d.actions[0].describe
     d = _d("stop", GONE)
     assert not d.actions and d.settled[0].what == "c does not exist"
+
+
+def test_up_dry_run_shows_the_files_and_the_compose_command_and_changes_nothing(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from hostctl.config import load_config
+    from hostctl.facts import load_snapshot
+    from hostctl.plan import build_plan
+    from hostctl.service import lifecycle
+
+    hosts = Path(__file__).resolve().parents[2] / "runtime" / "hosts"
+    cfg = load_config(hosts / "demo-cpu.toml")
+    plan = build_plan(cfg, load_snapshot(hosts / "demo-cpu.facts.json"))
+    target = tmp_path / "project"
+    monkeypatch.setattr(lifecycle, "project_dir", lambda config: target)
+    lines: list[str] = []
+    report = lifecycle.preview(cfg, plan, say=lines.append)
+    text = "\n".join(lines)
+    assert not target.exists() and report.dry_run
+    assert [p.status for p in report.parts] == ["would-change", "would-change"]
+    assert f"would render {target}" in text and "+services:" in text and "would docker compose up" in text
