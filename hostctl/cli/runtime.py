@@ -29,6 +29,7 @@ def up(
     timeout: Annotated[Optional[int], typer.Option("--timeout", help="Seconds to wait for ready (default: the recipe's load_timeout_s).")] = None,
     keep_on_failure: Annotated[bool, typer.Option("--keep-on-failure", help="Leave a failed runtime running to inspect it.")] = False,
     foreground: Annotated[bool, typer.Option("--foreground", help="After ready, stay and supervise the runtime (what the systemd unit runs; README \"Supervision\").")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the project files that would change (diffs) and the compose command; write and start nothing (no preflight).")] = False,
     config: ConfigOpt = None,
     facts: FactsOpt = None,
     cluster: ClusterOpt = None,
@@ -55,6 +56,8 @@ def up(
     c.refuse_snapshot("up")
     if timeout is not None and timeout < 1:
         raise InputError(f"--timeout: expected a positive number of seconds, got {timeout}")
+    if dry_run and (foreground or cluster is not None):
+        raise InputError("--dry-run cannot be combined with --foreground or --cluster")
     if cluster is not None:
         from hostctl.cluster import commands, run
 
@@ -66,6 +69,9 @@ def up(
     cfg = c.config()
     host = c.facts(cfg)
     plan = build_plan(cfg, host)
+    if dry_run:
+        lifecycle.preview(cfg, plan, say=say, hostctl_bin=hostctl_for_units())
+        return
     if foreground:
         from hostctl.service import supervise
 

@@ -29,7 +29,7 @@ from pydantic import Field
 from hostctl.data import Data
 from hostctl import __version__, safefs
 from hostctl.config import Config
-from hostctl.errors import FailedError, InputError
+from hostctl.errors import FailedError, HostctlError, InputError
 from hostctl.facts.checkpoint import CheckpointFacts, probe_checkpoint
 from hostctl.facts.free_space import free_space
 from hostctl.model.hashing import digests
@@ -113,12 +113,15 @@ class PullReport(Data):
     token_source: str | None = None  # where the token came from, in words
     extras: list["PullReport"] = Field(default_factory=list)  # requires.extra_models, in order
     skipped: str | None = None  # why the recipe's own model is not pulled (extra models still are)
+    run: dict | None = None  # the executor's parts and actions (hostctl.act.report)
 
     def to_dict(self) -> dict:
         doc = self._one()
         if self.extras or self.skipped:
             doc["skipped"] = self.skipped
             doc["extra_models"] = [x._one() for x in self.extras]
+        if self.run is not None:
+            doc.update(self.run)
         return doc
 
     def _one(self) -> dict:
@@ -152,6 +155,8 @@ class PullReport(Data):
             lines.append(f"would download {fmt_bytes(p.need_bytes)}; {fmt_bytes(p.free_bytes or 0)} free at {p.free_at}")
             lines += [f"  {name}" + (f" (resume at {fmt_bytes(p.partial[name])})" if name in p.partial else "")
                       for name in p.todo]
+        elif all(self.statuses.get(f.name) == "kept" for f in p.files):
+            lines.append("every file was checked by an earlier pull and the manifest is complete: nothing to do")
         elif all(self.statuses.get(f.name) in ("kept", "adopted", "downloaded") for f in p.files):
             lines.append("every file checked against the hub's metadata; manifest written"
                          + (f"; {MARKER_NAME} written" if self.marker else ""))
@@ -205,22 +210,78 @@ def run_pull(config: Config, *, revision: str | None, dry_run: bool, err: TextIO
     from hostctl.model import hub
 
     report.token_source = hub.token_source()
-    planned = [(rep, *_plan(rep)) for rep in jobs]
+    parts = [ModelPart(rep, *_plan(rep), name="model" if rep is report else f"extra-model-{i}", err=err)
+             for i, rep in enumerate(jobs)]
     _check_space([rep.plan for rep in jobs])
-    if dry_run:
-        for rep in jobs:
+    from hostctl.act.inline import run_inline
+
+    say = lambda line: err.write(line + "\n")  # noqa: E731
+    run = run_inline(parts, command="hostctl model pull", schema=MODEL_SCHEMA, say=say, dry_run=dry_run,
+                     profile=config.profile.name)
+    report.run = {k: v for k, v in run.document().items() if k in ("parts", "actions")}
+    for rep in jobs:
+        if dry_run:
             rep.statuses = {n: "would download" for n in rep.plan.todo}
-        return report
-
-    from hostctl.act.lock import HostLock
-
-    for rep, snapshot, cp in planned:
-        model_dir = rep.plan.model_dir
-        os.close(safefs.open_dir(model_dir, create=True))
-        # One pull per checkpoint directory: two would race on the same files and manifest.
-        with HostLock("model pull", Path(model_dir) / PULL_LOCK):
-            _fetch(rep.plan, cp, snapshot, rep, err)
+        elif not rep.statuses:  # nothing was fetched: a fresh look found every file checked
+            rep.statuses = {n: "kept" for n in rep.plan.kept}
     return report
+
+
+class ModelPart:
+    """One checkpoint as a part of the one executor: read = the hub's file list and the model
+    folder (its manifest, sizes, partial downloads, free space); decide = plan_pull: one action
+    that fetches and checks what is not yet in (or only finishes the manifest), or settled when a
+    fresh look finds every file checked and the manifest complete."""
+
+    record = False
+
+    def __init__(self, rep: PullReport, snapshot, cp: CheckpointFacts, *, name: str, err: TextIO) -> None:
+        self.rep, self.name, self.err = rep, name, err  # err: the download progress
+        self.first: tuple | None = (snapshot, cp, rep.plan)  # the look run_pull took, space checked
+
+    def read(self, ctx) -> tuple:
+        if self.first is not None:
+            look, self.first = self.first, None
+            return look
+        snapshot, cp, plan, _ = _look(self.rep.ref)
+        return snapshot, cp, plan
+
+    def decide(self, look: tuple):
+        from hostctl.act.actions import Action, Assessment, Settled
+
+        snapshot, cp, plan = look
+        d = Assessment(self.name)
+        complete = cp.manifest is not None and cp.manifest.complete and cp.manifest.revision == plan.commit
+        if not plan.todo and complete:
+            d.add(Settled(id=self.name, what=f"{plan.repo}@{plan.commit}: {len(plan.files)} files checked in "
+                                             f"{plan.model_dir}"))
+            return d
+        what = (f"download and check {len(plan.todo)} file(s) of {plan.repo}@{plan.commit[:12]} "
+                f"({fmt_bytes(plan.need_bytes)} new) into {plan.model_dir}" if plan.todo
+                else f"mark {plan.repo}@{plan.commit[:12]} in {plan.model_dir} complete (every file is checked)")
+        d.add(Action(step=f"{self.name}/fetch", describe=what, run=lambda: self._fetch(plan, cp, snapshot),
+                     changes=plan.model_dir, why=f"the recipe's model {self.rep.ref.model}"))
+        return d
+
+    def _fetch(self, plan: PullPlan, cp: CheckpointFacts, snapshot) -> None:
+        from hostctl.act.lock import HostLock
+
+        os.close(safefs.open_dir(plan.model_dir, create=True))
+        # One pull per checkpoint directory: two would race on the same files and manifest.
+        with HostLock("model pull", Path(plan.model_dir) / PULL_LOCK):
+            _fetch(plan, cp, snapshot, self.rep, self.err)
+
+    def plan_text(self, d, round_no: int) -> str:
+        return ""
+
+    def done_text(self, first, final, ran, *, dry_run: bool) -> str:
+        return "".join(f"would {a.describe}\n" for a in first.actions) if dry_run else ""
+
+    def refusal(self, d, ran: int) -> HostctlError:
+        return FailedError(f"{self.name} part refused", details=[r.reason for r in d.refusals])
+
+    def consent(self, d) -> list:
+        return []
 
 
 def _pullable(ref: ModelRef) -> None:
@@ -238,11 +299,10 @@ def _pullable(ref: ModelRef) -> None:
                              f"(~{ref.approx_gb or '?'} GB)")
 
 
-def _plan(rep: PullReport):
-    """(snapshot, checkpoint facts) of one model, its plan set on the report; nothing written."""
+def _look(ref: ModelRef) -> tuple:
+    """(snapshot, checkpoint facts, plan, warnings) of one model; nothing written."""
     from hostctl.model import hub
 
-    ref = rep.ref
     snapshot = hub.remote_snapshot(ref.repo, ref.revision)
     if snapshot.commit != ref.revision:
         raise FailedError(f"the hub resolved {ref.repo}@{ref.revision} to commit {snapshot.commit or '(none)'}",
@@ -255,13 +315,20 @@ def _plan(rep: PullReport):
     left = hub.partial_sizes(model_dir) if cp.exists else {}
     partial = {f.name: left.get(f.etag, 0) for f in snapshot.files if f.etag}
     plan = plan_pull(snapshot, cp, partial, free_space(model_dir))
-    rep.plan = plan
+    warnings = []
     if cp.manifest_unsafe:
-        rep.warnings.append(f"{cp.manifest_error}: the manifest names a file outside {model_dir}; it was not used "
-                            "(every file is checked against the hub again and a new manifest written)")
+        warnings.append(f"{cp.manifest_error}: the manifest names a file outside {model_dir}; it was not used "
+                        "(every file is checked against the hub again and a new manifest written)")
     if plan.extra_files:
-        rep.warnings.append(f"{len(plan.extra_files)} file(s) in {model_dir} are not part of this revision and "
-                            f"were left alone: {', '.join(plan.extra_files[:5])}")
+        warnings.append(f"{len(plan.extra_files)} file(s) in {model_dir} are not part of this revision and "
+                        f"were left alone: {', '.join(plan.extra_files[:5])}")
+    return snapshot, cp, plan, warnings
+
+
+def _plan(rep: PullReport):
+    """(snapshot, checkpoint facts) of one model, its plan and warnings set on the report."""
+    snapshot, cp, rep.plan, warnings = _look(rep.ref)
+    rep.warnings += warnings
     return snapshot, cp
 
 

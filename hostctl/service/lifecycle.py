@@ -17,6 +17,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING
 from pathlib import Path
 
 import httpx
@@ -29,8 +30,13 @@ from hostctl.config import Config
 from hostctl.failures import StartEvidence, Finding, classify
 from hostctl.errors import FailedError
 from hostctl.plan.model import Plan
+
+if TYPE_CHECKING:
+    from hostctl.act.report import Report
 from hostctl.service import apiclient, apipeer, identity, preflight, saved
-from hostctl.service.compose import compose_down, compose_up
+from hostctl.service.compose import compose_down
+from hostctl.service.runtime_part import RuntimePart
+from hostctl.act.inline import run_inline
 from hostctl.service.container import Feed, container_state
 from hostctl.act.lock import HostLock
 from hostctl.service.progress import Tracker
@@ -43,6 +49,7 @@ POLL_S = 0.25
 HEALTH_EVERY_S = 1.0
 STATE_EVERY_S = 2.0
 FAILED_STOP_S = 5
+SCHEMA = "hostctl.up/v1"
 
 
 def _uptime_s() -> float | None:
@@ -154,7 +161,7 @@ def interrupted(config: Config, plan: Plan, exc, guard, *, keep_on_failure: bool
 
 def _up(config: Config, plan: Plan, facts, *, timeout: int | None, keep_on_failure: bool, say: Say,
         hostctl_bin: str, started: list[bool]) -> StartOutcome:
-    from hostctl.service.render import compose_checked, render_files, write_project
+    from hostctl.service.render import compose_checked, render_files
 
     t_start = time.monotonic()
     name = container_name(plan)
@@ -186,21 +193,17 @@ def _up(config: Config, plan: Plan, facts, *, timeout: int | None, keep_on_failu
 
     target = project_dir(config)
     try:
-        write_project(render_files(plan, hostctl_bin=hostctl_bin, config_path=str(Path(config.source).resolve())),
-                      target, check=compose_checked)
+        render_project(render_files(plan, hostctl_bin=hostctl_bin, config_path=str(Path(config.source).resolve())),
+                       target, check=compose_checked, say=say)
     except FailedError as exc:
         exc.details.append("nothing was started")
         raise
-    say(f"rendered {target}")
 
     since = time.time() - 1
     started[0] = True
-    res = compose_up(target, plan.runtime.project, new_session=True)
+    run_inline([RuntimePart("start", project_dir=target, project=plan.runtime.project, container=name,
+                            new_session=True)], command="hostctl up", schema=SCHEMA, say=say)
     t_compose = time.monotonic()
-    if not res.ok:
-        compose_down(target, plan.runtime.project)
-        raise FailedError("docker compose up failed", details=(res.stderr or res.stdout).strip().splitlines()[-10:],
-                          fix="read the error above; the project was taken down again")
     say(f"started {name} ({t_compose - t_start:.1f} s); waiting for it to load "
         f"(timeout {timeout or config.recipe.load_timeout_s} s, watchdog {watchdog_s(config)} s without progress)")
     try:
@@ -239,6 +242,35 @@ def _up(config: Config, plan: Plan, facts, *, timeout: int | None, keep_on_failu
         down_res = compose_down(target, plan.runtime.project, stop_timeout_s=FAILED_STOP_S)
         say(f"took the project down ({'ok' if down_res.ok else down_res.why()}): nothing left running")
     return outcome
+
+
+def preview(config: Config, plan: Plan, *, say: Say, hostctl_bin: str = "/usr/local/bin/hostctl") -> Report:
+    """`up --dry-run`: the project's files and the compose up as the executor would run them
+    (diffs, commands), decided once; nothing is written or started, no preflight is run."""
+    from hostctl.service.project_part import ProjectPart
+    from hostctl.service.render import compose_checked, render_files
+
+    failures = preflight.check_plan(plan)
+    if failures:
+        raise FailedError(f"preflight: {failures[0].message}", details=failures[0].details + ["nothing was rendered"],
+                          fix=failures[0].fix)
+    files = render_files(plan, hostctl_bin=hostctl_bin, config_path=str(Path(config.source).resolve()))
+    target = project_dir(config)
+    return run_inline([ProjectPart(files, target, check=compose_checked),
+                       RuntimePart("start", project_dir=target, project=plan.runtime.project,
+                                   container=container_name(plan))],
+                      command="hostctl up", schema=SCHEMA, say=say, dry_run=True, profile=config.profile.name)
+
+
+def render_project(files: dict[str, str], target: Path, *, check: Callable[[Path], None] | None, say: Say,
+                   dry_run: bool = False, command: str = "hostctl up") -> Report:
+    """Write the rendered project through the executor (hostctl.service.project_part): the files
+    that differ are written, then read back. The caller holds the lifecycle lock; the text goes to
+    `say` (stdout is the endpoint's). Raises what the run stopped at."""
+    from hostctl.service.project_part import ProjectPart
+
+    return run_inline([ProjectPart(files, target, check=check)], command=command, schema=SCHEMA, say=say,
+                      dry_run=dry_run)
 
 
 def _record_cache_use(config: Config, plan: Plan, log: list[str], say: Say) -> None:
@@ -454,22 +486,16 @@ def down(config: Config, say: Say) -> str:
     supervisor.stop_running(say)  # a supervising `up --foreground` ends first, or it would restart nothing but see a death
     rt = identity.of_config(config)
     with HostLock("down"):
-        target, name = rt.project_dir, rt.container
-        before = container_state(name)
-        res = compose_down(target if target.is_dir() else None, rt.project)
-        if not res.ok:
-            raise FailedError("docker compose down failed", details=(res.stderr or res.stdout).strip().splitlines()[-10:])
-        after = container_state(name)
-        if after.exists:
-            raise FailedError(f"{name} still exists after docker compose down",
-                              fix=f"remove it by hand: docker rm -f {name}")
+        part = RuntimePart("stop", project_dir=rt.project_dir, project=rt.project, container=rt.container)
+        run_inline([part], command="hostctl down", schema=SCHEMA, say=say)
         doc = saved.load_service() or {}
-        if doc.get("container") == name:
+        if doc.get("container") == rt.container:
             saved.save_service({**doc, "state": "down", "down_at": _now_iso()})
-        if before.exists:
+        before = part.before
+        if before is not None and before.exists:
             say(f"caches kept: {', '.join(before.rw_binds) or 'none bound'}")
-            return f"stopped and removed {name}"
-        return f"{name} was not running"
+            return f"stopped and removed {rt.container}"
+        return f"{rt.container} was not running"
 
 
 def stream_logs(name: str, follow: bool, write: Callable[[bytes], None]) -> None:

@@ -24,6 +24,7 @@ from pathlib import Path
 import jinja2
 
 from hostctl import __version__, paths, safefs, safetext
+from hostctl.act.files import FileNow, read_file
 from hostctl.errors import FailedError, InputError
 from hostctl.plan.model import Plan
 
@@ -282,7 +283,7 @@ def _fill_temp_dir(pfd: int, out_dir: Path, files: dict[str, str]) -> str:
         try:
             os.fchmod(tfd, DIR_MODE)
             for name, text in files.items():
-                mode = SECRET_MODE if name == "runtime.env" else FILE_MODE
+                mode = file_mode(name)
                 fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=tfd)
                 with os.fdopen(fd, "w", encoding="utf-8") as fh:
                     fh.write(text)
@@ -318,6 +319,32 @@ def _put_in_place(pfd: int, tmp: str, ofd: int | None, name: str, names: list[st
     if only_ours:
         os.fchmod(ofd, DIR_MODE)
     safefs.fsync_dir(ofd)
+
+
+def read_project(out_dir: Path, names: list[str]) -> list[FileNow]:
+    """The project's files as they are now, read through the same trusted folder fd that
+    write_project writes through: a folder that write_project would refuse (another user's, one
+    others can write into, a system directory) is refused here, before anything is decided."""
+    problem = _target_problem(out_dir)
+    if problem:
+        raise InputError(f"cannot write the project to {str(out_dir)[:200]}: {problem}",
+                         fix="pass --out a directory (it is created if missing), or set runtime.project_dir")
+    out_dir = Path(os.path.abspath(out_dir))
+    try:
+        ofd = _private_project(out_dir)
+    except (FileNotFoundError, NotADirectoryError):
+        ofd = None
+    if ofd is None:
+        return [FileNow(name=n) for n in names]
+    try:
+        _refuse_system_dir(out_dir, ofd)
+        return [read_file(ofd, n) for n in names]
+    finally:
+        os.close(ofd)
+
+
+def file_mode(name: str) -> int:
+    return SECRET_MODE if name == "runtime.env" else FILE_MODE
 
 
 def write_files(files: dict[str, str], out_dir: Path) -> list[Path]:

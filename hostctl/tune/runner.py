@@ -23,7 +23,7 @@ from pathlib import Path
 import yaml
 
 from hostctl import paths
-from hostctl.safefs import sudo_owner, write_file
+from hostctl.safefs import sudo_owner
 from hostctl.bench import runner as bench_runner
 from hostctl.bench import suites
 from hostctl.config import Config, parse_recipe
@@ -92,9 +92,15 @@ def _with_knob_files(plan: Plan, boot: tplan.Boot, knob_dir: Path) -> Plan:
     return plan.model_copy(update={"runtime": rt})
 
 
-def _write_knobs(knob_dir: Path, values: dict) -> None:
-    for var, value in values.items():
-        write_file(knob_dir / var, f"{value}\n")
+def _write_knobs(knob_dir: Path, values: dict, say: Say) -> None:
+    """The knob files the runtime reads while it runs, through the executor (each file that
+    differs is replaced, then read back)."""
+    from hostctl.act.files import FilesPart, Want
+    from hostctl.act.inline import run_inline
+
+    wants = [Want(path=str(knob_dir / var), text=f"{value}\n", why=f"the trial's value of {var}")
+             for var, value in values.items()]
+    run_inline([FilesPart("tune-knobs", wants)], command="hostctl tune", schema=SCHEMA, say=say)
 
 
 class Sweep:
@@ -160,7 +166,7 @@ class Sweep:
                      source_text=self.cfg.source_text)
         plan = _with_knob_files(self.build_plan(cfg, self.facts), boot, knob_dir)
         if trials and trials[0].runtime_knobs:
-            _write_knobs(knob_dir, trials[0].runtime_knobs)
+            _write_knobs(knob_dir, trials[0].runtime_knobs, lambda m: self.say("  " + m))
         bdoc["status"] = "starting"
         t0 = time.monotonic()
         started = False
@@ -212,7 +218,7 @@ class Sweep:
         tdoc = self._trial_doc(trial.id)
         tdoc["status"] = "running"
         if trial.runtime_knobs:
-            _write_knobs(knob_dir, trial.runtime_knobs)
+            _write_knobs(knob_dir, trial.runtime_knobs, lambda m: self.say("    " + m))
             self.say(f"  {trial.id}: knob files -> {_knobs_text(trial.runtime_knobs)}")
             time.sleep(KNOB_SETTLE_S)
         results: dict = {"kv": kv or {}}
@@ -274,6 +280,8 @@ class Sweep:
 
     def write(self, *, write_recipe: bool) -> Path:
         """tune.json (and the chart, and the tuned recipe with write_recipe) in out_dir."""
+        from hostctl.act.files import FilesPart, Want
+        from hostctl.act.inline import run_inline
         from hostctl.tune import chart
 
         png, why = chart.write(self.doc, self.out_dir / "objective.png")
@@ -281,18 +289,22 @@ class Sweep:
         self.doc["chart_skipped"] = why
         tuned = self.tuned_recipe()
         self.doc["tuned_recipe"] = None
+        # The whole recipe, its env with it (an HF_TOKEN the recipe holds reaches the runtime only
+        # through the 0600 runtime.env): the user's alone, as tune.json, whose diff quotes it.
+        wants = []
         if write_recipe and tuned is not None:
             target = self.out_dir / f"{self.cfg.recipe.id.replace('/', '__')}.tuned.yaml"
             header = (f"# {self.cfg.recipe.id} tuned by hostctl tune ({self.doc['finished_at']}): winner "
                       f"{self.doc['winner']['trial']}, {self.tp.tuning.objective} = {self.doc['winner']['objective']}\n"
                       f"# from {self.recipe_source}; results in {self.out_dir}/tune.json. Review, then copy it over "
                       "the recipe yourself: tune never applies it.\n")
-            # The whole recipe, its env with it (an HF_TOKEN the recipe holds reaches the runtime only
-            # through the 0600 runtime.env): the user's alone, as tune.json, whose diff quotes it.
-            write_file(target, header + yaml.safe_dump(tuned, sort_keys=False), mode=0o600, owner=sudo_owner())
+            wants.append(Want(path=str(target), text=header + yaml.safe_dump(tuned, sort_keys=False), mode=0o600,
+                              owner=sudo_owner(), secret=True, why="--write: the recipe with the winner's knobs"))
             self.doc["tuned_recipe"] = str(target)
         path = self.out_dir / "tune.json"
-        write_file(path, json.dumps(self.doc, indent=2, default=str) + "\n", mode=0o600, owner=sudo_owner())
+        wants.append(Want(path=str(path), text=json.dumps(self.doc, indent=2, default=str) + "\n", mode=0o600,
+                          owner=sudo_owner(), secret=True, why="the sweep's results"))
+        run_inline([FilesPart("tune-results", wants)], command="hostctl tune", schema=SCHEMA, say=self.say)
         return path
 
 

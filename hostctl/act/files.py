@@ -1,0 +1,117 @@
+"""A part that writes plain files a command owns (tune's knob files and results): each file that
+differs from what is wanted (text, and mode where one is wanted) becomes an action that replaces
+it through safefs.write_file (crash-safe, the folder opened safely, a planted link not followed);
+reading the files again after writing is the verification.
+
+A file marked `secret` (it quotes a recipe's env) is named in the preview, its text never shown.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+from hostctl.act import hooks
+from hostctl.act.actions import Action, Assessment, Settled
+from hostctl.act.consent import Request
+from hostctl.act.executor import Context
+from hostctl.data import Data
+from hostctl.errors import FailedError, HostctlError
+
+
+class FileNow(Data):
+    """A file as it is on the host: its text (None: absent, not a plain file, or not text) and its
+    permission bits."""
+
+    name: str
+    text: str | None = None
+    mode: int | None = None
+
+
+class Want(Data):
+    path: str
+    text: str
+    mode: int | None = None  # None: a file being replaced keeps its mode (a new one: 0644)
+    owner: tuple[int, int] | None = None
+    secret: bool = False
+    why: str = ""
+
+
+def read_file(dir_fd: int | None, name: str) -> FileNow:
+    """`name` (in the folder open as dir_fd, or a path) as it is; a link is not followed."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError:
+        return FileNow(name=name)  # absent, a link or unreadable: written anew
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            return FileNow(name=name)
+        try:
+            text = fh.read().decode("utf-8")
+        except UnicodeDecodeError:
+            text = None
+        return FileNow(name=name, text=text, mode=stat.S_IMODE(st.st_mode))
+
+
+class FilesPart:
+    record = False
+
+    def __init__(self, name: str, wants: list[Want], *, done: str = "") -> None:
+        self.name, self.wants, self.done = name, wants, done
+
+    def read(self, ctx: Context) -> Any:
+        return [read_file(None, w.path) for w in self.wants]
+
+    def decide(self, snapshot: Any) -> Assessment:
+        return decide(self.name, self.wants, snapshot)
+
+    def plan_text(self, d: Assessment, round_no: int) -> str:
+        return ""
+
+    def done_text(self, first: Assessment, final: Assessment, ran: list[Action], *, dry_run: bool) -> str:
+        if dry_run:
+            return "".join(f"would {a.describe}\n" + (a.diff or "") for a in first.actions)
+        return f"{self.done}\n" if self.done else ""
+
+    def refusal(self, d: Assessment, ran: int) -> HostctlError:
+        return FailedError(f"{self.name} part refused", details=[r.reason for r in d.refusals])
+
+    def consent(self, d: Assessment) -> list[Request]:
+        return []
+
+
+def decide(part: str, wants: list[Want], now: list[FileNow]) -> Assessment:
+    """Pure: an action per wanted file whose text (or wanted mode) differs from what is there."""
+    d = Assessment(part)
+    for w, have in zip(wants, now):
+        step = f"{part}/{Path(w.path).name}"
+        if have.text == w.text and (w.mode is None or have.mode == w.mode):
+            d.add(Settled(id=step, what=f"{w.path} as wanted"))
+            continue
+        verb = "create" if have.text is None and have.mode is None else "replace"
+        if w.secret:
+            diff = f"{w.path}: {'new' if verb == 'create' else 'changes'} (it quotes the recipe: not shown)\n"
+        elif have.text == w.text:
+            diff = f"{w.path}: mode {have.mode:o} -> {w.mode:o}\n"
+        else:
+            diff = "".join(difflib.unified_diff((have.text or "").splitlines(True), w.text.splitlines(True),
+                                                fromfile=w.path if have.text is not None else "/dev/null",
+                                                tofile=w.path))
+        mode = f", mode {w.mode:04o}" if w.mode is not None else ""
+        d.add(Action(step=step, describe=f"{verb} {w.path} ({len(w.text.encode())} bytes{mode})", run=_writer(w),
+                     diff=diff, changes=w.path, why=w.why))
+    return d
+
+
+def _writer(w: Want):
+    def run() -> None:
+        from hostctl.safefs import write_file
+
+        write_file(w.path, w.text, mode=w.mode, owner=w.owner,
+                   before_replace=lambda: hooks.write(w.path))
+
+    return run

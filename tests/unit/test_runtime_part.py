@@ -1,0 +1,48 @@
+"""`docker compose up` and `down` are actions of the runtime part: up is decided on the first
+look and verified by the container existing after it; down is decided only while the container
+exists, and a look that finds none verifies it."""
+
+from __future__ import annotations
+
+from hostctl.service.container import ContainerState
+from hostctl.service.runtime_part import Look, decide
+
+GONE, RUNNING = ContainerState(exists=False), ContainerState(exists=True, status="running")
+
+
+def _d(goal, state, started=False):
+    return decide(goal, Look(state=state, started=started), container="c", up=lambda: None, down=lambda: None)
+
+
+def test_up_is_decided_once_and_verified_by_the_container_existing():
+    assert [a.id for a in _d("start", RUNNING).actions] == ["runtime/up"]  # compose decides what to recreate
+    assert not _d("start", ContainerState(exists=True, status="exited"), started=True).actions  # the watch diagnoses it
+    assert [a.id for a in _d("start", GONE, started=True).actions] == ["runtime/up"]  # not converged
+
+
+def test_down_only_while_the_container_exists():
+    d = _d("stop", RUNNING)
+    assert [a.id for a in d.actions] == ["runtime/down"] and "caches stay" in d.actions[0].describe
+    d = _d("stop", GONE)
+    assert not d.actions and d.settled[0].what == "c does not exist"
+
+
+def test_up_dry_run_shows_the_files_and_the_compose_command_and_changes_nothing(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from hostctl.config import load_config
+    from hostctl.facts import load_snapshot
+    from hostctl.plan import build_plan
+    from hostctl.service import lifecycle
+
+    hosts = Path(__file__).resolve().parents[2] / "runtime" / "hosts"
+    cfg = load_config(hosts / "demo-cpu.toml")
+    plan = build_plan(cfg, load_snapshot(hosts / "demo-cpu.facts.json"))
+    target = tmp_path / "project"
+    monkeypatch.setattr(lifecycle, "project_dir", lambda config: target)
+    lines: list[str] = []
+    report = lifecycle.preview(cfg, plan, say=lines.append)
+    text = "\n".join(lines)
+    assert not target.exists() and report.dry_run
+    assert [p.status for p in report.parts] == ["would-change", "would-change"]
+    assert f"would render {target}" in text and "+services:" in text and "would docker compose up" in text
