@@ -336,11 +336,11 @@ def _describe_part(p: Partition) -> str:
     return f"{p.path}" + (f" ({p.part_label!r})" if p.part_label else "") + f": {what}"
 
 
-def _role(p: Partition) -> marks.Role | None:
+def _role(p: Partition) -> marks.PartRole | None:
     return marks.role_of(p.part_label, p.fs_label)
 
 
-def _content_is_ours(p: Partition, role: marks.Role) -> bool:
+def _content_is_ours(p: Partition, role: marks.PartRole) -> bool:
     """The filesystem (or swap area) on one of hostctl's partitions is one hostctl made."""
     if role == "swap":
         return p.fs_type == "swap" and (p.fs_label or "").startswith(marks.FS_LABELS["swap"])

@@ -315,3 +315,37 @@ def test_no_profile_is_a_type_with_the_bad_input_exit_code(monkeypatch, tmp_path
     with pytest.raises(MissingFileError) as snap:
         load_snapshot(tmp_path / "snap.json")
     assert "hostctl facts --json" in (snap.value.fix or "")
+
+
+# ---------------------------------------------------------------- names (docs/house.md "Names")
+
+
+def _defined_names() -> dict[str, list[str]]:
+    """Every class, and every module-level CapWords alias (Role = Literal[...]), with where it is defined."""
+    where: dict[str, list[str]] = {}
+    for name, path in MODULE_FILES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                where.setdefault(node.name, []).append(f"{name}:{node.lineno}")
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Subscript):
+                for t in node.targets:
+                    if isinstance(t, ast.Name) and t.id[:1].isupper() and not t.id.isupper():
+                        where.setdefault(t.id, []).append(f"{name}:{node.lineno} (alias)")
+    return where
+
+
+def test_no_class_name_is_defined_twice():
+    """One name, one idea: two classes of one name in hostctl/ are two ideas under one word."""
+    classes = {n: [w for w in ws if not w.endswith("(alias)")] for n, ws in _defined_names().items()}
+    twice = {n: ws for n, ws in classes.items() if len(ws) > 1}
+    assert not twice, "\n".join(f"{n}: {', '.join(ws)}" for n, ws in sorted(twice.items()))
+
+
+@pytest.mark.parametrize("word", ["Decision", "Role", "Record", "Model"])
+def test_the_words_of_the_house_name_one_thing(word):
+    """Decision is a planner's choice (plan), Role a storage role; no data type is a Record or a Model."""
+    where = _defined_names().get(word, [])
+    assert len(where) <= 1, f"{word} is defined in {where}"
+    if word in ("Record", "Model"):
+        assert not where, f"{word} is defined in {where}: data types derive from Data"
