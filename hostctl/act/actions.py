@@ -1,5 +1,5 @@
 """Action: one change to the host, described before it runs, and the Assessment a part makes of
-one look at the host (the word Decision belongs to the planner: hostctl/plan/model.py).
+one look at the host (the word Decision belongs to the planner: hostctl/plan/records.py).
 
 Every part is a pure `decide(...) -> Assessment`, the way pyinfra operations yield only the
 commands that are needed: a host that already matches yields no Action. An Action carries its

@@ -13,7 +13,7 @@ from rich.console import Console
 from hostctl.config import Config
 from hostctl.errors import EXIT_FAILED
 from hostctl.interrupt import Interrupted, signals_raise
-from hostctl.plan.model import Plan
+from hostctl.plan.records import Plan
 
 
 class ProbeProgress:

@@ -20,8 +20,8 @@ from hostctl.cluster.profile import ClusterProfile, Member
 from hostctl.config import Config, HostProfile, Recipe, load_config
 from hostctl.data import Data
 from hostctl.errors import InputError
-from hostctl.facts.model import HostFacts
-from hostctl.plan.model import Plan
+from hostctl.facts.records import HostFacts
+from hostctl.plan.records import Plan
 from hostctl.plan.runtime import SERVER
 
 SCHEMA = "hostctl.cluster-plan/v1"

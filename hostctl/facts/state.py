@@ -11,7 +11,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from hostctl import paths
-from hostctl.facts.model import (P2PVerdict, ProvisionedPart, QualifyVerdict, ServiceRecord, StateFacts,
+from hostctl.facts.records import (P2PVerdict, ProvisionedPart, QualifyVerdict, ServiceRecord, StateFacts,
                                  SupervisedEnding)
 
 P2P_FILE = "p2p.json"

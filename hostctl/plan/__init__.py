@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from hostctl.config import Config
-    from hostctl.facts.model import HostFacts
-    from hostctl.plan.model import Plan
+    from hostctl.facts.records import HostFacts
+    from hostctl.plan.records import Plan
 
 
 def build_plan(config: Config, facts: HostFacts) -> Plan:
@@ -16,7 +16,7 @@ def build_plan(config: Config, facts: HostFacts) -> Plan:
     # models and the runtime planner (~30 ms) are not needed.
     from hostctl.plan.box import plan_box
     from hostctl.plan.memory import plan_memory
-    from hostctl.plan.model import Plan
+    from hostctl.plan.records import Plan
     from hostctl.plan.nccl import plan_nccl
     from hostctl.plan.placement import plan_placement
     from hostctl.plan.power import plan_power

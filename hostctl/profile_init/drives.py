@@ -17,7 +17,7 @@ from pydantic import Field
 from hostctl import marks
 from hostctl.config import Drive, DriveIdentity
 from hostctl.data import Data
-from hostctl.facts.model import Disk, HostFacts, Partition
+from hostctl.facts.records import Disk, HostFacts, Partition
 from hostctl.provision.storage import DriveVerdict, StorageOptions, identity_matches, plan_drive, required_bytes
 from hostctl.bytesizes import MIB, fmt_bytes
 

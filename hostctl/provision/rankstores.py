@@ -24,7 +24,7 @@ from hostctl import safefs
 from hostctl.config import Config
 from hostctl.data import Data
 from hostctl.errors import FailedError, InputError, RefusedError
-from hostctl.facts.model import HostFacts
+from hostctl.facts.records import HostFacts
 from hostctl.plan.storage import RANK_FILE_EXTS, plan_storage, rank_files
 from hostctl.plan.requests import tensor_parallel
 from hostctl.bytesizes import MIB, fmt_bytes

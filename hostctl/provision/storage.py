@@ -44,7 +44,7 @@ from hostctl.data import Data
 from hostctl.errors import FailedError, InputError, RefusedError
 from hostctl.facts.disks import blank_proof, blkid_probe, nonzero_samples, table_entries
 from hostctl.facts.disks import identity_matches as disk_identity_matches
-from hostctl.facts.model import Disk, HostFacts, Partition
+from hostctl.facts.records import Disk, HostFacts, Partition
 from hostctl.facts.sysfiles import DirState, SystemFiles  # noqa: F401  (the snapshot storage decides on)
 from hostctl.plan.storage import plan_storage
 from hostctl.provision import files, fstab, sysctl

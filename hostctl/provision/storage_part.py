@@ -17,7 +17,7 @@ from hostctl.act.report import Report
 from hostctl.bytesizes import fmt_bytes
 from hostctl.config import Config
 from hostctl.errors import HostctlError, RefusedError
-from hostctl.facts.model import HostFacts
+from hostctl.facts.records import HostFacts
 from hostctl.facts.sysfiles import LocalReader, Reader, read_storage_files
 from hostctl.provision import fstab, storage, sysctl
 from hostctl.provision.executor import COMMAND, SCHEMA, disk_lock, provision_lock

@@ -28,7 +28,7 @@ from hostctl import loglines, paths
 from hostctl.config import Config
 from hostctl.failures import StartEvidence, Finding, classify
 from hostctl.errors import FailedError
-from hostctl.plan.model import Plan
+from hostctl.plan.records import Plan
 from hostctl.service import apiclient, apipeer, identity, preflight, saved
 from hostctl.service.compose import compose_down, compose_up
 from hostctl.service.container import Feed, container_state

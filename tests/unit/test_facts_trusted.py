@@ -18,7 +18,7 @@ from fake_nvml import REFERENCE_HOSTS, FakeNvml, write_sysfs
 from hostctl import examples, paths
 from hostctl.facts import collect, load_snapshot
 from hostctl.facts.gpu import probe_gpus
-from hostctl.facts.model import HostFacts, MemoryFacts, StateFacts
+from hostctl.facts.records import HostFacts, MemoryFacts, StateFacts
 from hostctl.facts.state import probe_state
 
 

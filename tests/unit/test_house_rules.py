@@ -47,7 +47,7 @@ def test_every_plan_code_belongs_to_exactly_one_check():
 
 
 def test_a_planner_cannot_raise_an_undeclared_code():
-    from hostctl.plan.model import StoragePlan
+    from hostctl.plan.records import StoragePlan
 
     plan = StoragePlan()
     with pytest.raises(ValueError, match="unknown plan problem code"):
@@ -126,7 +126,7 @@ def imports_of(name: str, source: str) -> set[str]:
 
 
 def _known(dotted: str) -> str | None:
-    """The hostctl module a dotted name lives in (`hostctl.facts.model.Disk` -> hostctl.facts.model)."""
+    """The hostctl module a dotted name lives in (`hostctl.facts.records.Disk` -> hostctl.facts.records)."""
     while dotted and dotted not in MODULE_FILES:
         dotted = dotted.rpartition(".")[0]
     return dotted or None
@@ -198,11 +198,11 @@ def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_graph_reader_sees_every_import_and_the_cycle_finder_a_cycle():
     source = ("from hostctl.facts import disks\n"
-              "def f():\n    from hostctl.plan.model import Plan\n"
+              "def f():\n    from hostctl.plan.records import Plan\n"
               "if TYPE_CHECKING:\n    import hostctl.config\n"
               "from . import memory\n")
     assert imports_of("hostctl.facts.gpu", source) == {
-        "hostctl.facts.disks", "hostctl.plan.model", "hostctl.config", "hostctl.facts.memory"}
+        "hostctl.facts.disks", "hostctl.plan.records", "hostctl.config", "hostctl.facts.memory"}
     assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert import_cycles({"a": {"b"}, "b": set()}) == []
     assert FLOORS["hostctl.errors"] == 0 and FLOORS["hostctl.facts"] == 2 and FLOORS["hostctl.cli"] == 6

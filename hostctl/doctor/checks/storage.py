@@ -13,7 +13,7 @@ from hostctl.storage_roles import CONVERSION_ROLES, ROLES
 from hostctl.bytesizes import GIB, fmt_gib
 
 if TYPE_CHECKING:  # annotations only: doctor without a profile builds no plan, and the plan models cost ~10-14 ms to import
-    from hostctl.plan.model import Problem
+    from hostctl.plan.records import Problem
 
 PROVISION = "hostctl provision --only storage"
 
