@@ -15,7 +15,7 @@ from hostctl.data import Data
 from hostctl.facts.records import HostFacts, P2PVerdict
 from hostctl.plan.placement import serving_gpus
 
-if TYPE_CHECKING:  # annotations only: doctor without a profile builds no plan, and the plan models cost ~10-14 ms to import
+if TYPE_CHECKING:  # annotations only: doctor without a profile builds no plan, and the plan records cost ~10-14 ms to import
     from hostctl.plan.records import Plan
 
 

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 def build_plan(config: Config, facts: HostFacts) -> Plan:
     # The planners are imported here, not at the top: doctor's checks import hostctl.plan.codes
     # (and so this package) on a host without a profile, where no plan is built and the config
-    # models and the runtime planner (~30 ms) are not needed.
+    # records and the runtime planner (~30 ms) are not needed.
     from hostctl.plan.box import plan_box
     from hostctl.plan.memory import plan_memory
     from hostctl.plan.records import Plan

@@ -3,7 +3,7 @@
 Plans are values. The planners in this package build them from a Config and HostFacts
 without any I/O; renderers, provision steps and doctor checks read them.
 
-They are data (hostctl/data.py): pydantic models, validated as the planners make them.
+They are records (hostctl/data.py), validated as the planners make them.
 """
 
 from __future__ import annotations

@@ -255,7 +255,7 @@ def test_a_replaced_module_is_gone_and_named_nowhere(gone):
 
 
 def test_every_data_type_derives_from_data():
-    """One way to define a data type: a pydantic model deriving from hostctl.data.Data."""
+    """One way to define a data type: a record, a pydantic class deriving from hostctl.data.Data."""
     strays = []
     for name, path in MODULE_FILES.items():
         tree = ast.parse(path.read_text())
