@@ -25,7 +25,7 @@ from typing import Any, Literal, Union
 from hostctl import runner
 from hostctl.act import hooks
 from hostctl.data import Data
-from hostctl.errors import FailedError, HostctlError
+from hostctl.errors import FailedError
 
 Consent = Literal["none", "yes", "erase"]
 
@@ -164,8 +164,3 @@ def command(step: str, argv: list[str], *, destructive: bool = False, timeout: f
     describe = shlex.join(argv) + (f"    # {note}" if note else "")
     return Action(step=step, describe=describe, run=_run, destructive=destructive, argv=tuple(argv),
                   changes=changes, why=why or (note or ""), consent=consent if destructive else "none")
-
-
-def error_lines(exc: HostctlError) -> list[str]:
-    """An error as the lines a report shows: the message, then its details."""
-    return [exc.message, *exc.details]

@@ -47,10 +47,6 @@ class Section(Data):
             raise ValueError(f"unknown plan problem code {code!r}: declare it in hostctl/plan/codes.py")
         self.problems.append(Problem(code=code, severity=severity, area=self.area(), message=message, fix=fix))
 
-    def with_codes(self, *codes: str) -> list[Problem]:
-        """This section's problems whose code is one of `codes`."""
-        return [p for p in self.problems if p.code in codes]
-
     @classmethod
     def area(cls) -> str:
         return cls.__name__.removesuffix("Plan").lower()
