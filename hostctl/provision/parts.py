@@ -27,7 +27,7 @@ from hostctl.errors import FailedError, HostctlError
 from hostctl.facts.records import GpuFacts, HostFacts
 from hostctl.facts.sysfiles import LocalReader
 from hostctl.provision.executor import COMMAND, SCHEMA, provision_lock
-from hostctl.provision.record import record_converged
+from hostctl.provision.converged import record_converged
 from hostctl.plan.requests import fact_requests
 from hostctl.provision.storage_part import StoragePart
 

@@ -177,7 +177,7 @@ def verify(config: Config, *, host: str | None = None, only: str | None = None, 
                     report.checks += [VerifyCheckRun(check=c, result=VerifyResult(status="not-run", found=why)) for c in checks]
                     continue
                 reason = f"provisioned {record.converged_at} with profile {record.profile}"
-                from hostctl.provision.record import profile_digest
+                from hostctl.provision.converged import profile_digest
 
                 if record.profile_sha256 and record.profile_sha256 != profile_digest(config):
                     report.notes.append(f"{part} converged with another version of the profile "
