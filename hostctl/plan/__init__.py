@@ -1,4 +1,6 @@
-"""Pure planning: (Config, HostFacts) -> Plan. No I/O happens in this package."""
+"""Pure planning: (Config, HostFacts) -> Plan, every decision with its reason. records.py holds the
+Plan and its sections, codes.py the problem codes, requests.py which directories the facts must
+describe; each other module plans one section. No I/O happens in this package."""
 
 from __future__ import annotations
 
