@@ -46,10 +46,6 @@ def docker_size(n_bytes: int) -> str:
     return str(n_bytes)
 
 
-def gib(n_bytes: int | float) -> float:
-    return n_bytes / GIB
-
-
 def fmt_bytes(n_bytes: int | float) -> str:
     """A size in the largest binary unit that keeps it at 1 or more (for small limits such as memlock)."""
     for unit, factor in (("TiB", TIB), ("GiB", GIB), ("MiB", MIB), ("KiB", KIB)):

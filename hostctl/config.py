@@ -537,9 +537,6 @@ class ServeArgs:
                 return v if v is not None else ""
         return None
 
-    def has(self, flag: str) -> bool:
-        return any(f == flag for f, _ in self.pairs)
-
     def argv(self) -> list[str]:
         out: list[str] = []
         for flag, value in self.pairs:

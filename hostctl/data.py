@@ -1,7 +1,8 @@
 """Data: the one way hostctl defines a data type (docs/house.md, "One data layer").
 
 Everything that is data (profiles, recipes, cluster profiles, boxes, facts, plans, state files,
-results, reports) is a pydantic v2 model deriving from `Data`. Classes are cheap to define
+results, reports) is a record: a pydantic v2 class deriving from `Data` (in hostctl's words
+"model" is the checkpoint, never a data type). Classes are cheap to define
 (`defer_build`: the validator is built on first use, not at import), unknown keys are errors, and
 input hostctl did not write itself (a file, a snapshot, a state file another run left) is read
 with `strict=True` at the boundary, so a boolean is never a number and "8000" never a port:

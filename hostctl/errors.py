@@ -1,8 +1,8 @@
 """Errors as values a user can act on, and the exit code each one maps to.
 
-Exit codes (README "Exit codes"): 0 ok; 1 a check, gate or step failed (or a command is not
-available yet); 2 bad input, nothing changed; 3 refused for safety; 70 an internal error (a bug:
-sysexits' EX_SOFTWARE); 130 / 143 interrupted by SIGINT / SIGTERM (128 + the signal).
+Exit codes (README "Exit codes"): 0 ok; 1 a check, gate or step failed; 2 bad input, nothing
+changed; 3 refused for safety; 70 an internal error (a bug: sysexits' EX_SOFTWARE); 130 / 143
+interrupted by SIGINT / SIGTERM (128 + the signal).
 """
 
 from __future__ import annotations
@@ -52,12 +52,6 @@ class MissingFileError(InputError):
 
 class FailedError(HostctlError):
     """A check, gate or step failed."""
-
-    exit_code = EXIT_FAILED
-
-
-class NotAvailableError(HostctlError):
-    """The command exists in the CLI contract but is not implemented in this version."""
 
     exit_code = EXIT_FAILED
 

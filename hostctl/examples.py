@@ -10,7 +10,7 @@ from pathlib import Path
 from hostctl import paths
 from hostctl.config import Config, load_config
 from hostctl.facts import load_snapshot
-from hostctl.facts.model import HostFacts
+from hostctl.facts.records import HostFacts
 from hostctl.plan import build_plan
 from hostctl.service.render import render_files
 

@@ -16,23 +16,23 @@ from __future__ import annotations
 
 from typing import Literal
 
-Role = Literal["swap", "data"]
+PartRole = Literal["swap", "data"]
 
 PART_PREFIX = "hostctl-"
-PART_NAMES: dict[Role, str] = {"swap": "hostctl-swap-", "data": "hostctl-data-"}
-FS_LABELS: dict[Role, str] = {"swap": "hcswap-", "data": "hcdata-"}
+PART_NAMES: dict[PartRole, str] = {"swap": "hostctl-swap-", "data": "hostctl-data-"}
+FS_LABELS: dict[PartRole, str] = {"swap": "hcswap-", "data": "hcdata-"}
 UNFINISHED_BIT = 48
 
 
-def part_name(role: Role, drive: str) -> str:
+def part_name(role: PartRole, drive: str) -> str:
     return PART_NAMES[role] + drive
 
 
-def fs_label(role: Role, drive: str) -> str:
+def fs_label(role: PartRole, drive: str) -> str:
     return FS_LABELS[role] + drive
 
 
-def role_of(part_label: str | None, fs_label_: str | None) -> Role | None:
+def role_of(part_label: str | None, fs_label_: str | None) -> PartRole | None:
     """The role hostctl gave a partition, from either mark; None when it carries neither."""
     for role in ("swap", "data"):
         if (part_label or "").startswith(PART_NAMES[role]) or (fs_label_ or "").startswith(FS_LABELS[role]):

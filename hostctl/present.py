@@ -9,8 +9,8 @@ from hostctl.bytesizes import fmt_bytes, fmt_gib
 from hostctl.cpulists import format_cpulist
 
 if TYPE_CHECKING:  # annotations only: `facts` prints without importing the plan's schema
-    from hostctl.facts.model import HostFacts
-    from hostctl.plan.model import Plan
+    from hostctl.facts.records import HostFacts
+    from hostctl.plan.records import Plan
 
 
 def _yn(value: bool | None) -> str:

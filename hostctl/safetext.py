@@ -21,7 +21,6 @@ from pydantic import AfterValidator
 CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\ufeff]")
 # Goes into unit Description= lines, Compose labels and the rendered files' header comments.
 RECIPE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+/-]{0,127}")
-PROFILE_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 # --served-model-name and the /v1/models id: Hugging Face style names, no spaces or quotes.
 SERVED_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,199}")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")

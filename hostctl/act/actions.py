@@ -1,5 +1,5 @@
 """Action: one change to the host, described before it runs, and the Assessment a part makes of
-one look at the host (the word Decision belongs to the planner: hostctl/plan/model.py).
+one look at the host (the word Decision belongs to the planner: hostctl/plan/records.py).
 
 Every part is a pure `decide(...) -> Assessment`, the way pyinfra operations yield only the
 commands that are needed: a host that already matches yields no Action. An Action carries its
@@ -25,7 +25,7 @@ from typing import Any, Literal, Union
 from hostctl import runner
 from hostctl.act import hooks
 from hostctl.data import Data
-from hostctl.errors import FailedError, HostctlError
+from hostctl.errors import FailedError
 
 Consent = Literal["none", "yes", "erase"]
 
@@ -164,8 +164,3 @@ def command(step: str, argv: list[str], *, destructive: bool = False, timeout: f
     describe = shlex.join(argv) + (f"    # {note}" if note else "")
     return Action(step=step, describe=describe, run=_run, destructive=destructive, argv=tuple(argv),
                   changes=changes, why=why or (note or ""), consent=consent if destructive else "none")
-
-
-def error_lines(exc: HostctlError) -> list[str]:
-    """An error as the lines a report shows: the message, then its details."""
-    return [exc.message, *exc.details]

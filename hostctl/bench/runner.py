@@ -40,7 +40,7 @@ from hostctl.bench.vllm_bench import BenchServe
 from hostctl.config import Config
 from hostctl.errors import FailedError, HostctlError
 from hostctl.interrupt import Interrupted
-from hostctl.plan.model import Plan
+from hostctl.plan.records import Plan
 from hostctl.service import apiclient, apipeer, fingerprint, preflight, saved
 
 SCHEMA = "hostctl.bench/v1"

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from hostctl import runner, safefs
 from hostctl.errors import FailedError, InputError
-from hostctl.plan.model import Plan
+from hostctl.plan.records import Plan
 from hostctl.safeload import parse_json
 
 RESULT_MOUNT = "/hostctl-bench"

@@ -207,7 +207,7 @@ def first_difference(a: str, b: str, progress=None) -> int | None:
                 progress(len(x))
 
 
-class VerifyReport(Data):
+class CacheVerifyReport(Data):
     view: CacheView
     copy_results: dict[str, list[str]] = Field(default_factory=dict)  # gen id -> problems with its copies
 
@@ -231,11 +231,11 @@ class VerifyReport(Data):
         return "\n".join(lines) + "\n"
 
 
-def verify(config: Config, err: TextIO) -> VerifyReport:
+def verify(config: Config, err: TextIO) -> CacheVerifyReport:
     from hostctl.model.progress import Progress
 
     v = view(config)
-    report = VerifyReport(view=v)
+    report = CacheVerifyReport(view=v)
     for g in v.gens:
         if g.kind != "pack" or not g.copies or g.use == "unused":
             continue

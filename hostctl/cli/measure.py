@@ -1,6 +1,6 @@
 """`hostctl bench|tune`: measure the running service, and tune a recipe by booting it once per
 combination. Parsing only; the work and its printing (rich: a progress bar on a terminal) are in
-hostctl.bench.cli_support and hostctl.tune.cli_support."""
+hostctl.bench.command and hostctl.tune.command."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def bench(
     reason. `--suite qualify` runs the context ladder and stores its verdict for `status` and
     `doctor`. Exits 0 when every probe that ran passed, 1 otherwise, 130/143 when interrupted.
     """
-    from hostctl.bench import cli_support
+    from hostctl.bench import command
     from hostctl.plan import build_plan
 
     c = global_options(ctx, config, facts)
@@ -47,7 +47,7 @@ def bench(
     cfg = c.config()
     plan = build_plan(cfg, c.facts(cfg))
     out, err = _consoles()
-    code = cli_support.bench(cfg, plan, suite, out_dir=typed_path(out_dir), json_=json_, out=out, err=err)
+    code = command.bench(cfg, plan, suite, out_dir=typed_path(out_dir), json_=json_, out=out, err=err)
     if code:
         raise typer.Exit(code)
 
@@ -74,13 +74,13 @@ def tune(
     (`pip install 'hostctl[charts]'`). The service that was up before is brought back as it was.
     """
     from hostctl.paths import hostctl_for_units
-    from hostctl.tune import cli_support
+    from hostctl.tune import command
 
     c = global_options(ctx, config, facts)
     if not dry_run:
         c.refuse_snapshot("tune")
     out, err = _consoles()
-    code = cli_support.tune(c.config_path, recipe, dry_run=dry_run, json_=json_, out_dir=typed_path(out_dir), write=write,
+    code = command.tune(c.config_path, recipe, dry_run=dry_run, json_=json_, out_dir=typed_path(out_dir), write=write,
                             facts_path=c.facts_path, out=out, err=err, hostctl_bin=hostctl_for_units())
     if code:
         raise typer.Exit(code)

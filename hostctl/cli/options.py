@@ -20,7 +20,7 @@ from hostctl.errors import InputError
 
 if TYPE_CHECKING:
     from hostctl.config import Config
-    from hostctl.facts.model import HostFacts
+    from hostctl.facts.records import HostFacts
     from hostctl.service.identity import RuntimeIdentity
 
 ConfigOpt = Annotated[

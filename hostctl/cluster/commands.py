@@ -134,7 +134,7 @@ def doctor_cmd(cluster_path: Path, json_: bool, say: Say, member: str | None = N
     facts = []
     for mp in cp.members:
         if ipaddress.ip_address(mp.member.address).is_loopback:
-            facts.append(doctor.read_member(mp, cluster.socket_ifname, doctor.LocalReader()))
+            facts.append(doctor.read_member(mp, cluster.socket_ifname, doctor.LocalMemberReader()))
         elif mp.member.ssh:
             from hostctl.verify.connection import connect
 

@@ -2,7 +2,7 @@
 NIC is up with a known speed and the same MTU as the others, and the clocks agree within a
 second.
 
-Facts (`MemberFacts`) are read through a small Reader -- `run(argv) -> (rc, text)` and
+Facts (`MemberFacts`) are read through a small MemberReader -- `run(argv) -> (rc, text)` and
 `read_bytes(path)` -- which is this machine, or another host through the SSH transport of
 `verify --host` (hostctl.verify.connection.Target has both). The checks are pure functions over
 those snapshots, so they are tested on snapshots of hosts this machine is not.
@@ -26,12 +26,12 @@ CLOCK_SKEW_S = 1.0
 SLOW_NIC_MBPS = 10_000
 
 
-class Reader(Protocol):
+class MemberReader(Protocol):
     def run(self, argv: list[str]) -> tuple[int, str]: ...
     def read_bytes(self, host_path: str) -> bytes | None: ...
 
 
-class LocalReader:
+class LocalMemberReader:
     def run(self, argv: list[str]) -> tuple[int, str]:
         try:
             res = subprocess.run(argv, capture_output=True, text=True, timeout=30)
@@ -65,12 +65,12 @@ class MemberFacts(Data):
     notes: list[str] = []
 
 
-def _text(reader: Reader, path: str) -> str | None:
+def _text(reader: MemberReader, path: str) -> str | None:
     raw = reader.read_bytes(path)
     return None if raw is None else raw.decode(errors="replace").strip()
 
 
-def read_member(mp: MemberPlan, ifname: str, reader: Reader) -> MemberFacts:
+def read_member(mp: MemberPlan, ifname: str, reader: MemberReader) -> MemberFacts:
     f = MemberFacts(member=mp.member.name)
     before = time.time()
     rc, out = reader.run(["date", "+%s.%N"])

@@ -20,8 +20,8 @@ from hostctl.cluster.profile import ClusterProfile, Member
 from hostctl.config import Config, HostProfile, Recipe, load_config
 from hostctl.data import Data
 from hostctl.errors import InputError
-from hostctl.facts.model import HostFacts
-from hostctl.plan.model import Plan
+from hostctl.facts.records import HostFacts
+from hostctl.plan.records import Plan
 from hostctl.plan.runtime import SERVER
 
 SCHEMA = "hostctl.cluster-plan/v1"
@@ -39,7 +39,7 @@ CLUSTER_FLAGS = ("--tensor-parallel-size", "--pipeline-parallel-size", "--nnodes
                  "--master-port", "--headless", "--distributed-executor-backend", "--data-parallel-address")
 
 
-class Decision(Data):
+class ClusterDecision(Data):
     member: str | None = None  # None: the cluster as a whole
     what: str
     value: str
@@ -93,7 +93,7 @@ class ClusterPlan(Data):
     tp: int
     pp: int
     members: list[MemberPlan]
-    decisions: list[Decision]
+    decisions: list[ClusterDecision]
     problems: list[dict]
 
     @property
@@ -167,16 +167,16 @@ def _same_everywhere(cluster: ClusterProfile, ids: dict[str, Identity]) -> None:
                     fix="point every host at the same recipe and image; nothing was changed")
 
 
-def split(cluster: ClusterProfile, recipe: Recipe) -> tuple[int, int, list[Decision]]:
+def split(cluster: ClusterProfile, recipe: Recipe) -> tuple[int, int, list[ClusterDecision]]:
     """(TP, PP) for the cluster, with the reasons."""
     n = len(cluster.by_role("leader", "follower"))
     if cluster.mode == "replicas":
         tp = max(recipe.requires.gpus, 1)
-        return tp, 1, [Decision(what="parallelism", value=f"each replica TP={tp}",
+        return tp, 1, [ClusterDecision(what="parallelism", value=f"each replica TP={tp}",
                                 why="every replica serves the whole recipe on its own; the router spreads requests")]
     pp, total = n, recipe.requires.gpus
     if total == 0:
-        return 1, pp, [Decision(what="parallelism", value=f"TP=1 per host, PP={pp}",
+        return 1, pp, [ClusterDecision(what="parallelism", value=f"TP=1 per host, PP={pp}",
                                 why=f"the CPU runtime: one worker per host, {pp} pipeline stages (one per host)")]
     if total % pp:
         raise InputError(f"cluster {cluster.name} is not valid", details=[
@@ -184,7 +184,7 @@ def split(cluster: ClusterProfile, recipe: Recipe) -> tuple[int, int, list[Decis
             "(tensor parallel inside a host needs the same GPU count on each)"],
             fix=f"use a number of hosts that divides {total}; nothing was changed")
     tp = total // pp
-    return tp, pp, [Decision(what="parallelism", value=f"TP={tp} per host x PP={pp}",
+    return tp, pp, [ClusterDecision(what="parallelism", value=f"TP={tp} per host x PP={pp}",
                              why=f"the recipe needs {total} GPUs: tensor parallel over each host's {tp} GPUs (fast links "
                              f"inside a host), pipeline parallel over the {pp} hosts (one activation hop per stage "
                              "over the network)")]
@@ -237,7 +237,7 @@ def member_config(cluster: ClusterProfile, member: Member, config: Config, tp: i
 
 
 def apply_cluster(plan: Plan, cluster: ClusterProfile, member: Member, tp: int, pp: int,
-                  decisions: list[Decision]) -> None:
+                  decisions: list[ClusterDecision]) -> None:
     """The member's runtime as the cluster runs it (edits plan.runtime in place)."""
     rt = plan.runtime
     name = member.name
@@ -245,12 +245,12 @@ def apply_cluster(plan: Plan, cluster: ClusterProfile, member: Member, tp: int, 
     def env(key: str, value: str, why: str) -> None:
         rt.env[key] = value
         rt.env_sources[key] = "cluster"
-        decisions.append(Decision(what=f"env {key}", value=value, why=why, member=name))
+        decisions.append(ClusterDecision(what=f"env {key}", value=value, why=why, member=name))
 
     env("VLLM_HOST_IP", member.address, "the address this host's vLLM advertises to the others (its cluster address)")
     rt.labels.update({"io.hostctl.cluster": cluster.name, "io.hostctl.member": name, "io.hostctl.role": member.role})
     if cluster.mode == "replicas":
-        decisions.append(Decision(what="API", value=f"http://{member.address}:{rt.api_port}",
+        decisions.append(ClusterDecision(what="API", value=f"http://{member.address}:{rt.api_port}",
                                   why="a replica serves the whole API; it joins the router only after its own smoke "
                                   "gate passed", member=name))
         return
@@ -275,11 +275,11 @@ def apply_cluster(plan: Plan, cluster: ClusterProfile, member: Member, tp: int, 
         # every rank is up.
         leader_port = cluster.api_port(leader, rt.api_port) if leader.api_port else rt.api_port
         rt.api_host, rt.api_port = leader.address, leader_port
-        decisions.append(Decision(what="role", value=f"follower, node rank {member.rank}, headless",
+        decisions.append(ClusterDecision(what="role", value=f"follower, node rank {member.rank}, headless",
                                   why=f"runs pipeline stage {member.rank} and serves no API; it joins the leader's "
                                   f"rendezvous at {leader.address}:{cluster.master_port}", member=name))
     else:
-        decisions.append(Decision(what="role", value="leader, node rank 0",
+        decisions.append(ClusterDecision(what="role", value="leader, node rank 0",
                                   why=f"serves the API at http://{member.address}:{rt.api_port} and holds the rendezvous "
                                   f"on port {cluster.master_port}; ready only when every follower has joined", member=name))
     rt.command = kept + flags
@@ -309,7 +309,7 @@ def build_cluster_plan(cluster: ClusterProfile, configs: dict[str, Config],
     _same_everywhere(cluster, ids)
     recipe = next(iter(configs.values())).recipe
     tp, pp, decisions = split(cluster, recipe)
-    decisions.append(Decision(what="network", value="host networking on every host",
+    decisions.append(ClusterDecision(what="network", value="host networking on every host",
                               why="vLLM's ranks and the router reach each other by the hosts' addresses; no Docker bridge"))
     problems: list[dict] = []
     members: list[MemberPlan] = []
@@ -319,11 +319,11 @@ def build_cluster_plan(cluster: ClusterProfile, configs: dict[str, Config],
             port = cluster.api_port(m)
             mp.endpoint = f"http://{m.address}:{port}"
             mp.router_command = router_command(cluster)
-            decisions.append(Decision(what="router", value=f"vllm-router on {m.address}:{port}, {cluster.router.policy}",
+            decisions.append(ClusterDecision(what="router", value=f"vllm-router on {m.address}:{port}, {cluster.router.policy}",
                                       why=f"health check every {cluster.router.health_check_interval_s} s; a replica is "
                                       f"taken out after {cluster.router.health_failure_threshold} failed checks",
                                       member=m.name))
-            decisions.append(Decision(what="router admin", value=f"behind the key; vllm-router itself on 127.0.0.1:"
+            decisions.append(ClusterDecision(what="router admin", value=f"behind the key; vllm-router itself on 127.0.0.1:"
                                       f"{cluster.router.internal_port}",
                                       why="vllm-router answers its admin routes (/add_worker, /workers, ...) to anyone; "
                                       "hostctl's gate on the router's address passes the API and probes and asks the "
@@ -337,7 +337,7 @@ def build_cluster_plan(cluster: ClusterProfile, configs: dict[str, Config],
         facts, source = facts_for(m)
         mp.facts_source = source
         if facts is None:
-            decisions.append(Decision(what="host plan", value="not planned here",
+            decisions.append(ClusterDecision(what="host plan", value="not planned here",
                                       why=f"no facts for {m.name} ({source}); give hosts[].facts a snapshot from that "
                                       "host, or run `hostctl plan --cluster ... --member` there", member=m.name))
         else:

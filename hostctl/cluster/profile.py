@@ -28,7 +28,7 @@ from hostctl.errors import InputError
 from hostctl.safepaths import HostDir
 from hostctl.safetext import ImageRef, Printable
 
-Role = Literal["leader", "follower", "replica", "router"]
+MemberRole = Literal["leader", "follower", "replica", "router"]
 MULTI_NODE_ROLES = ("leader", "follower")
 REPLICA_ROLES = ("replica", "router")
 # What hostctl passes the key to Compose as when the profile names a file (never written to disk).
@@ -81,7 +81,7 @@ Address = Annotated[str, safetext.rule(address_problem)]
 
 class Member(Written):
     name: str = Field(pattern=r"^[a-z][a-z0-9-]{0,23}$", description="the member's name (--member NAME)")
-    role: Role
+    role: MemberRole
     address: Address = Field(description="the host's private or loopback address")
     profile: Printable | None = Field(default=None, max_length=4000,
                                       description="its host profile (TOML), relative to cluster.toml; not for the router")

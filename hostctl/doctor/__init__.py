@@ -66,7 +66,7 @@ def build_report(opts: DoctorOptions, err: TextIO | None = None):
     """Everything but printing: (report, config, facts, plan)."""
     from hostctl.doctor.checks import all_checks
     from hostctl.doctor.registry import CheckContext, run_checks
-    from hostctl.doctor.report import Report
+    from hostctl.doctor.report import DoctorReport
 
     if opts.level not in LEVELS:
         raise InputError(f"--level: expected quick or full, got {opts.level!r}")
@@ -126,7 +126,7 @@ def build_report(opts: DoctorOptions, err: TextIO | None = None):
 
         log = diagnose_file(opts.log, facts)
     timings["log"] = time.perf_counter() - t4
-    report = Report(
+    report = DoctorReport(
         host=facts.hostname, level=opts.level, strict=opts.strict, facts_source=source, collected_at=facts.collected_at,
         outcomes=outcomes, profile=config.profile.name if config else None, recipe=config.recipe.id if config else None,
         phase=config.profile.phase if config else None, no_config_reason=why, notes=list(facts.notes), log=log,

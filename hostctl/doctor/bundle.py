@@ -22,8 +22,8 @@ from hostctl import safefs
 from hostctl.config import Config
 from hostctl.secrets import MASK, count, redact
 from hostctl.errors import InputError
-from hostctl.facts.model import HostFacts
-from hostctl.plan.model import Plan
+from hostctl.facts.records import HostFacts
+from hostctl.plan.records import Plan
 
 KERNEL_TAIL = 400  # kernel log lines kept besides every OOM and Xid line
 RUNTIME_TAIL = 2000

@@ -17,7 +17,7 @@ from hostctl import safefs
 from hostctl.failures import StartEvidence, Finding, classify
 from hostctl.secrets import redact
 from hostctl.errors import InputError
-from hostctl.facts.model import HostFacts
+from hostctl.facts.records import HostFacts
 
 MAX_LOG_BYTES = 64 * 1024 * 1024  # the tail of a bigger log is what matters
 

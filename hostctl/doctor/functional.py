@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING
 from pydantic import ConfigDict
 
 from hostctl.data import Data
-from hostctl.facts.model import HostFacts, P2PVerdict
+from hostctl.facts.records import HostFacts, P2PVerdict
 from hostctl.plan.placement import serving_gpus
 
-if TYPE_CHECKING:  # annotations only: doctor without a profile builds no plan, and the plan models cost ~10-14 ms to import
-    from hostctl.plan.model import Plan
+if TYPE_CHECKING:  # annotations only: doctor without a profile builds no plan, and the plan records cost ~10-14 ms to import
+    from hostctl.plan.records import Plan
 
 
 class Bandwidth(Data):

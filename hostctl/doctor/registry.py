@@ -21,9 +21,9 @@ from hostctl.data import Data
 if TYPE_CHECKING:  # annotations only: importing config, plan and the model manifest costs ~50 ms
     from hostctl.config import Config
     from hostctl.facts.executable import ExecChain
-    from hostctl.facts.model import ContainerFacts, HostFacts
+    from hostctl.facts.records import ContainerFacts, HostFacts
     from hostctl.facts.checkpoint import CheckpointFacts
-    from hostctl.plan.model import Plan, Problem
+    from hostctl.plan.records import Plan, Problem
 
 Status = Literal["pass", "warn", "fail", "skip"]
 Level = Literal["quick", "full"]

@@ -1,6 +1,6 @@
 """Doctor's output: the versioned JSON document (`hostctl.doctor/v1`) and the text a person
 reads (grouped by area, one line per check, the fix under each warning and failure, colour
-only on a terminal). Both are built from the same Report and redacted.
+only on a terminal). Both are built from the same DoctorReport and redacted.
 
 hostctl.doctor/v1: {schema, hostctl_version, host, level, strict, profile, recipe, phase,
 no_config_reason, facts: {source: "live" | snapshot path, collected_at, notes}, summary:
@@ -32,7 +32,7 @@ COLOUR = {"pass": "\033[32m", "warn": "\033[33m", "fail": "\033[1;31m", "skip": 
 RESET, DIM = "\033[0m", "\033[2m"
 
 
-class Report(Data):
+class DoctorReport(Data):
     host: str
     level: str
     strict: bool
@@ -59,7 +59,7 @@ class Report(Data):
         return EXIT_OK
 
 
-def to_document(r: Report) -> dict:
+def to_document(r: DoctorReport) -> dict:
     checks = []
     for o in r.outcomes:
         res = o.result
@@ -96,7 +96,7 @@ def to_document(r: Report) -> dict:
     return json.loads(redact(json.dumps(doc)))
 
 
-def json_text(r: Report) -> str:
+def json_text(r: DoctorReport) -> str:
     return json.dumps(to_document(r), indent=2) + "\n"
 
 
@@ -104,7 +104,7 @@ def use_colour(stream) -> bool:
     return stream.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
 
 
-def text(r: Report, colour: bool = False) -> str:
+def text(r: DoctorReport, colour: bool = False) -> str:
     def paint(status: str, s: str) -> str:
         return f"{COLOUR[status]}{s}{RESET}" if colour else s
 

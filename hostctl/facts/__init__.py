@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, TypeVar
 from hostctl.errors import InputError, MissingFileError
 
 if TYPE_CHECKING:
-    from hostctl.facts.model import HostFacts
+    from hostctl.facts.records import HostFacts
 
 # The probes, imported on first use (by collect, collect_storage, or an attribute access such as a
 # test's monkeypatch): `status` imports hostctl.facts.engine for one container's facts, and
@@ -105,7 +105,7 @@ def collect(path_requests: Sequence[tuple[str, bool]] = (), port_requests: Seque
     resolve to the engine's image ids."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from hostctl.facts.model import (AcsFacts, DiskFacts, EngineFacts, GpuFacts, HostFacts, IommuFacts, KernelFacts,
+    from hostctl.facts.records import (AcsFacts, DiskFacts, EngineFacts, GpuFacts, HostFacts, IommuFacts, KernelFacts,
                                      KernelLogFacts, MemoryFacts, NumaFacts, PathFacts, ShmFacts, StateFacts)
 
     _load_probes()
@@ -188,7 +188,7 @@ def collect_storage(path_requests: Sequence[tuple[str, bool]] = (), alias_paths:
     """Only what storage provisioning decides on: disks, mounts, swap and memory, and the
     directories asked for (milliseconds, where a full `collect` waits on NVML and the Docker
     socket). The other parts say they were not read, so nothing mistakes them for absent."""
-    from hostctl.facts.model import (DiskFacts, EngineFacts, GpuFacts, HostFacts, IommuFacts, KernelFacts, MemoryFacts,
+    from hostctl.facts.records import (DiskFacts, EngineFacts, GpuFacts, HostFacts, IommuFacts, KernelFacts, MemoryFacts,
                                      NumaFacts, PathFacts)
 
     _load_probes()
@@ -248,7 +248,7 @@ def load_snapshot(path: str | os.PathLike[str]) -> HostFacts:
     """Read a facts snapshot; InputError names what is wrong (and for a field, where)."""
     from pydantic import ValidationError
 
-    from hostctl.facts.model import FACTS_SCHEMA, HostFacts
+    from hostctl.facts.records import FACTS_SCHEMA, HostFacts
     from hostctl.safeload import MAX_SNAPSHOT_BYTES, parse_json, read_text
 
     p = Path(path)

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from hostctl import runner
-from hostctl.facts.model import AcsFacts, PciBridgeAcs
+from hostctl.facts.records import AcsFacts, PciBridgeAcs
 
 PCI_DEVICES = Path("/sys/bus/pci/devices")
 

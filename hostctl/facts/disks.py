@@ -21,7 +21,7 @@ from pathlib import Path
 from hostctl import runner
 from hostctl.facts.memory import read_swaps
 from hostctl import marks
-from hostctl.facts.model import BlankProof, Disk, DiskFacts, DriveMatch, FsCheck, Partition, SwapDevice
+from hostctl.facts.records import BlankProof, Disk, DiskFacts, DriveMatch, FsCheck, Partition, SwapDevice
 from hostctl.facts.mounts import MountLine, read_mountinfo
 
 SYS_BLOCK = Path("/sys/block")

@@ -21,7 +21,7 @@ from hostctl.facts import compose_cache
 if TYPE_CHECKING:
     from docker import APIClient
 
-    from hostctl.facts.model import ContainerFacts, DaemonLimits, EngineFacts, ImageFacts
+    from hostctl.facts.records import ContainerFacts, DaemonLimits, EngineFacts, ImageFacts
 
 DEFAULT_SOCKET = "/var/run/docker.sock"
 API_TIMEOUT_S = 3
@@ -144,7 +144,7 @@ def read_daemon_limits(pid: int, proc: Path = PROC) -> DaemonLimits:
     """The engine daemon's memlock and open-file limits and whether it may raise them: a
     container's `ulimits` are set by the engine's runc, which needs CAP_SYS_RESOURCE to go
     above the limits it inherited ("error setting rlimit" otherwise)."""
-    from hostctl.facts.model import DaemonLimits
+    from hostctl.facts.records import DaemonLimits
 
     limits = DaemonLimits(pid=pid)
     for line in (proc / str(pid) / "limits").read_text().splitlines():
@@ -177,7 +177,7 @@ def daemon_pid(proc: Path = PROC, pidfile: Path = DOCKERD_PIDFILE) -> int | None
 
 
 def _container(summary: dict, inspect: dict | None) -> ContainerFacts:
-    from hostctl.facts.model import ContainerFacts
+    from hostctl.facts.records import ContainerFacts
 
     return ContainerFacts(**container_fields(summary, inspect))
 
@@ -207,7 +207,7 @@ def container_fields(summary: dict, inspect: dict | None) -> dict:
 def _image(client: "APIClient", ref: str) -> ImageFacts:
     import docker.errors
 
-    from hostctl.facts.model import ImageFacts
+    from hostctl.facts.records import ImageFacts
 
     try:
         return ImageFacts(ref=ref, id=client.inspect_image(ref).get("Id"))
@@ -217,7 +217,7 @@ def _image(client: "APIClient", ref: str) -> ImageFacts:
 
 def probe_docker(image_refs: tuple[str, ...] = ()) -> EngineFacts:
     """image_refs: the image references to resolve to image ids (the plan's runtime image)."""
-    from hostctl.facts.model import EngineFacts
+    from hostctl.facts.records import EngineFacts
 
     problem = _socket_problem()
     if problem:

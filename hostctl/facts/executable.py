@@ -57,7 +57,7 @@ PTH_PATH = "a directory a .pth file adds to sys.path"
 EDITABLE = "the source an editable install maps hostctl to"
 
 
-class Entry(Data):
+class InstallPath(Data):
     model_config = ConfigDict(frozen=True)
 
     path: str  # real path on this machine
@@ -75,7 +75,7 @@ class ExecChain(Data):
 
     path: str  # the path the units name (a host path)
     euid: int  # who reads it: that account runs provision, so its own files are no escalation
-    entries: list[Entry] = Field(default_factory=list)
+    entries: list[InstallPath] = Field(default_factory=list)
     missing: str | None = None  # the first path on the way that does not exist
     unreadable: str | None = None  # what could not be read or followed, and why
     users: dict[int, str] = Field(default_factory=dict)  # uid -> name, for the owners seen
@@ -98,7 +98,7 @@ class _Walker:
         self.seen.add(path)
         # With an ACL that lets anyone but the owner write, the mode's group bits (the mask) show w.
         acl = bool(st.st_mode & stat.S_IWGRP) and not stat.S_ISLNK(st.st_mode) and bool(posixacl.writers(path))
-        self.chain.entries.append(Entry(path=path, role=role, uid=st.st_uid, gid=st.st_gid, mode=st.st_mode, acl=acl))
+        self.chain.entries.append(InstallPath(path=path, role=role, uid=st.st_uid, gid=st.st_gid, mode=st.st_mode, acl=acl))
 
     def resolve(self, path: str, role: str) -> str:
         """Follow `path` component by component from /, recording every directory and link on

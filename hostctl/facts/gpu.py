@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from hostctl.facts.model import Gpu, GpuFacts, GpuPair, PcieLink, PowerLimits
+from hostctl.facts.records import Gpu, GpuFacts, GpuPair, PcieLink, PowerLimits
 from hostctl.cpulists import parse_cpulist
 
 PCI_DEVICES = Path("/sys/bus/pci/devices")

@@ -17,7 +17,7 @@ from pydantic import ConfigDict
 
 from hostctl import runner
 from hostctl.data import Data
-from hostctl.facts.model import KernelEvent, KernelLogFacts
+from hostctl.facts.records import KernelEvent, KernelLogFacts
 
 KMSG = Path("/dev/kmsg")
 MAX_KMSG_RECORDS = 200_000  # a bound, so a log that is being flooded cannot keep us reading

@@ -7,7 +7,7 @@ import os
 import resource
 from pathlib import Path
 
-from hostctl.facts.model import MemoryFacts, SwapDevice
+from hostctl.facts.records import MemoryFacts, SwapDevice
 from hostctl.facts.mounts import unescape
 
 SWAPS = Path("/proc/swaps")

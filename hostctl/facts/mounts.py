@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from hostctl.facts.model import MountEntry, PathFacts
+from hostctl.facts.records import MountEntry, PathFacts
 
 MOUNTINFO = Path("/proc/self/mountinfo")
 MAX_LISTED_FILES = 500

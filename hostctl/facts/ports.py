@@ -19,7 +19,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from hostctl.facts.model import PortFacts
+from hostctl.facts.records import PortFacts
 
 PROC = Path("/proc")
 TCP_LISTEN = "0A"

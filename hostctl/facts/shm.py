@@ -14,7 +14,7 @@ import os
 import time
 from pathlib import Path
 
-from hostctl.facts.model import ShmFacts, ShmSegment
+from hostctl.facts.records import ShmFacts, ShmSegment
 
 SHM = Path("/dev/shm")
 PROC = Path("/proc")

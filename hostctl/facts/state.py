@@ -1,6 +1,6 @@
 """State facts: what earlier hostctl runs left in the state directory (/var/lib/hostctl): the
 functional P2P verdict and the qualify verdict with what each was measured under, the provision parts that converged on
-this host (provisioned.json, written by hostctl/provision/record.py), what the last `up` or
+this host (provisioned.json, written by hostctl/provision/converged.py), what the last `up` or
 `down` left (service.json, written by hostctl/service/saved.py) and the supervisor's endings
 (restarts.json, written by hostctl/service/restarts.py)."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from hostctl import paths
-from hostctl.facts.model import (P2PVerdict, ProvisionedPart, QualifyVerdict, ServiceRecord, StateFacts,
+from hostctl.facts.records import (P2PVerdict, ProvisionedPart, QualifyVerdict, ServiceRecord, StateFacts,
                                  SupervisedEnding)
 
 P2P_FILE = "p2p.json"

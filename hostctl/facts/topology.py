@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from hostctl import runner
-from hostctl.facts.model import IommuFacts, KernelFacts, NumaFacts, NumaNode
+from hostctl.facts.records import IommuFacts, KernelFacts, NumaFacts, NumaNode
 from hostctl.cpulists import parse_cpulist
 
 NODE_DIR = Path("/sys/devices/system/node")

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pydantic import Field
 
 from hostctl.data import Data
-from hostctl.facts.model import AcsFacts, Gpu, PciBridgeAcs
+from hostctl.facts.records import AcsFacts, Gpu, PciBridgeAcs
 
 
 def bridges_between(chain_a: list[str], chain_b: list[str]) -> list[str]:

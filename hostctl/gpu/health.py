@@ -11,7 +11,7 @@ import os
 from typing import TYPE_CHECKING
 
 from hostctl.data import Data
-from hostctl.facts.model import Gpu
+from hostctl.facts.records import Gpu
 
 if TYPE_CHECKING:
     from hostctl.gpu.harness import TorchPython

@@ -27,7 +27,7 @@ from hostctl.data import Data
 from hostctl import paths
 from hostctl.safefs import write_file
 from hostctl.facts.acs import PCI_DEVICES, probe_acs
-from hostctl.facts.model import TOPOLOGY_ORDER, AcsFacts, Gpu, HostFacts, P2PVerdict
+from hostctl.facts.records import TOPOLOGY_ORDER, AcsFacts, Gpu, HostFacts, P2PVerdict
 from hostctl.facts.state import P2P_FILE
 from hostctl.gpu import acs as acs_mod
 from hostctl.gpu.harness import Fault, FunctionalCheck, TorchPython, find_torch_python, functional_check

@@ -5,7 +5,7 @@ manifest lists has the manifest's size; the manifest's revision is the pinned on
 finished. full: additionally every file's content sha256 is recomputed (hashing.py) and compared
 with the manifest's, which the pull checked against the hub's own metadata.
 
-judge() is pure (CheckpointFacts + the hashes read so far -> a Verdict); full_hashes() is the
+judge() is pure (CheckpointFacts + the hashes read so far -> a CheckpointVerdict); full_hashes() is the
 reading. A checkpoint hostctl did not pull has no manifest: presence is still checked, sizes and
 hashes cannot be, and the verdict says so (a warning: `hostctl model pull` adopts it, hashing
 every file against the hub's metadata and keeping what matches).
@@ -52,7 +52,7 @@ class FileCheck(Data):
         return f"{self.name}: {self.status}"
 
 
-class Verdict(Data):
+class CheckpointVerdict(Data):
     level: Level
     path: str
     ok: bool
@@ -73,10 +73,10 @@ class Verdict(Data):
         return d
 
 
-def judge(ref: ModelRef, cp: CheckpointFacts, level: Level, hashes: dict[str, str] | None = None) -> Verdict:
+def judge(ref: ModelRef, cp: CheckpointFacts, level: Level, hashes: dict[str, str] | None = None) -> CheckpointVerdict:
     """The verdict on a checkpoint's facts (and, at the full level, the content hashes read)."""
     m = cp.manifest
-    v = Verdict(level=level, path=cp.path, ok=False, revision=m.revision if m else None, pinned=ref.revision)
+    v = CheckpointVerdict(level=level, path=cp.path, ok=False, revision=m.revision if m else None, pinned=ref.revision)
     if not cp.exists:
         v.problems.append(f"{cp.path} does not exist")
         v.fix = "hostctl model pull" if ref.pullable else "put the checkpoint there or correct runtime.model_dir"
@@ -180,7 +180,7 @@ def full_hashes(cp: CheckpointFacts, progress: Callable[[str, int], None] | None
             return dict(pool.map(one, todo))
 
 
-def recorded(manifest: Manifest, level: Level, when: str, verdict: Verdict | None = None) -> Manifest:
+def recorded(manifest: Manifest, level: Level, when: str, verdict: CheckpointVerdict | None = None) -> Manifest:
     """The manifest after a verify: its date when it passed; after a full verify, each file whose
     content differs marked corrupt (so the quick verify, `up`'s preflight and the next pull know,
     and the pull fetches it again) and each one that matches cleared."""
@@ -197,7 +197,7 @@ def recorded(manifest: Manifest, level: Level, when: str, verdict: Verdict | Non
     return manifest.model_copy(update=update)
 
 
-def run_verify(ref: ModelRef, level: Level, err=None) -> Verdict:
+def run_verify(ref: ModelRef, level: Level, err=None) -> CheckpointVerdict:
     """Read the checkpoint (and at the full level every hash, with progress on `err`), judge it,
     and on a pass record the date in the manifest (doctor shows the last full verify)."""
     from hostctl.facts.checkpoint import probe_checkpoint
@@ -222,7 +222,7 @@ def run_verify(ref: ModelRef, level: Level, err=None) -> Verdict:
     return verdict
 
 
-def verdict_text(ref: ModelRef, v: Verdict) -> str:
+def verdict_text(ref: ModelRef, v: CheckpointVerdict) -> str:
     lines = [f"{ref.describe()}: {v.level} verify {'passed' if v.ok else 'FAILED'}"
              + f" ({len(v.files)} files checked)"]
     if v.revision:

@@ -1,4 +1,6 @@
-"""Pure planning: (Config, HostFacts) -> Plan. No I/O happens in this package."""
+"""Pure planning: (Config, HostFacts) -> Plan, every decision with its reason. records.py holds the
+Plan and its sections, codes.py the problem codes, requests.py which directories the facts must
+describe; each other module plans one section. No I/O happens in this package."""
 
 from __future__ import annotations
 
@@ -6,17 +8,17 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from hostctl.config import Config
-    from hostctl.facts.model import HostFacts
-    from hostctl.plan.model import Plan
+    from hostctl.facts.records import HostFacts
+    from hostctl.plan.records import Plan
 
 
 def build_plan(config: Config, facts: HostFacts) -> Plan:
     # The planners are imported here, not at the top: doctor's checks import hostctl.plan.codes
     # (and so this package) on a host without a profile, where no plan is built and the config
-    # models and the runtime planner (~30 ms) are not needed.
+    # records and the runtime planner (~30 ms) are not needed.
     from hostctl.plan.box import plan_box
     from hostctl.plan.memory import plan_memory
-    from hostctl.plan.model import Plan
+    from hostctl.plan.records import Plan
     from hostctl.plan.nccl import plan_nccl
     from hostctl.plan.placement import plan_placement
     from hostctl.plan.power import plan_power

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from hostctl.bytesizes import fmt_gib
 from hostctl.config import BoxDeclaration, Config, Recipe
-from hostctl.facts.model import HostFacts
+from hostctl.facts.records import HostFacts
 from hostctl.plan import codes
 from hostctl.plan.memory import HOST_RAM_SLACK
-from hostctl.plan.model import BoxPlan
+from hostctl.plan.records import BoxPlan
 from hostctl.plan.placement import VRAM_SLACK
 
 

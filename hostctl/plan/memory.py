@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hostctl.facts.model import HostFacts
+from hostctl.facts.records import HostFacts
 from hostctl.plan import codes
-from hostctl.plan.model import MemoryPlan
+from hostctl.plan.records import MemoryPlan
 from hostctl.bytesizes import GIB, docker_size, fmt_gib
 
 if TYPE_CHECKING:  # annotations only: doctor's checks import these modules without a profile

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hostctl.facts.model import TOPOLOGY_ORDER, HostFacts, P2PVerdict
+from hostctl.facts.records import TOPOLOGY_ORDER, HostFacts, P2PVerdict
 from hostctl.plan import codes
 
 if TYPE_CHECKING:  # annotations only: doctor's checks import these modules without a profile
-    from hostctl.plan.model import NcclPlan, PlacementPlan
+    from hostctl.plan.records import NcclPlan, PlacementPlan
     from hostctl.config import Config
 
 # NCCL uses P2P by itself only up to PXB (a shared PCIe switch); PHB and beyond need NCCL_P2P_LEVEL.
@@ -46,7 +46,7 @@ def _worse(a: str | None, b: str | None) -> str | None:
 
 
 def plan_nccl(config: Config, facts: HostFacts, placement: PlacementPlan) -> NcclPlan:
-    from hostctl.plan.model import NcclPlan  # here: doctor without a profile imports this module
+    from hostctl.plan.records import NcclPlan  # here: doctor without a profile imports this module
 
     plan = NcclPlan()
     ranks = placement.gpus

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hostctl.facts.model import Gpu, HostFacts
+from hostctl.facts.records import Gpu, HostFacts
 from hostctl.plan import codes
 from hostctl.cpulists import format_cpulist
 
 if TYPE_CHECKING:  # annotations only: doctor's checks import these modules without a profile
-    from hostctl.plan.model import PlacementPlan, Plan
+    from hostctl.plan.records import PlacementPlan, Plan
     from hostctl.config import Config
 
 # A recipe's vram_gb is the vendor's decimal figure. NVML's total reads above it on the reference
@@ -70,7 +70,7 @@ def select_gpus(config: Config, facts: HostFacts, plan: PlacementPlan) -> list[G
 
 
 def plan_placement(config: Config, facts: HostFacts) -> PlacementPlan:
-    from hostctl.plan.model import PlacementPlan, SelectedGpu  # here: doctor without a profile imports this module
+    from hostctl.plan.records import PlacementPlan, SelectedGpu  # here: doctor without a profile imports this module
 
     plan = PlacementPlan()
     gpus = select_gpus(config, facts, plan)

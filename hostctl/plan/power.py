@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hostctl.facts.model import HostFacts
+from hostctl.facts.records import HostFacts
 from hostctl.plan import codes
-from hostctl.plan.model import PowerPlan, PowerSetting
+from hostctl.plan.records import PowerPlan, PowerSetting
 
 if TYPE_CHECKING:  # annotations only: doctor's checks import these modules without a profile
     from hostctl.config import Config

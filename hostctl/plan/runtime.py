@@ -13,7 +13,7 @@ from __future__ import annotations
 from hostctl.config import PLACEHOLDER_RE, Config, ServeArgs
 from hostctl.secrets import SECRET_FLAGS_TO_ENV
 from hostctl.plan import codes
-from hostctl.plan.model import (BoundPlaceholder, MemoryPlan, NcclPlan, PlacementPlan, RoleTarget, RuntimeSpec,
+from hostctl.plan.records import (BoundPlaceholder, MemoryPlan, NcclPlan, PlacementPlan, RoleTarget, RuntimeSpec,
                                 StoragePlan, Volume)
 from hostctl.bytesizes import docker_size
 

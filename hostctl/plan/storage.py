@@ -12,9 +12,9 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from hostctl.facts.model import HostFacts
+from hostctl.facts.records import HostFacts
 from hostctl.plan import codes
-from hostctl.plan.model import RankStore, RoleTarget, StoragePlan
+from hostctl.plan.records import RankStore, RoleTarget, StoragePlan
 from hostctl.storage_roles import CONVERSION_ROLES, ROLES
 from hostctl.bytesizes import GIB, fmt_gib
 

@@ -17,8 +17,8 @@ from hostctl.safefs import write_file
 from hostctl.config import DriveIdentity, load_recipe, parse_profile, recipe_path
 from hostctl.data import Data
 from hostctl.errors import FailedError, InputError, RefusedError
-from hostctl.facts.model import HostFacts
-from hostctl.profile_init.model import INIT_SCHEMA, InitOptions, Proposal, RecipeSource
+from hostctl.facts.records import HostFacts
+from hostctl.profile_init.records import INIT_SCHEMA, InitOptions, Proposal, RecipeSource
 from hostctl.profile_init.box import Box, load_box
 from hostctl.profile_init.box_profile import propose_from_box
 from hostctl.profile_init.propose import path_requests, propose

@@ -31,10 +31,6 @@ from hostctl.safetext import MODEL_NAME, ImageRef, Printable
 
 BOX_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 SHA256 = re.compile(r"[0-9a-f]{64}")
-# The keys vLLM-MoET's runner reads from a box (bench/runner/common.py and bench/README.md).
-KNOWN_KEYS = ("id", "gpus", "host_ram_gb", "runtime", "venv", "docker_image", "shm_size", "env", "models",
-              "planes_cache", "log_dir", "quality_tool", "quality_tool_sha256")
-GPU_KEYS = ("name", "count", "vram_gb")
 # Box env knobs for vLLM-MoET's venv runtime only: its docker runtime never passes them into the
 # image (bench/runner/common.py: _VENV_ONLY_ENV), and hostctl always runs an image, so a profile
 # never carries them. Why each one has no meaning inside the image:

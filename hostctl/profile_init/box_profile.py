@@ -34,11 +34,11 @@ from typing import Any
 from hostctl import safepaths, secrets
 from hostctl.images import GPU_RUNTIME_IMAGE
 from hostctl.config import PLACEHOLDER_RE, BoxDeclaration, Config, parse_profile
-from hostctl.facts.model import HostFacts
+from hostctl.facts.records import HostFacts
 from hostctl.plan import build_plan
 from hostctl.plan.box import box_fit
 from hostctl.profile_init.box import VENV_ONLY_ENV, Box
-from hostctl.profile_init.model import BoxSource, BoxValue, Choice, InitOptions, Proposal, RecipeOption, RecipeSource
+from hostctl.profile_init.records import BoxSource, BoxValue, Choice, InitOptions, Proposal, RecipeOption, RecipeSource
 from hostctl.plan.storage import ROLE_DIRS
 from hostctl.profile_init.propose import MODELS_ROOT, PLAIN_ROOT, profile_name, propose
 from hostctl.profile_init.recipes import rank

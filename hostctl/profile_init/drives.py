@@ -18,7 +18,7 @@ from hostctl import marks
 from hostctl.config import Drive, DriveIdentity
 from hostctl.data import Data
 from hostctl.facts.disks import resolve_identity
-from hostctl.facts.model import Disk, DiskFacts, HostFacts, Partition
+from hostctl.facts.records import Disk, DiskFacts, HostFacts, Partition
 from hostctl.provision.storage import DriveVerdict, StorageOptions, plan_drive, required_bytes
 from hostctl.bytesizes import MIB, fmt_bytes
 

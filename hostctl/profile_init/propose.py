@@ -23,7 +23,7 @@ from typing import Any
 from hostctl.config import Config, HostProfile, Recipe, parse_profile
 from hostctl.errors import InputError
 from hostctl.facts.disks import resolve_identity
-from hostctl.facts.model import HostFacts
+from hostctl.facts.records import HostFacts
 from hostctl.plan import build_plan
 from hostctl.plan.memory import MIN_CONTAINER_RAM
 from hostctl.plan.power import TOLERANCE_W
@@ -31,7 +31,7 @@ from hostctl.plan.storage import DEFAULT_COMPILE_CACHE, ROLE_DIRS
 from hostctl.plan.requests import tensor_parallel
 from hostctl.profile_init import drives as drv
 from hostctl.profile_init.recipes import rank, recipe_fit
-from hostctl.profile_init.model import (
+from hostctl.profile_init.records import (
     Choice,
     DriveChoice,
     GpuRange,

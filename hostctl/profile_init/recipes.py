@@ -4,7 +4,7 @@ fits it best: judged in the plan's own terms, on HostFacts."""
 from __future__ import annotations
 
 from hostctl.config import Recipe
-from hostctl.facts.model import HostFacts
+from hostctl.facts.records import HostFacts
 from hostctl.plan.memory import HOST_RAM_SLACK
 from hostctl.plan.placement import VRAM_SLACK
 from hostctl.bytesizes import fmt_gib

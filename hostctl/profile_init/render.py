@@ -11,7 +11,7 @@ import textwrap
 from typing import Any
 
 from hostctl import __version__
-from hostctl.profile_init.model import DriveChoice, Proposal
+from hostctl.profile_init.records import DriveChoice, Proposal
 from hostctl.bytesizes import fmt_bytes
 
 WIDTH = 100

@@ -31,11 +31,11 @@ from hostctl.config import Config
 from hostctl.errors import FailedError, InputError, RefusedError
 from hostctl.facts.executable import ExecChain, read_exec_chain
 from hostctl.facts.gpu import NVIDIA_VERSION, NvmlAdapter, NvmlUnavailable
-from hostctl.facts.model import AcsFacts, GpuFacts, HostFacts, P2PVerdict
+from hostctl.facts.records import AcsFacts, GpuFacts, HostFacts, P2PVerdict
 from hostctl.facts.sysfiles import LocalReader, ManagedFiles, Reader, read_managed, text_of
 from hostctl.gpu.harness import TorchPython
 from hostctl.plan import build_plan
-from hostctl.plan.model import Plan, PowerSetting
+from hostctl.plan.records import Plan, PowerSetting
 from hostctl.plan.placement import serving_gpus
 from hostctl.plan.power import TOLERANCE_W
 from hostctl.provision import boot_code

@@ -24,10 +24,10 @@ from hostctl.act.report import Report
 from hostctl.bytesizes import fmt_bytes
 from hostctl.config import Config
 from hostctl.errors import FailedError, HostctlError
-from hostctl.facts.model import GpuFacts, HostFacts
+from hostctl.facts.records import GpuFacts, HostFacts
 from hostctl.facts.sysfiles import LocalReader
 from hostctl.provision.executor import COMMAND, SCHEMA, provision_lock
-from hostctl.provision.record import record_converged
+from hostctl.provision.converged import record_converged
 from hostctl.plan.requests import fact_requests
 from hostctl.provision.storage_part import StoragePart
 

@@ -36,7 +36,7 @@ from hostctl.act.report import Report
 from hostctl.config import Config
 from hostctl.data import Data
 from hostctl.errors import FailedError, HostctlError, InputError, RefusedError
-from hostctl.facts.model import HostFacts
+from hostctl.facts.records import HostFacts
 from hostctl.plan.storage import RANK_FILE_EXTS, plan_storage, rank_files
 from hostctl.plan.requests import tensor_parallel
 from hostctl.bytesizes import MIB, fmt_bytes

@@ -44,7 +44,7 @@ from hostctl.data import Data
 from hostctl.errors import FailedError, InputError, RefusedError
 from hostctl.facts.disks import blank_proof, blkid_probe, nonzero_samples, table_entries
 from hostctl.facts.disks import resolve_identity
-from hostctl.facts.model import Disk, HostFacts, Partition
+from hostctl.facts.records import Disk, HostFacts, Partition
 from hostctl.facts.sysfiles import DirState, SystemFiles  # noqa: F401  (the snapshot storage decides on)
 from hostctl.plan.storage import plan_storage
 from hostctl.provision import files, fstab, sysctl
@@ -332,11 +332,11 @@ def _describe_part(p: Partition) -> str:
     return f"{p.path}" + (f" ({p.part_label!r})" if p.part_label else "") + f": {what}"
 
 
-def _role(p: Partition) -> marks.Role | None:
+def _role(p: Partition) -> marks.PartRole | None:
     return marks.role_of(p.part_label, p.fs_label)
 
 
-def _content_is_ours(p: Partition, role: marks.Role) -> bool:
+def _content_is_ours(p: Partition, role: marks.PartRole) -> bool:
     """The filesystem (or swap area) on one of hostctl's partitions is one hostctl made."""
     if role == "swap":
         return p.fs_type == "swap" and (p.fs_label or "").startswith(marks.FS_LABELS["swap"])

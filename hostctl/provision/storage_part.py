@@ -17,11 +17,11 @@ from hostctl.act.report import Report
 from hostctl.bytesizes import fmt_bytes
 from hostctl.config import Config
 from hostctl.errors import HostctlError, RefusedError
-from hostctl.facts.model import HostFacts
+from hostctl.facts.records import HostFacts
 from hostctl.facts.sysfiles import LocalReader, Reader, read_storage_files
 from hostctl.provision import fstab, storage, sysctl
 from hostctl.provision.executor import COMMAND, SCHEMA, disk_lock, provision_lock
-from hostctl.provision.record import record_converged
+from hostctl.provision.converged import record_converged
 from hostctl.plan.requests import fact_requests
 from hostctl.provision.storage import (
     STATUS_WORDS,

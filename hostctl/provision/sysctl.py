@@ -8,7 +8,6 @@ from __future__ import annotations
 from hostctl.config import HostProfile
 
 SYSCTL_FILE = "/etc/sysctl.d/90-hostctl-swap.conf"
-KEYS = ("vm.swappiness", "vm.page-cluster")
 
 
 def desired(profile: HostProfile) -> dict[str, int]:

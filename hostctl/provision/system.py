@@ -25,10 +25,10 @@ from hostctl.safefs import write_file
 from hostctl.safeload import read_text
 from hostctl.config import Config, recipe_path
 from hostctl.errors import FailedError, InputError
-from hostctl.facts.model import HostFacts
+from hostctl.facts.records import HostFacts
 from hostctl.facts.executable import ExecChain, read_exec_chain
 from hostctl.facts.sysfiles import LocalReader, ManagedFiles, Reader, read_managed, systemctl_argv, text_of
-from hostctl.plan.model import Plan
+from hostctl.plan.records import Plan
 from hostctl.provision import files as file_edit
 from hostctl.provision import boot_code
 from hostctl.service.render import INSTALLED_HOSTCTL, INSTALLED_PROFILE, render_files

@@ -26,7 +26,7 @@ from pydantic import ConfigDict
 from hostctl.data import Data
 
 if TYPE_CHECKING:  # `status` fingerprints the running project without the plan's schema
-    from hostctl.plan.model import Plan
+    from hostctl.plan.records import Plan
 
 FINGERPRINT_VERSION = 1
 _ENV_LINE = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=")

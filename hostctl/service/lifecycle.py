@@ -29,7 +29,7 @@ from hostctl import loglines, paths
 from hostctl.config import Config
 from hostctl.failures import StartEvidence, Finding, classify
 from hostctl.errors import FailedError
-from hostctl.plan.model import Plan
+from hostctl.plan.records import Plan
 
 if TYPE_CHECKING:
     from hostctl.act.report import Report

@@ -15,10 +15,10 @@ from pydantic import Field
 
 from hostctl.data import Data
 from hostctl.config import Config
-from hostctl.facts.model import HostFacts, PortFacts
+from hostctl.facts.records import HostFacts, PortFacts
 from hostctl.facts.mounts import probe_path, read_mountinfo
 from hostctl.facts.ports import probe_port
-from hostctl.plan.model import Plan
+from hostctl.plan.records import Plan
 from hostctl.plan.storage import NOT_A_REAL_FS
 from hostctl.service import identity
 from hostctl.bytesizes import GIB, fmt_gib

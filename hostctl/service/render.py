@@ -26,7 +26,7 @@ import jinja2
 from hostctl import __version__, paths, safefs, safetext
 from hostctl.act.files import FileNow, read_file
 from hostctl.errors import FailedError, InputError
-from hostctl.plan.model import Plan
+from hostctl.plan.records import Plan
 
 INSTALLED_HOSTCTL = paths.INSTALLED_HOSTCTL
 INSTALLED_PROFILE = "/etc/hostctl/hostctl.toml"

@@ -17,7 +17,7 @@ from functools import cache
 import yaml
 
 from hostctl import paths
-from hostctl.plan.model import Plan
+from hostctl.plan.records import Plan
 
 _UNIT_KEY = re.compile(r"^([A-Za-z][A-Za-z0-9]*)=")
 _SECTION = re.compile(r"^\[([A-Za-z][A-Za-z0-9 -]*)\]$")

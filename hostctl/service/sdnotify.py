@@ -36,10 +36,6 @@ def notify(state: str, env: Mapping[str, str] | None = None) -> bool:
         return False
 
 
-def under_manager(env: Mapping[str, str] | None = None) -> bool:
-    return bool((os.environ if env is None else env).get(SOCKET_ENV))
-
-
 def watchdog_interval_s(env: Mapping[str, str] | None = None, pid: int | None = None) -> float | None:
     """systemd's WatchdogSec= as WATCHDOG_USEC (for this process: WATCHDOG_PID, when set, must be
     ours); None when no watchdog is asked for."""

@@ -35,7 +35,7 @@ from pydantic import ConfigDict, Field
 from hostctl.data import Data
 from hostctl.config import Config
 from hostctl.failures import StartEvidence, Finding, classify
-from hostctl.plan.model import Plan
+from hostctl.plan.records import Plan
 from hostctl.service import apiclient, apipeer, restarts, sdnotify, saved, supervisor
 
 Say = Callable[[str], None]

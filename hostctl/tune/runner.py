@@ -29,7 +29,7 @@ from hostctl.bench import suites
 from hostctl.config import Config, parse_recipe
 from hostctl.errors import HostctlError
 from hostctl.interrupt import Interrupted
-from hostctl.plan.model import Plan, Volume
+from hostctl.plan.records import Plan, Volume
 from hostctl.tune import plan as tplan
 
 SCHEMA = "hostctl.tune/v1"

@@ -40,7 +40,7 @@ def parse_only(only: str | None) -> tuple[str, ...]:
     return names
 
 
-class CheckResult(Data):
+class VerifyCheckRun(Data):
     # `check` is a VerifyCheck, a plain class (it holds a function): taken as it is, not validated
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
@@ -65,12 +65,12 @@ class VerifyReport(Data):
     host: str
     profile: str
     parts: list[PartResult] = Field(default_factory=list)
-    checks: list[CheckResult] = Field(default_factory=list)
+    checks: list[VerifyCheckRun] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
     seconds: float = 0.0
 
     @property
-    def failed(self) -> list[CheckResult]:
+    def failed(self) -> list[VerifyCheckRun]:
         return [c for c in self.checks if c.result.status == "fail"]
 
     @property
@@ -166,7 +166,7 @@ def verify(config: Config, *, host: str | None = None, only: str | None = None, 
                            f"not expected to run: the last `up`/`down` left it {svc.state}"
                            + (f" ({svc.at})" if svc.at else ""))
                     report.parts.append(PartResult(part=part, status="not-expected", reason=why))
-                    report.checks += [CheckResult(check=c, result=VerifyResult(status="not-run", found=why)) for c in checks]
+                    report.checks += [VerifyCheckRun(check=c, result=VerifyResult(status="not-run", found=why)) for c in checks]
                     continue
                 reason = f"expected up (ready since {state.service.at})"
             else:
@@ -174,10 +174,10 @@ def verify(config: Config, *, host: str | None = None, only: str | None = None, 
                 if record is None:
                     why = "not provisioned (no converged `hostctl provision` recorded on this host)"
                     report.parts.append(PartResult(part=part, status="not-provisioned", reason=why))
-                    report.checks += [CheckResult(check=c, result=VerifyResult(status="not-run", found=why)) for c in checks]
+                    report.checks += [VerifyCheckRun(check=c, result=VerifyResult(status="not-run", found=why)) for c in checks]
                     continue
                 reason = f"provisioned {record.converged_at} with profile {record.profile}"
-                from hostctl.provision.record import profile_digest
+                from hostctl.provision.converged import profile_digest
 
                 if record.profile_sha256 and record.profile_sha256 != profile_digest(config):
                     report.notes.append(f"{part} converged with another version of the profile "
@@ -190,7 +190,7 @@ def verify(config: Config, *, host: str | None = None, only: str | None = None, 
                     result = c.run(ctx)
                 except Exception as exc:  # a check that cannot read what it needs fails, naming why
                     result = VerifyResult(status="fail", found=f"could not check: {exc.__class__.__name__}: {exc}")
-                report.checks.append(CheckResult(check=c, result=result, seconds=time.monotonic() - c0))
+                report.checks.append(VerifyCheckRun(check=c, result=result, seconds=time.monotonic() - c0))
             if any(cr.result.status == "fail" for cr in report.checks if cr.check.part == part):
                 part_result.status = "fail"
         report.seconds = time.monotonic() - t0

@@ -173,7 +173,7 @@ def remote_facts(target: Target, profile_path: str, profile_bytes: bytes):
     """The target's facts from its own hostctl, with the same profile (which must be there too)."""
     import hashlib
 
-    from hostctl.facts.model import HostFacts
+    from hostctl.facts.records import HostFacts
 
     there = target.host.run("sha256sum -- %s", profile_path)
     if there.rc != 0:

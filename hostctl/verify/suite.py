@@ -19,8 +19,8 @@ from typing import Any, Literal
 from hostctl.data import Data
 from hostctl.config import Config
 from hostctl.errors import HostctlError
-from hostctl.facts.model import HostFacts
-from hostctl.plan.model import Plan
+from hostctl.facts.records import HostFacts
+from hostctl.plan.records import Plan
 from hostctl.bytesizes import docker_size, parse_size
 
 Status = Literal["pass", "fail", "skip", "not-run"]

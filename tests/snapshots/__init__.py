@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from hostctl import examples
 from hostctl.config import Config
-from hostctl.facts.model import BlankProof, GpuPair, HostFacts, NumaNode, Partition
+from hostctl.facts.records import BlankProof, GpuPair, HostFacts, NumaNode, Partition
 from hostctl.provision import fstab, sysctl
 from hostctl.facts.sysfiles import SystemFiles
 from hostctl.bytesizes import GIB

@@ -24,7 +24,7 @@ import yaml
 
 from conftest import ROOT, needs_compose, needs_root
 from hostctl import examples
-from hostctl.facts.model import NumaNode
+from hostctl.facts.records import NumaNode
 from hostctl.plan import build_plan
 from hostctl.service.render import render_files, write_files
 from need import need

@@ -14,7 +14,7 @@ from hostctl.facts import load_snapshot
 from hostctl.facts.acs import probe_acs
 from hostctl.facts.gpu import probe_gpus
 from fake_nvml import FakeNvml, pci_tree, pro6000x2_phb, write_sysfs
-from hostctl.facts.model import HostFacts
+from hostctl.facts.records import HostFacts
 from hostctl.gpu.acs import judge_paths
 from hostctl.plan import build_plan
 

@@ -19,7 +19,7 @@ from hostctl import examples, paths
 from hostctl.doctor.checks import all_checks
 from hostctl.doctor.registry import CheckContext, run_checks
 from hostctl.errors import EXIT_REFUSED, FailedError, RefusedError
-from hostctl.facts.executable import (EDITABLE, ENVIRONMENT, INTERPRETER, SITE, STDLIB, Entry, ExecChain,
+from hostctl.facts.executable import (EDITABLE, ENVIRONMENT, INTERPRETER, SITE, STDLIB, InstallPath, ExecChain,
                                       read_exec_chain)
 from hostctl.plan import build_plan
 from hostctl.provision import boot_code, parts
@@ -32,7 +32,7 @@ needs_systemctl = needs(shutil.which("systemctl") is not None, "systemctl not in
 
 def chain(*entries: tuple[str, int, int, int], euid: int = 0) -> ExecChain:
     return ExecChain(path="/usr/local/bin/hostctl", euid=euid,
-                     entries=[Entry(path=p, role=ENVIRONMENT, uid=uid, gid=gid, mode=mode) for p, uid, gid, mode in entries],
+                     entries=[InstallPath(path=p, role=ENVIRONMENT, uid=uid, gid=gid, mode=mode) for p, uid, gid, mode in entries],
                      users={0: "root", NOBODY: "nobody", 1000: "alice"}, groups={0: "root", 100: "users"})
 
 

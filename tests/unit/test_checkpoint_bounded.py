@@ -10,7 +10,7 @@ import os
 import pytest
 
 from hostctl.cache.identity import runtime_ckpt_id
-from hostctl.cluster.doctor import LocalReader
+from hostctl.cluster.doctor import LocalMemberReader
 from hostctl.facts.manifest import SMALL_FILE_MAX
 
 NOBODY = 65534
@@ -58,8 +58,8 @@ def test_ckpt_id_of_a_normal_folder_still_computed(model_dir):
 def test_cluster_doctor_reader_does_not_read_a_sparse_manifest(model_dir):
     manifest = model_dir / "hostctl-manifest.json"
     _sparse(manifest, 4 * SMALL_FILE_MAX)
-    assert LocalReader().read_bytes(str(manifest)) is None
-    assert LocalReader().read_bytes(str(model_dir / "config.json")) == b'{"model_type": "x"}'
+    assert LocalMemberReader().read_bytes(str(manifest)) is None
+    assert LocalMemberReader().read_bytes(str(model_dir / "config.json")) == b'{"model_type": "x"}'
 
 
 def test_probe_names_a_sparse_index_and_what_to_do_unread(model_dir):

@@ -124,11 +124,11 @@ def test_read_only_commands_import_no_probe_library(argv, tmp_path):
     assert "internal error" not in done.stderr, done.stderr
     modules = set(json.loads(out.read_text()))
     # the command did read facts, or (status) the engine's view of its container
-    assert ("hostctl.facts.engine" if argv[0] == "status" else "hostctl.facts.model") in modules
+    assert ("hostctl.facts.engine" if argv[0] == "status" else "hostctl.facts.records") in modules
     unwanted = PROBES_DO_NOT_IMPORT | {"pynvml"}
     assert not modules & unwanted, f"`hostctl {' '.join(argv)}` imported {sorted(modules & unwanted)}"
     if argv[0] in ("doctor", "facts"):  # no profile here (cwd is empty): no config models, no planners, no plan models
-        assert not modules & {"hostctl.config", "hostctl.plan.runtime", "hostctl.plan.model"}, sorted(modules)
+        assert not modules & {"hostctl.config", "hostctl.plan.runtime", "hostctl.plan.records"}, sorted(modules)
 
 
 def test_doctor_checks_import_no_failure_catalogue():

@@ -1,5 +1,5 @@
 """doctor's cross-host checks on member facts snapshots (the NIC speed, MTU and clock checks
-cannot fail on one machine), and the facts read through the Reader interface."""
+cannot fail on one machine), and the facts read through the MemberReader interface."""
 
 import pytest
 
@@ -80,7 +80,7 @@ def test_a_slow_nic_is_fine_for_replicas(reps):
 
 
 class FakeRemote:
-    """A snapshot of another host behind the Reader interface (what Target gives over SSH)."""
+    """A snapshot of another host behind the MemberReader interface (what Target gives over SSH)."""
 
     def __init__(self, files, clock):
         self.files, self.clock = files, clock
@@ -104,5 +104,5 @@ def test_read_member_through_a_reader(pp):
     f = doctor.read_member(pp.member("follow"), "lo", FakeRemote(files, time.time() + 5))
     assert f.nic.operstate == "up" and f.nic.speed_mbps is None and f.nic.mtu == 1500
     assert 4.5 < f.clock_offset_s < 5.5 and f.image_id.endswith("c" * 12)
-    r = by_id(doctor.checks(pp, [doctor.read_member(pp.member("lead"), "lo", doctor.LocalReader()), f]))
+    r = by_id(doctor.checks(pp, [doctor.read_member(pp.member("lead"), "lo", doctor.LocalMemberReader()), f]))
     assert r["cluster.clock"]["status"] == "fail"

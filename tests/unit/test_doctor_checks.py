@@ -15,7 +15,7 @@ from hostctl.doctor import functional
 from hostctl.doctor.checks import all_checks
 from hostctl.doctor.registry import Check, CheckContext, CheckResult, run_checks
 from hostctl.facts import load_snapshot
-from hostctl.facts.model import (
+from hostctl.facts.records import (
     ContainerFacts,
     DaemonLimits,
     EngineFacts,

@@ -26,7 +26,7 @@ from hostctl.facts.gpu import (
     sysfs_bus_id,
 )
 from hostctl.facts.memory import parse_swaps, probe_memory
-from hostctl.facts.model import TOPOLOGY_ORDER, HostFacts, StateFacts
+from hostctl.facts.records import TOPOLOGY_ORDER, HostFacts, StateFacts
 from hostctl.facts.mounts import mount_for, parse_mountinfo, probe_paths
 from hostctl.facts.state import probe_state
 from hostctl.facts.topology import kernel_args, probe_iommu

@@ -18,14 +18,14 @@ from fake_nvml import REFERENCE_HOSTS, FakeNvml, write_sysfs
 from hostctl import examples, paths
 from hostctl.facts import collect, load_snapshot
 from hostctl.facts.gpu import probe_gpus
-from hostctl.facts.model import HostFacts, MemoryFacts, StateFacts
+from hostctl.facts.records import HostFacts, MemoryFacts, StateFacts
 from hostctl.facts.state import probe_state
 
 
-def assert_as_validated(model: BaseModel, where: str) -> None:
-    text = model.model_dump_json(indent=2)
-    again = type(model).model_validate_json(text, strict=True)
-    assert again == model, where
+def assert_as_validated(record: BaseModel, where: str) -> None:
+    text = record.model_dump_json(indent=2)
+    again = type(record).model_validate_json(text, strict=True)
+    assert again == record, where
     assert again.model_dump_json(indent=2) == text, where
 
 

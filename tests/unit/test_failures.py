@@ -162,7 +162,7 @@ def test_kernel_events_near_misses(line):
 
 
 def test_up_reads_only_kernel_events_since_it_began(monkeypatch):
-    from hostctl.facts.model import KernelEvent, KernelLogFacts
+    from hostctl.facts.records import KernelEvent, KernelLogFacts
     from hostctl.service import lifecycle
 
     old = KernelEvent(kind="host_oom", line="[100.0] Out of memory: Killed process 7 (python3)", time_s=100.0)

@@ -11,7 +11,7 @@ from hostctl import examples
 from hostctl.doctor import functional
 from hostctl.doctor.checks import all_checks
 from hostctl.doctor.registry import CheckContext, CheckResult, run_checks
-from hostctl.facts.model import GpuFacts
+from hostctl.facts.records import GpuFacts
 from hostctl.gpu.health import COPY_FRACTION_WARN, link_capability_gbps
 from hostctl.plan import build_plan
 

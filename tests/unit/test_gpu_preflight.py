@@ -111,7 +111,7 @@ def test_preflight_runs_the_query_only_with_gpus_and_fails_with_the_fix():
 
 def test_no_daemon_reload_while_the_gpu_runtime_runs():
     from hostctl import examples
-    from hostctl.facts.model import ContainerFacts
+    from hostctl.facts.records import ContainerFacts
     from hostctl.plan import build_plan
 
     config, facts = examples.load("pro6000x2-desktop")

@@ -22,7 +22,7 @@ from hostctl.config import Config
 from hostctl.errors import FailedError, InputError
 from hostctl.facts.gpu import probe_gpus
 from fake_nvml import FakeHost, FakeNvml, pro6000x2_phb, two_socket, write_sysfs
-from hostctl.facts.model import GpuFacts, HostFacts
+from hostctl.facts.records import GpuFacts, HostFacts
 from hostctl.gpu.harness import TorchPython
 from hostctl.gpu.p2p import store_verdict
 from hostctl.provision import parts

@@ -47,7 +47,7 @@ def test_every_plan_code_belongs_to_exactly_one_check():
 
 
 def test_a_planner_cannot_raise_an_undeclared_code():
-    from hostctl.plan.model import StoragePlan
+    from hostctl.plan.records import StoragePlan
 
     plan = StoragePlan()
     with pytest.raises(ValueError, match="unknown plan problem code"):
@@ -126,7 +126,7 @@ def imports_of(name: str, source: str) -> set[str]:
 
 
 def _known(dotted: str) -> str | None:
-    """The hostctl module a dotted name lives in (`hostctl.facts.model.Disk` -> hostctl.facts.model)."""
+    """The hostctl module a dotted name lives in (`hostctl.facts.records.Disk` -> hostctl.facts.records)."""
     while dotted and dotted not in MODULE_FILES:
         dotted = dotted.rpartition(".")[0]
     return dotted or None
@@ -198,11 +198,11 @@ def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_graph_reader_sees_every_import_and_the_cycle_finder_a_cycle():
     source = ("from hostctl.facts import disks\n"
-              "def f():\n    from hostctl.plan.model import Plan\n"
+              "def f():\n    from hostctl.plan.records import Plan\n"
               "if TYPE_CHECKING:\n    import hostctl.config\n"
               "from . import memory\n")
     assert imports_of("hostctl.facts.gpu", source) == {
-        "hostctl.facts.disks", "hostctl.plan.model", "hostctl.config", "hostctl.facts.memory"}
+        "hostctl.facts.disks", "hostctl.plan.records", "hostctl.config", "hostctl.facts.memory"}
     assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert import_cycles({"a": {"b"}, "b": set()}) == []
     assert FLOORS["hostctl.errors"] == 0 and FLOORS["hostctl.facts"] == 2 and FLOORS["hostctl.cli"] == 6
@@ -255,7 +255,7 @@ def test_a_replaced_module_is_gone_and_named_nowhere(gone):
 
 
 def test_every_data_type_derives_from_data():
-    """One way to define a data type: a pydantic model deriving from hostctl.data.Data."""
+    """One way to define a data type: a record, a pydantic class deriving from hostctl.data.Data."""
     strays = []
     for name, path in MODULE_FILES.items():
         tree = ast.parse(path.read_text())
@@ -315,3 +315,37 @@ def test_no_profile_is_a_type_with_the_bad_input_exit_code(monkeypatch, tmp_path
     with pytest.raises(MissingFileError) as snap:
         load_snapshot(tmp_path / "snap.json")
     assert "hostctl facts --json" in (snap.value.fix or "")
+
+
+# ---------------------------------------------------------------- names (docs/house.md "Names")
+
+
+def _defined_names() -> dict[str, list[str]]:
+    """Every class, and every module-level CapWords alias (Role = Literal[...]), with where it is defined."""
+    where: dict[str, list[str]] = {}
+    for name, path in MODULE_FILES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                where.setdefault(node.name, []).append(f"{name}:{node.lineno}")
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Subscript):
+                for t in node.targets:
+                    if isinstance(t, ast.Name) and t.id[:1].isupper() and not t.id.isupper():
+                        where.setdefault(t.id, []).append(f"{name}:{node.lineno} (alias)")
+    return where
+
+
+def test_no_class_name_is_defined_twice():
+    """One name, one idea: two classes of one name in hostctl/ are two ideas under one word."""
+    classes = {n: [w for w in ws if not w.endswith("(alias)")] for n, ws in _defined_names().items()}
+    twice = {n: ws for n, ws in classes.items() if len(ws) > 1}
+    assert not twice, "\n".join(f"{n}: {', '.join(ws)}" for n, ws in sorted(twice.items()))
+
+
+@pytest.mark.parametrize("word", ["Decision", "Role", "Record", "Model"])
+def test_the_words_of_the_house_name_one_thing(word):
+    """Decision is a planner's choice (plan), Role a storage role; no data type is a Record or a Model."""
+    where = _defined_names().get(word, [])
+    assert len(where) <= 1, f"{word} is defined in {where}"
+    if word in ("Record", "Model"):
+        assert not where, f"{word} is defined in {where}: data types derive from Data"

@@ -18,10 +18,10 @@ from hostctl.cli import main
 from hostctl.config import DriveIdentity, load_config
 from hostctl.errors import InputError
 from hostctl.facts import load_snapshot
-from hostctl.facts.model import BlankProof, Disk, HostFacts
+from hostctl.facts.records import BlankProof, Disk, HostFacts
 from hostctl.plan import build_plan
 from hostctl.profile_init import bundled_recipes, check_loads, propose, render_profile
-from hostctl.profile_init.model import InitOptions
+from hostctl.profile_init.records import InitOptions
 from hostctl.provision.storage import StorageOptions, SystemFiles, plan_storage_provision
 from hostctl.bytesizes import GIB, MIB
 

@@ -29,7 +29,7 @@ import snapshots
 from hostctl.images import GPU_RUNTIME_IMAGE
 from hostctl.cli import main
 from hostctl.config import load_config
-from hostctl.facts.model import HostFacts
+from hostctl.facts.records import HostFacts
 from hostctl.facts.manifest import Manifest, ManifestFile
 from hostctl.model.manifest import write_marker
 from hostctl.model.registry import load_models
@@ -38,7 +38,7 @@ from hostctl.profile_init import init_profile
 from hostctl.plan.box import box_fit
 from hostctl.profile_init.box import VENV_ONLY_ENV, load_box
 from hostctl.profile_init.box_profile import declaration
-from hostctl.profile_init.model import InitOptions
+from hostctl.profile_init.records import InitOptions
 
 BOXES = moet_runner.box_files()
 RECIPES = moet_runner.recipe_ids()

@@ -28,7 +28,7 @@ from hostctl.images import GPU_RUNTIME_IMAGE
 from hostctl import safepaths
 from hostctl.config import Config, load_recipe, parse_profile
 from hostctl.facts import load_snapshot
-from hostctl.facts.model import GpuPair
+from hostctl.facts.records import GpuPair
 from hostctl.plan import build_plan
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,7 +12,7 @@ import pytest
 from hostctl import examples
 from hostctl.facts.gpu import probe_gpus
 from fake_nvml import FakeNvml, pci_tree, pro6000x2_phb, two_socket, write_sysfs
-from hostctl.facts.model import P2PVerdict
+from hostctl.facts.records import P2PVerdict
 from hostctl.facts.state import probe_state
 from hostctl.gpu import p2p as p2p_mod
 from hostctl.facts.acs import parse_lspci, pci_chain, probe_acs

@@ -7,7 +7,7 @@ import snapshots
 from hostctl import examples
 from hostctl.config import Config, parse_recipe
 from hostctl.errors import InputError
-from hostctl.facts.model import P2PVerdict
+from hostctl.facts.records import P2PVerdict
 from hostctl.plan import build_plan
 from hostctl.plan.memory import plan_memory
 from hostctl.plan.nccl import plan_nccl
@@ -318,7 +318,7 @@ def test_a_placeholder_without_a_value_is_an_error_naming_the_field(where, mutat
 
 
 def test_plan_json_round_trips():
-    from hostctl.plan.model import Plan
+    from hostctl.plan.records import Plan
 
     config, facts = snapshots.desktop()
     plan = build_plan(config, facts)

@@ -4,14 +4,13 @@ second run finds every file settled."""
 
 from __future__ import annotations
 
-import io
 import os
 
 import pytest
 
 from hostctl.errors import FailedError
 from hostctl.service import lifecycle
-from hostctl.service.project_part import ProjectPart, decide
+from hostctl.service.project_part import decide
 from hostctl.act.files import FileNow
 from hostctl.service.render import read_project
 

@@ -15,7 +15,7 @@ import pytest
 import snapshots
 from hostctl import examples, paths
 from hostctl.errors import FailedError, InputError
-from hostctl.facts.model import GpuFacts
+from hostctl.facts.records import GpuFacts
 from hostctl.facts.sysfiles import ManagedFiles, SystemFiles
 from hostctl.plan import build_plan
 from hostctl.provision import fstab, gpu, parts, storage, sysctl, system

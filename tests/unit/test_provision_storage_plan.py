@@ -16,7 +16,7 @@ from hostctl.config import Drive, load_config
 from hostctl.errors import FailedError, InputError, RefusedError
 from hostctl.facts import load_snapshot
 from hostctl.facts.disks import resolve_identity
-from hostctl.facts.model import BlankProof, Disk, DiskFacts, FsCheck, MountEntry, Partition
+from hostctl.facts.records import BlankProof, Disk, DiskFacts, FsCheck, MountEntry, Partition
 from hostctl.act import consent
 from hostctl.provision import fstab, sysctl
 from hostctl.provision.storage_part import plan_text
@@ -525,7 +525,7 @@ def test_storage_facts_are_read_again_when_a_mount_finishes_while_the_disks_are_
     "a mounted and writable filesystem", read as damage. The facts are then read again, at one
     moment: the mount table, and the checks, as they are after the mount."""
     import hostctl.facts as facts
-    from hostctl.facts.model import DiskFacts, MountEntry
+    from hostctl.facts.records import DiskFacts, MountEntry
     from hostctl.facts.mounts import MountLine
 
     before: list = []

@@ -132,7 +132,7 @@ def _doctor(supervised: list[dict]):
     from hostctl import examples
     from hostctl.doctor.checks import all_checks
     from hostctl.doctor.registry import CheckContext, run_checks
-    from hostctl.facts.model import SupervisedEnding
+    from hostctl.facts.records import SupervisedEnding
 
     config, facts = examples.load("demo-cpu")
     facts.state.supervised = [SupervisedEnding.model_validate(e) for e in supervised]

@@ -9,7 +9,7 @@ import re
 
 from hostctl.doctor import functional
 from hostctl.doctor.registry import CheckContext, CheckResult, check, failed, passed, skipped, warned
-from hostctl.facts.model import Gpu, P2PVerdict
+from hostctl.facts.records import Gpu, P2PVerdict
 from hostctl.gpu.acs import AcsReading, judge_paths
 from hostctl.gpu.health import COPY_FRACTION_WARN
 from hostctl.plan import codes

@@ -5,7 +5,7 @@ the host's OOM killer), each explained through the failure catalogue (hostctl.fa
 from __future__ import annotations
 
 from hostctl.doctor.registry import CheckContext, CheckResult, check, failed, passed, skipped, warned
-from hostctl.facts.model import KernelLogFacts
+from hostctl.facts.records import KernelLogFacts
 
 
 

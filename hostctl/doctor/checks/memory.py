@@ -11,8 +11,8 @@ from hostctl.doctor.registry import CheckContext, CheckResult, check, failed, pa
 from hostctl.plan import codes
 from hostctl.bytesizes import GIB, MIB, fmt_bytes, fmt_gib
 
-if TYPE_CHECKING:  # annotations only: doctor without a profile builds no plan, and the plan models cost ~10-14 ms to import
-    from hostctl.plan.model import Problem
+if TYPE_CHECKING:  # annotations only: doctor without a profile builds no plan, and the plan records cost ~10-14 ms to import
+    from hostctl.plan.records import Problem
 
 MEMINFO = "/proc/meminfo (MemTotal, SwapTotal)"
 # Under host IPC NCCL and vLLM's shared-memory broadcast live in the host's /dev/shm.

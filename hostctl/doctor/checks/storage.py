@@ -12,8 +12,8 @@ from hostctl.plan import codes
 from hostctl.storage_roles import CONVERSION_ROLES, ROLES
 from hostctl.bytesizes import GIB, fmt_gib
 
-if TYPE_CHECKING:  # annotations only: doctor without a profile builds no plan, and the plan models cost ~10-14 ms to import
-    from hostctl.plan.model import Problem
+if TYPE_CHECKING:  # annotations only: doctor without a profile builds no plan, and the plan records cost ~10-14 ms to import
+    from hostctl.plan.records import Problem
 
 PROVISION = "hostctl provision --only storage"
 

@@ -13,10 +13,10 @@ from rich.console import Console
 from hostctl.config import Config
 from hostctl.errors import EXIT_FAILED
 from hostctl.interrupt import Interrupted, signals_raise
-from hostctl.plan.model import Plan
+from hostctl.plan.records import Plan
 
 
-class Progress:
+class ProbeProgress:
     """A rich progress bar over the probes when stderr is a terminal; plain lines otherwise."""
 
     def __init__(self, err: Console):
@@ -29,7 +29,7 @@ class Progress:
             self.bar = Bar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                            console=err, transient=True)
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> "ProbeProgress":
         if self.bar is not None:
             self.bar.start()
         return self
@@ -53,7 +53,7 @@ def bench(cfg: Config, plan: Plan, suite: str, *, out_dir: Path | None, json_: b
           err: Console) -> int:
     from hostctl.bench import runner
 
-    progress = Progress(err)
+    progress = ProbeProgress(err)
     try:
         with signals_raise(), progress:
             doc, path = runner.run(cfg, plan, suite, out_dir=out_dir, say=progress.say, progress=progress.step)

@@ -3,7 +3,7 @@
 Plans are values. The planners in this package build them from a Config and HostFacts
 without any I/O; renderers, provision steps and doctor checks read them.
 
-They are data (hostctl/data.py): pydantic models, validated as the planners make them.
+They are records (hostctl/data.py), validated as the planners make them.
 """
 
 from __future__ import annotations
@@ -46,10 +46,6 @@ class Section(Data):
         if code not in CODES:
             raise ValueError(f"unknown plan problem code {code!r}: declare it in hostctl/plan/codes.py")
         self.problems.append(Problem(code=code, severity=severity, area=self.area(), message=message, fix=fix))
-
-    def with_codes(self, *codes: str) -> list[Problem]:
-        """This section's problems whose code is one of `codes`."""
-        return [p for p in self.problems if p.code in codes]
 
     @classmethod
     def area(cls) -> str:
