@@ -1,9 +1,10 @@
-"""A part that writes plain files a command owns (tune's knob files and results): each file that
-differs from what is wanted (text, and mode where one is wanted) becomes an action that replaces
-it through safefs.write_file (crash-safe, the folder opened safely, a planted link not followed);
-reading the files again after writing is the verification.
+"""A part that writes plain files a command owns (tune's knob files, results and chart): each file
+that differs from what is wanted (its bytes, and mode where one is wanted) becomes an action that
+replaces it through safefs.write_file (crash-safe, the folder opened safely, a planted link not
+followed); reading the files again after writing is the verification.
 
-A file marked `secret` (it quotes a recipe's env) is named in the preview, its text never shown.
+A file marked `secret` (it quotes a recipe's env) is named in the preview, its text never shown;
+nor is a file wanted as bytes (tune's PNG chart): no diff of it would read as anything.
 """
 
 from __future__ import annotations
@@ -23,17 +24,18 @@ from hostctl.errors import FailedError, HostctlError
 
 
 class FileNow(Data):
-    """A file as it is on the host: its text (None: absent, not a plain file, or not text) and its
-    permission bits."""
+    """A file as it is on the host: its bytes (None: absent or not a plain file), its text (None
+    as well when they are not UTF-8) and its permission bits."""
 
     name: str
+    data: bytes | None = None
     text: str | None = None
     mode: int | None = None
 
 
 class Want(Data):
     path: str
-    text: str
+    text: str | bytes  # bytes: a file that is not text (tune's chart)
     mode: int | None = None  # None: a file being replaced keeps its mode (a new one: 0644)
     owner: tuple[int, int] | None = None
     secret: bool = False
@@ -50,11 +52,12 @@ def read_file(dir_fd: int | None, name: str) -> FileNow:
         st = os.fstat(fh.fileno())
         if not stat.S_ISREG(st.st_mode):
             return FileNow(name=name)
+        data = fh.read()
         try:
-            text = fh.read().decode("utf-8")
+            text: str | None = data.decode("utf-8")
         except UnicodeDecodeError:
             text = None
-        return FileNow(name=name, text=text, mode=stat.S_IMODE(st.st_mode))
+        return FileNow(name=name, data=data, text=text, mode=stat.S_IMODE(st.st_mode))
 
 
 class FilesPart:
@@ -85,24 +88,27 @@ class FilesPart:
 
 
 def decide(part: str, wants: list[Want], now: list[FileNow]) -> Assessment:
-    """Pure: an action per wanted file whose text (or wanted mode) differs from what is there."""
+    """Pure: an action per wanted file whose bytes (or wanted mode) differ from what is there."""
     d = Assessment(part)
     for w, have in zip(wants, now):
         step = f"{part}/{Path(w.path).name}"
-        if have.text == w.text and (w.mode is None or have.mode == w.mode):
+        data = w.text.encode() if isinstance(w.text, str) else w.text
+        if have.data == data and (w.mode is None or have.mode == w.mode):
             d.add(Settled(id=step, what=f"{w.path} as wanted"))
             continue
-        verb = "create" if have.text is None and have.mode is None else "replace"
+        verb = "create" if have.data is None and have.mode is None else "replace"
         if w.secret:
             diff = f"{w.path}: {'new' if verb == 'create' else 'changes'} (it quotes the recipe: not shown)\n"
-        elif have.text == w.text:
+        elif have.data == data:
             diff = f"{w.path}: mode {have.mode:o} -> {w.mode:o}\n"
+        elif isinstance(w.text, bytes):
+            diff = f"{w.path}: {'new' if verb == 'create' else 'changes'} ({len(data)} bytes, not text: not shown)\n"
         else:
             diff = "".join(difflib.unified_diff((have.text or "").splitlines(True), w.text.splitlines(True),
                                                 fromfile=w.path if have.text is not None else "/dev/null",
                                                 tofile=w.path))
         mode = f", mode {w.mode:04o}" if w.mode is not None else ""
-        d.add(Action(step=step, describe=f"{verb} {w.path} ({len(w.text.encode())} bytes{mode})", run=_writer(w),
+        d.add(Action(step=step, describe=f"{verb} {w.path} ({len(data)} bytes{mode})", run=_writer(w),
                      diff=diff, changes=w.path, why=w.why))
     return d
 

@@ -142,6 +142,8 @@ def render(
                                                     file_okay=False)] = None,
     hostctl_bin: Annotated[str, typer.Option("--hostctl-bin", help="hostctl path the systemd units call.")]
     = "/usr/local/bin/hostctl",
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would be written (a diff per file; "
+                                          "runtime.env only named); write nothing.")] = False,
     config: ConfigOpt = None,
     facts: FactsOpt = None,
     cluster: ClusterOpt = None,
@@ -152,23 +154,26 @@ def render(
     With --cluster: one Compose project per host (or only --member's), in each member's state
     directory or under --out DIR/<member>, each with its unit hostctl-<cluster>-<member>.service.
 
-    Nothing is written when the plan has errors. The project is written to a temporary
-    directory beside DIR and checked there (each file re-read against its template and the
-    plan; `docker compose config` when Compose is installed); only a project that passes
-    replaces DIR. runtime.env (it may hold the recipe's secrets) is mode 0600.
+    Nothing is written when the plan has errors, nor when DIR already holds the project as
+    rendered (reported unchanged). The project is written to a temporary directory beside DIR
+    and checked there (each file re-read against its template and the plan; `docker compose
+    config` when Compose is installed); only a project that passes replaces DIR. runtime.env (it
+    may hold the recipe's secrets) is mode 0600. Prints the project's files, one per line.
     """
     if cluster is not None:
         from hostctl.cluster.commands import render_cmd
 
         facts_path = global_options(ctx, config, facts).facts_path
-        for path in render_cmd(cluster, member, typed_path(out_dir), facts_path, say=say, hostctl_bin=hostctl_bin):
+        for path in render_cmd(cluster, member, typed_path(out_dir), facts_path, say=say, hostctl_bin=hostctl_bin,
+                               dry_run=dry_run):
             print(path)
         if member is not None and facts_path is None:  # this host's member: its unit runs here
             _warn_boot_code(hostctl_bin)
         return
     from hostctl.plan import build_plan
     from hostctl.service.compose import compose_available
-    from hostctl.service.render import compose_checked, render_files, write_project
+    from hostctl.service.project_part import project_paths, render_project
+    from hostctl.service.render import compose_checked, render_files
 
     c = global_options(ctx, config, facts)
     cfg = c.config()
@@ -181,12 +186,15 @@ def render(
         )
     target = typed_path(out_dir) or Path(cfg.profile.runtime.project_dir)
     files = render_files(result, hostctl_bin=hostctl_bin)
-    probe = compose_available()
-    written = write_project(files, target, check=compose_checked if probe.ok else None)
-    for path in written:
-        print(path)
-    say("checked with docker compose config" if probe.ok
-        else f"not checked with docker compose config: it is not available ({probe.why()})")
+    probe = None if dry_run else compose_available()  # a dry run writes, so checks, nothing
+    check = compose_checked if probe is not None and probe.ok else None
+    report = render_project(files, target, check=check, say=say, dry_run=dry_run)
+    if not dry_run:
+        for path in project_paths(files, target):
+            print(path)
+    if report.changed and probe is not None:
+        say("checked with docker compose config" if probe.ok
+            else f"not checked with docker compose config: it is not available ({probe.why()})")
     for p in result.problems:
         say(f"warning: [{p.area}] {p.message}")
     if c.facts_path is None:  # units for this host: the hostctl they call is this host's

@@ -67,14 +67,17 @@ def plan_cmd(cluster_path: Path, member: str | None, json_: bool, facts_override
 
 
 def render_cmd(cluster_path: Path, member: str | None, out_dir: Path | None, facts_override: Path | None,
-               say: Say, hostctl_bin: str | None = None) -> list[Path]:
+               say: Say, hostctl_bin: str | None = None, dry_run: bool = False) -> list[Path]:
     """Write each member's project (or only --member's) to its state directory's project/, or
-    under --out DIR/<member>/, each with its systemd unit (hostctl-<cluster>-<member>.service)."""
+    under --out DIR/<member>/, each with its systemd unit (hostctl-<cluster>-<member>.service),
+    through the executor: a project already as rendered is left alone. The projects' files (none
+    with dry_run, which shows the diffs through `say` and writes nothing)."""
     from hostctl.paths import hostctl_for_units
 
     hostctl_bin = hostctl_for_units(hostctl_bin)
-    from hostctl.cluster.render import write_member
+    from hostctl.cluster.render import member_files
     from hostctl.service.compose import compose_available
+    from hostctl.service.project_part import project_paths, render_project
     from hostctl.service.render import compose_checked
 
     _cluster, cp, local = load(cluster_path, member, facts_override)
@@ -87,19 +90,24 @@ def render_cmd(cluster_path: Path, member: str | None, out_dir: Path | None, fac
     skipped = [m.member.name for m in targets if m.plan is None and m.member.role != "router"]
     if skipped and local is None:
         say(f"not rendered here (no facts for them): {', '.join(skipped)}; render those with --member on each host")
-    probe = compose_available()
-    written: list[Path] = []
+    probe = None if dry_run else compose_available()  # a dry run writes, so checks, nothing
+    check = compose_checked if probe is not None and probe.ok else None
+    rendered: list[Path] = []
+    changed = 0
     for m in targets:
         if m.member.name in skipped:
             continue
         from hostctl import paths
 
         target = out_dir / m.member.name if out_dir else paths.system_path(f"{m.state_dir}/project")
-        written += write_member(cp, m, target, check=compose_checked if probe.ok else None,
-                                cluster_path=cluster_path.resolve(), hostctl_bin=hostctl_bin)
-    say("checked with docker compose config" if probe.ok else
-        f"not checked with docker compose config: it is not available ({probe.why()})")
-    return written
+        files = member_files(cp, m, hostctl_bin=hostctl_bin, cluster_path=cluster_path.resolve())
+        changed += render_project(files, target, check=check, say=say, dry_run=dry_run,
+                                  command="hostctl render --cluster").changed
+        rendered += project_paths(files, target)
+    if changed and probe is not None:
+        say("checked with docker compose config" if probe.ok else
+            f"not checked with docker compose config: it is not available ({probe.why()})")
+    return [] if dry_run else rendered
 
 
 def need_member(member: str | None, command: str) -> str:

@@ -2,7 +2,8 @@
 rendered by hostctl.service.render (the same files, checks and atomic write as one host); the
 router's is the router service alone. With the cluster profile's path, each project also holds
 the member's systemd unit (`hostctl-<cluster>-<member>.service`: `up`/`down --cluster PATH
---member NAME`). Pure rendering, plus the one write per member."""
+--member NAME`). Pure rendering: each member's project is written through the executor
+(hostctl.service.project_part), by `render --cluster` and `up --cluster`."""
 
 from __future__ import annotations
 
@@ -88,11 +89,3 @@ def member_files(cp: ClusterPlan, mp: MemberPlan, *, hostctl_bin: str = "/usr/lo
     files = render_files(mp.plan, hostctl_bin=hostctl_bin)
     # A headless follower serves no API: the host unit and power unit are one host's business.
     return {**{k: v for k, v in files.items() if k in ("compose.yaml", "runtime.env")}, **unit}
-
-
-def write_member(cp: ClusterPlan, mp: MemberPlan, out_dir: Path, *, check=None, cluster_path: Path | None = None,
-                 hostctl_bin: str = "/usr/local/bin/hostctl") -> list[Path]:
-    from hostctl.service.render import write_project
-
-    return write_project(member_files(cp, mp, hostctl_bin=hostctl_bin, cluster_path=cluster_path), out_dir,
-                         check=check)

@@ -259,12 +259,15 @@ def _expect_running(mp: MemberPlan) -> None:
 
 
 def _write_and_start(cp: ClusterPlan, mp: MemberPlan, say: Say) -> Path:
-    from hostctl.cluster.render import write_member
+    from hostctl.cluster.render import member_files
     from hostctl.service.compose import compose_down, compose_up
+    from hostctl.service.lifecycle import SCHEMA
+    from hostctl.service.project_part import render_project
     from hostctl.service.render import compose_checked
 
     target = paths.system_path(f"{mp.state_dir}/project")
-    write_member(cp, mp, target, check=compose_checked)
+    render_project(member_files(cp, mp), target, check=compose_checked, say=say, command="hostctl up --cluster",
+                   schema=SCHEMA)
     res = compose_up(target, mp.project, new_session=True)
     if not res.ok:
         compose_down(target, mp.project)

@@ -161,6 +161,7 @@ def interrupted(config: Config, plan: Plan, exc, guard, *, keep_on_failure: bool
 
 def _up(config: Config, plan: Plan, facts, *, timeout: int | None, keep_on_failure: bool, say: Say,
         hostctl_bin: str, started: list[bool]) -> StartOutcome:
+    from hostctl.service.project_part import render_project
     from hostctl.service.render import compose_checked, render_files
 
     t_start = time.monotonic()
@@ -194,7 +195,7 @@ def _up(config: Config, plan: Plan, facts, *, timeout: int | None, keep_on_failu
     target = project_dir(config)
     try:
         render_project(render_files(plan, hostctl_bin=hostctl_bin, config_path=str(Path(config.source).resolve())),
-                       target, check=compose_checked, say=say)
+                       target, check=compose_checked, say=say, command="hostctl up", schema=SCHEMA)
     except FailedError as exc:
         exc.details.append("nothing was started")
         raise
@@ -260,17 +261,6 @@ def preview(config: Config, plan: Plan, *, say: Say, hostctl_bin: str = "/usr/lo
                        RuntimePart("start", project_dir=target, project=plan.runtime.project,
                                    container=container_name(plan))],
                       command="hostctl up", schema=SCHEMA, say=say, dry_run=True, profile=config.profile.name)
-
-
-def render_project(files: dict[str, str], target: Path, *, check: Callable[[Path], None] | None, say: Say,
-                   dry_run: bool = False, command: str = "hostctl up") -> Report:
-    """Write the rendered project through the executor (hostctl.service.project_part): the files
-    that differ are written, then read back. The caller holds the lifecycle lock; the text goes to
-    `say` (stdout is the endpoint's). Raises what the run stopped at."""
-    from hostctl.service.project_part import ProjectPart
-
-    return run_inline([ProjectPart(files, target, check=check)], command=command, schema=SCHEMA, say=say,
-                      dry_run=dry_run)
 
 
 def _record_cache_use(config: Config, plan: Plan, log: list[str], say: Say) -> None:

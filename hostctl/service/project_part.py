@@ -1,5 +1,6 @@
 """The Compose project as a part of the one executor (hostctl.act): the files `up` starts
-(compose.yaml, runtime.env, the systemd units), rendered from the plan by hostctl.service.render.
+(compose.yaml, runtime.env, the systemd units), rendered from the plan by hostctl.service.render,
+and what `render` (one host or --cluster, each member's project) and `up --cluster` write.
 
 read: the project's files as they are (render.read_project, through the trusted folder fd that
 writing uses). decide (pure): every file already as rendered, with its mode, is settled; otherwise
@@ -12,6 +13,7 @@ write is the verification.
 from __future__ import annotations
 
 import difflib
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,10 +21,13 @@ from typing import Any
 from hostctl.act.actions import Action, Assessment, Settled
 from hostctl.act.consent import Request
 from hostctl.act.executor import Context
+from hostctl.act.inline import Say, run_inline
+from hostctl.act.report import Report
 from hostctl.errors import FailedError, HostctlError
 
 NAME = "project"
 SECRET_FILES = ("runtime.env",)
+SCHEMA = "hostctl.render/v1"  # `render`'s report; `up` keeps its own (hostctl.up/v1)
 
 
 class ProjectPart:
@@ -59,6 +64,20 @@ class ProjectPart:
 
     def consent(self, d: Assessment) -> list[Request]:
         return []
+
+
+def render_project(files: dict[str, str], target: Path, *, check: Callable[[Path], None] | None, say: Say,
+                   dry_run: bool = False, command: str = "hostctl render", schema: str = SCHEMA) -> Report:
+    """Write the rendered project through the executor: written when a file differs, then read
+    back. The caller holds its own lock, if any (`up` the lifecycle's); the text goes to `say`
+    (stdout is the caller's result). Raises what the run stopped at."""
+    return run_inline([ProjectPart(files, target, check=check)], command=command, schema=schema, say=say,
+                      dry_run=dry_run)
+
+
+def project_paths(files: dict[str, str], target: Path) -> list[Path]:
+    """The project's files as `render` prints them: absolute, one per file."""
+    return [Path(os.path.abspath(target)) / name for name in files]
 
 
 def decide(files: dict[str, str], on_disk: list, target: Path, *, write: Callable[[], None],

@@ -1,17 +1,15 @@
 """The objective per trial as a PNG, through matplotlib (an optional extra: `pip install
-'hostctl[charts]'`). Imported only here and only when a chart is written; without it the chart
-is skipped and the result says why."""
+'hostctl[charts]'`). Imported only here and only when a chart is drawn; without it the chart
+is skipped and the result says why. Drawing only: the PNG is written with tune's other results
+(tune/runner.py, through the executor's files part)."""
 
 from __future__ import annotations
 
 import io
-from pathlib import Path
-
-from hostctl.safefs import write_file
 
 
-def write(doc: dict, path: Path) -> tuple[Path | None, str | None]:
-    """(path, None) when written, (None, why) when not."""
+def draw(doc: dict) -> tuple[bytes | None, str | None]:
+    """(the PNG, None) when drawn, (None, why) when not."""
     trials = doc.get("trials") or []
     if not trials:
         return None, "no trials"
@@ -47,7 +45,4 @@ def write(doc: dict, path: Path) -> tuple[Path | None, str | None]:
     png = io.BytesIO()
     fig.savefig(png, format="png", dpi=100)
     plt.close(fig)
-    # through safefs, like every file tune writes: savefig on the path would follow a link another
-    # user planted where --out points
-    write_file(path, png.getvalue())
-    return path, None
+    return png.getvalue(), None

@@ -284,14 +284,17 @@ class Sweep:
         from hostctl.act.inline import run_inline
         from hostctl.tune import chart
 
-        png, why = chart.write(self.doc, self.out_dir / "objective.png")
-        self.doc["chart"] = str(png) if png else None
+        png, why = chart.draw(self.doc)
+        chart_path = self.out_dir / "objective.png"
+        self.doc["chart"] = str(chart_path) if png else None
         self.doc["chart_skipped"] = why
+        # Written as the other results are (safefs): savefig on the path would follow a link
+        # another user planted where --out points.
+        wants = [] if png is None else [Want(path=str(chart_path), text=png, why="the objective per trial")]
         tuned = self.tuned_recipe()
         self.doc["tuned_recipe"] = None
         # The whole recipe, its env with it (an HF_TOKEN the recipe holds reaches the runtime only
         # through the 0600 runtime.env): the user's alone, as tune.json, whose diff quotes it.
-        wants = []
         if write_recipe and tuned is not None:
             target = self.out_dir / f"{self.cfg.recipe.id.replace('/', '__')}.tuned.yaml"
             header = (f"# {self.cfg.recipe.id} tuned by hostctl tune ({self.doc['finished_at']}): winner "

@@ -54,3 +54,16 @@ def test_a_planted_link_is_replaced_not_followed(tmp_path):
     assert read_file(None, str(tmp_path / "VAR")).text is None
     _run([Want(path=str(tmp_path / "VAR"), text="1\n")])
     assert victim.read_text() == "keep\n" and (tmp_path / "VAR").read_text() == "1\n"
+
+
+def test_bytes_are_written_never_shown_and_then_settled(tmp_path):
+    png = b"\x89PNG\r\n\x1a\n\xff\x00"  # not UTF-8: compared as bytes, not as text
+    want = Want(path=str(tmp_path / "c.png"), text=png)
+    report, text = _run([want], dry_run=True)
+    assert not (tmp_path / "c.png").exists() and "c.png: new (10 bytes, not text: not shown)" in text
+    report, _ = _run([want])
+    assert [a.status for a in report.actions] == ["changed"] and (tmp_path / "c.png").read_bytes() == png
+    report, _ = _run([want])
+    assert [a.status for a in report.actions] == ["ok"]
+    report, text = _run([want.model_copy(update={"text": png + b"\x01"})], dry_run=True)
+    assert [a.status for a in report.actions] == ["would-change"] and "changes (11 bytes" in text

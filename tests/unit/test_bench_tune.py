@@ -200,8 +200,8 @@ def test_the_chart_is_a_png_and_its_absence_is_explained(tmp_path, monkeypatch):
                       {"id": "trial-3", "knobs": {"--max-num-seqs": 8}, "objective": None, "valid": False,
                        "status": "failed", "cause": {"id": "container-oom"}}]}
     need_module("matplotlib", "the charts extra is not installed (CI installs it)")
-    path, why = chart.write(doc, tmp_path / "c.png")
-    assert why is None and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    png, why = chart.draw(doc)
+    assert why is None and png[:8] == b"\x89PNG\r\n\x1a\n"
     import builtins
 
     real = builtins.__import__
@@ -212,8 +212,8 @@ def test_the_chart_is_a_png_and_its_absence_is_explained(tmp_path, monkeypatch):
         return real(name, *a, **kw)
 
     monkeypatch.setattr(builtins, "__import__", no_matplotlib)
-    path, why = chart.write(doc, tmp_path / "d.png")
-    assert path is None and "hostctl[charts]" in why and not (tmp_path / "d.png").exists()
+    png, why = chart.draw(doc)
+    assert png is None and "hostctl[charts]" in why
 
 
 # ---------------------------------------------------------------- fingerprint, qualify, doctor
@@ -392,6 +392,22 @@ def test_text_reports_of_recorded_demo_results():
     judged = probes.judge_coherence(rows)
     assert judged["ok"] is False and judged["same_answer_to_all"] is True
     assert probes.judge_coherence(rows[:1])["ok"] is True  # one prompt cannot be "the same answer to all"
+
+
+def test_the_chart_is_written_with_the_results_through_the_executor(tmp_path):
+    need_module("matplotlib", "the charts extra is not installed (CI installs it)")
+    sweep = _sweep(tmp_path, None, None)
+    lines: list[str] = []
+    sweep.say = lines.append
+    first = sweep.tp.trials[0]
+    sweep.doc["trials"] = [{"id": first.id, "knobs": first.knobs, "status": "ok", "objective": 1.0, "valid": True}]
+    sweep.doc["status"] = "running"
+    sweep._finish()
+    path = sweep.write(write_recipe=False)
+    png = tmp_path / "objective.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert json.loads(path.read_text())["chart"] == str(png)
+    assert any(line.startswith("[1/2] tune-results/objective.png: create") for line in lines), lines
 
 
 def test_the_tuned_recipe_and_its_results_are_the_users_alone(tmp_path, monkeypatch):

@@ -104,6 +104,45 @@ def test_render_writes_the_project(tmp_path, capsys):
     assert (tmp_path / "compose.yaml").read_text() == (paths.golden_dir() / "pro6000x2-desktop" / "compose.yaml").read_text()
 
 
+def _project_state(d: Path) -> dict:
+    """What a rewrite changes even with the same text: each file's inode and mtime, and the folder's
+    (write_project swaps a fresh folder in)."""
+    return {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in [d, *sorted(d.iterdir())]}
+
+
+def test_render_dry_run_shows_the_diff_and_writes_nothing(tmp_path, capsys):
+    out_dir = tmp_path / "p"
+    code, out, err = run(["render", "--out", str(out_dir), "--dry-run"] + DESKTOP, capsys)
+    assert code == 0, err
+    assert out == "" and not out_dir.exists()
+    assert f"would render {out_dir}: write compose.yaml, runtime.env" in err
+    assert f"+++ {out_dir / 'compose.yaml'} (rendered)" in err and '+    container_name: "hostctl-runtime"' in err
+    assert "runtime.env: new (it holds the recipe's secrets: not shown)" in err
+    assert "checked with docker compose config" not in err  # nothing was written, so nothing checked
+
+
+def test_a_second_render_reports_unchanged_and_writes_nothing(tmp_path, capsys):
+    code, first, err = run(["render", "--out", str(tmp_path / "p")] + DESKTOP, capsys)
+    assert code == 0 and "[1/1] project/write" in err and "(unchanged)" not in err, err
+    before = _project_state(tmp_path / "p")
+    code, again, err = run(["render", "--out", str(tmp_path / "p")] + DESKTOP, capsys)
+    assert code == 0 and again == first  # stdout: the project's files, as on the first run
+    assert f"rendered {tmp_path / 'p'} (unchanged)" in err and "project/write" not in err, err
+    assert _project_state(tmp_path / "p") == before
+
+
+def test_render_dry_run_on_an_edited_project_shows_the_edit_and_keeps_it(tmp_path, capsys):
+    out_dir = tmp_path / "p"
+    assert run(["render", "--out", str(out_dir)] + DESKTOP, capsys)[0] == 0
+    compose = out_dir / "compose.yaml"
+    compose.write_text(compose.read_text().replace('name: "hostctl"', 'name: "edited"'))
+    code, out, err = run(["render", "--out", str(out_dir), "--dry-run"] + DESKTOP, capsys)
+    assert code == 0 and out == "", err
+    assert f"would render {out_dir}: write compose.yaml into {out_dir}" in err
+    assert '-name: "edited"\n+name: "hostctl"' in err
+    assert 'name: "edited"' in compose.read_text()
+
+
 @pytest.mark.parametrize("command", [["provision"], ["up"], ["down"], ["status"], ["logs"], ["verify"], ["store", "split"]])
 def test_commands_that_act_refuse_a_snapshot(command, capsys):
     code, _, err = run(command + ["--facts", str(HOSTS / "demo-cpu.facts.json")], capsys)

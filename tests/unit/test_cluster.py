@@ -315,6 +315,29 @@ def test_render_writes_one_project_per_member(tmp_path, capsys, monkeypatch):
     assert "GLOO_SOCKET_IFNAME=lo" in env and oct(os.stat(tmp_path / "out" / "follow" / "runtime.env").st_mode)[-3:] == "600"
 
 
+def test_render_cluster_dry_run_writes_nothing_and_a_second_render_is_unchanged(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("hostctl.service.compose.compose_available",
+                        lambda: type("R", (), {"ok": False, "why": lambda self: "not in unit tests"})())
+    argv = ["render", "--cluster", str(write_cluster(tmp_path, multinode())), "--out", str(tmp_path / "out")]
+    code = cli.main(argv + ["--dry-run"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert out == "" and not (tmp_path / "out").exists()
+    for m in ("lead", "follow"):
+        assert f"would render {tmp_path / 'out' / m}: write compose.yaml, runtime.env, hostctl-pp-{m}.service" in err
+        assert f"+++ {tmp_path / 'out' / m / 'compose.yaml'} (rendered)" in err
+    assert "runtime.env: new (it holds the recipe's secrets: not shown)" in err
+    assert "docker compose config" not in err  # nothing written, nothing checked
+    assert cli.main(argv) == 0
+    first, err = capsys.readouterr()
+    assert len(first.split()) == 6 and "not checked with docker compose config: it is not available" in err
+    mtimes = {p: p.stat().st_mtime_ns for p in (tmp_path / "out").rglob("*")}
+    assert cli.main(argv) == 0
+    again, err = capsys.readouterr()
+    assert again == first and err.count("(unchanged)") == 2 and "docker compose config" not in err, err
+    assert {p: p.stat().st_mtime_ns for p in (tmp_path / "out").rglob("*")} == mtimes
+
+
 ROUTER_STAND_IN = """import json, os, sys
 
 

@@ -1,6 +1,6 @@
-"""The Compose project `up` writes goes through the one executor: only a project that differs is
-written, a dry run shows the diff (runtime.env's secret text never) and writes nothing, and a
-second run finds every file settled."""
+"""The Compose project `up` and `render` write goes through the one executor: only a project that
+differs is written, a dry run shows the diff (runtime.env's secret text never) and writes nothing,
+and a second run finds every file settled."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ import os
 import pytest
 
 from hostctl.errors import FailedError
-from hostctl.service import lifecycle
-from hostctl.service.project_part import decide
+from hostctl.service.project_part import decide, render_project
 from hostctl.act.files import FileNow
 from hostctl.service.render import read_project
 
@@ -19,7 +18,7 @@ FILES = {"compose.yaml": "services: {}\n", "runtime.env": "API_KEY='s3cret'\n"}
 
 def _run(target, *, dry_run=False, files=FILES, check=None):
     lines: list[str] = []
-    report = lifecycle.render_project(files, target, check=check, say=lines.append, dry_run=dry_run)
+    report = render_project(files, target, check=check, say=lines.append, dry_run=dry_run)
     return report, "\n".join(lines)
 
 

@@ -254,14 +254,19 @@ def test_doctor_bundle_in_tmp_is_written_privately(tmp_path, capsys):
 
 def test_tune_chart_is_not_written_through_a_link_planted_where_out_points(tmp_path, victim):
     need_module("matplotlib", "the charts extra is not installed (CI installs it)")
+    from hostctl.act.files import FilesPart, Want
+    from hostctl.act.inline import run_inline
     from hostctl.tune import chart
 
     doc = {"recipe": {"id": "r"}, "objective": "decode.median_tok_s", "winner": {"trial": "trial-1"},
            "trials": [{"id": "trial-1", "knobs": {"--max-num-seqs": 2}, "objective": 10.0, "valid": True}]}
+    png, _ = chart.draw(doc)
     shared = _shared(tmp_path)
     plant_link(shared / "tune-out", victim.parent)
+    # as tune/runner.py writes it: a bytes Want of the tune-results part
     with pytest.raises(safefs.UntrustedPathError):
-        chart.write(doc, shared / "tune-out" / "shadow")
+        run_inline([FilesPart("tune-results", [Want(path=str(shared / "tune-out" / "shadow"), text=png)])],
+                   command="hostctl tune", schema="hostctl.tune/v1", say=lambda line: None)
     assert unchanged(victim) and os.listdir(victim.parent) == ["shadow"]
 
 
