@@ -14,7 +14,16 @@ What hostctl makes itself is validated as pydantic validates any constructor cal
 
 from __future__ import annotations
 
+import os
+
 from pydantic import BaseModel, ConfigDict
+
+# pydantic looks for plugins by reading every installed distribution's entry points the first time
+# a validator is built: 224 distributions on the H200 machine (its PyTorch stack) cost ~60 ms on
+# every command that validates anything (benchmarks/results/doctor_quick-h200-house.txt). hostctl
+# uses no pydantic plugin, so it turns the search off with pydantic's own switch; a user who sets
+# the variable keeps their value. (It is read when the first validator is built, not at import.)
+os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 
 
 class Data(BaseModel):

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import ast
 import importlib
+import os
 import re
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -291,6 +294,32 @@ def test_every_data_type_builds_its_validator():
         except Exception as exc:  # noqa: BLE001  (each broken type is listed, not just the first)
             broken.append(f"{cls.__module__}.{cls.__qualname__}: {type(exc).__name__}: {str(exc).splitlines()[0]}")
     assert not broken, "\n".join(broken)
+
+
+PLUGIN_SEARCH = """
+import importlib.metadata, os, sys
+from pathlib import Path
+searched = []
+real = importlib.metadata.distributions
+importlib.metadata.distributions = lambda *a, **k: searched.append(1) or real(*a, **k)
+from hostctl.config import load_config
+load_config(Path(sys.argv[1]))
+print(os.environ.get("PYDANTIC_DISABLE_PLUGINS"), len(searched))
+"""
+
+
+@pytest.mark.parametrize("given, expected", [(None, "__all__ 0"), ("", " 1")])
+def test_validating_a_profile_does_not_search_every_installed_package(given, expected):
+    """pydantic's plugin search reads every distribution's entry points (~60 ms on the H200
+    machine): hostctl turns it off with pydantic's switch, and a user's own value wins."""
+    env = {k: v for k, v in os.environ.items() if k != "PYDANTIC_DISABLE_PLUGINS"}
+    if given is not None:
+        env["PYDANTIC_DISABLE_PLUGINS"] = given
+    env["PYTHONPATH"] = str(ROOT.parent)
+    done = subprocess.run([sys.executable, "-c", PLUGIN_SEARCH, str(ROOT.parent / "runtime/hosts/demo-cpu.toml")],
+                          capture_output=True, text=True, env=env, cwd=ROOT.parent)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip("\n") == expected
 
 
 @pytest.mark.parametrize("name", IMPORTABLE)
