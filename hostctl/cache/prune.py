@@ -37,7 +37,7 @@ from hostctl.config import Config
 from hostctl.errors import FailedError, HostctlError, RefusedError
 
 COMMAND = "hostctl cache prune"
-SCHEMA = "hostctl.cache.prune/v1"
+SCHEMA = "hostctl.cache-prune/v1"
 PART = "cache"
 
 

@@ -68,7 +68,7 @@ def prune(
 ) -> None:
     """Remove the cache generations the current plan does not use; never one it uses or one hostctl
     cannot tell. Refused (exit 3) while the runtime runs, and without --yes or `prune` typed at a
-    terminal. --json prints one hostctl.cache.prune/v1 document (the executor's report)."""
+    terminal. --json prints one hostctl.cache-prune/v1 document (the executor's report)."""
     import io
 
     from hostctl.cache.prune import prune as run_prune

@@ -17,7 +17,7 @@ app = typer.Typer(help="Rank stores: per-rank expert-store files on the drives t
 def split(
     ctx: typer.Context,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show each copy to make; change nothing.")] = False,
-    json_: Annotated[bool, typer.Option("--json", help="Print one hostctl.store.split/v1 document (every copy "
+    json_: Annotated[bool, typer.Option("--json", help="Print one hostctl.store-split/v1 document (every copy "
                                         "with its status and seconds) instead of text.")] = False,
     config: ConfigOpt = None,
     facts: FactsOpt = None,

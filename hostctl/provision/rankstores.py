@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TextIO
 
 from hostctl import safefs
-from hostctl.act import consent
+from hostctl.act.consent import Request
 from hostctl.act.actions import Action, Assessment, Refusal, Settled
 from hostctl.act.executor import Context, Executor
 from hostctl.act.lock import HostLock
@@ -43,7 +43,7 @@ from hostctl.bytesizes import MIB, fmt_bytes
 
 CHUNK = 8 * MIB
 COMMAND = "hostctl store split"
-SCHEMA = "hostctl.store.split/v1"
+SCHEMA = "hostctl.store-split/v1"
 PART = "store"
 
 
@@ -355,7 +355,7 @@ class SplitPart:
         return RefusedError(r.reason, details=[x.reason for x in d.refusals[1:]],
                             fix=f"assign rank {rank} a drive other than the shared store's in storage.rank_stores")
 
-    def consent(self, d: Assessment) -> list[consent.Request]:
+    def consent(self, d: Assessment) -> list[Request]:
         return []  # it only adds copies; the originals stay
 
 

@@ -146,7 +146,7 @@ def test_prune_dry_run_shows_the_space_each_frees_and_removes_nothing(caches):
     res = hostctl(["cache", "prune", "--dry-run", "--json", "--config", str(caches["profile"])])
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
-    assert doc["schema"] == "hostctl.cache.prune/v1" and doc["dry_run"] and doc["ok"]
+    assert doc["schema"] == "hostctl.cache-prune/v1" and doc["dry_run"] and doc["ok"]
     assert doc["parts"][0]["status"] == "would-change"
     remove = [a["id"].removeprefix("cache/") for a in doc["actions"] if a["status"] == "would-change"]
     assert all(a["destructive"] and a["consent"] == "yes" for a in doc["actions"] if a["status"] == "would-change")

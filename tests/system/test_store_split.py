@@ -114,7 +114,7 @@ def test_tp4_over_three_drives(host, tmp_path):
     quiet(provision_storage, cfg, yes=True)
     digests = make_store(tmp_path / "m2" / "moet-store", 4, pack_bytes=1 << 20)
     report, out, _ = quiet(split_rank_stores, cfg)
-    assert report.error is None and report.document()["schema"] == "hostctl.store.split/v1"
+    assert report.error is None and report.document()["schema"] == "hostctl.store-split/v1"
     split = report.parts[0].first.detail.ranks
     assert {(r.rank, r.drive) for r in split if not r.shared} == {(0, "d1"), (2, "d3"), (3, "d1")}
     for rank, mount in ((0, "m1"), (2, "m3"), (3, "m1")):

@@ -59,7 +59,7 @@ def test_dry_run_shows_and_changes_nothing(caches):
     assert report.error is None and report.parts[0].status == "would-change"
     assert out.count("would remove") == 2 and "dry run: 2 removal(s) shown" in out
     assert all(p.exists() for p in caches.old) and caches.leftover.exists()
-    assert report.document()["schema"] == "hostctl.cache.prune/v1"
+    assert report.document()["schema"] == "hostctl.cache-prune/v1"
 
 
 def test_no_terminal_no_consent(caches):
