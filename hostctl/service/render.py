@@ -143,6 +143,15 @@ def render_files(plan: Plan, *, hostctl_bin: str = INSTALLED_HOSTCTL, config_pat
 _PSEUDO_FS = ("/proc", "/sys", "/dev")
 
 
+def _project_target(out_dir: Path) -> Path:
+    """out_dir made absolute, or InputError naming why it cannot hold a rendered project."""
+    problem = _target_problem(out_dir)
+    if problem:
+        raise InputError(f"cannot write the project to {str(out_dir)[:200]}: {problem}",
+                         fix="pass --out a directory (it is created if missing), or set runtime.project_dir")
+    return Path(os.path.abspath(out_dir))
+
+
 def _target_problem(out_dir: Path) -> str | None:
     """Why out_dir cannot hold a rendered project, judged before anything is written."""
     text = str(out_dir)
@@ -239,11 +248,7 @@ def write_project(files: dict[str, str], out_dir: Path, *, check: Callable[[Path
     Everything goes through directory fds opened by safefs: the way to out_dir, and out_dir itself,
     must be root's or the invoking user's and not writable by others (UntrustedPathError, exit 3),
     so a link or folder planted in /tmp never redirects root's write."""
-    problem = _target_problem(out_dir)
-    if problem:
-        raise InputError(f"cannot write the project to {str(out_dir)[:200]}: {problem}",
-                         fix="pass --out a directory (it is created if missing), or set runtime.project_dir")
-    out_dir = Path(os.path.abspath(out_dir))
+    out_dir = _project_target(out_dir)
     try:
         pfd = safefs.open_dir(out_dir.parent, create=True)
     except OSError as exc:
@@ -325,11 +330,7 @@ def read_project(out_dir: Path, names: list[str]) -> list[FileNow]:
     """The project's files as they are now, read through the same trusted folder fd that
     write_project writes through: a folder that write_project would refuse (another user's, one
     others can write into, a system directory) is refused here, before anything is decided."""
-    problem = _target_problem(out_dir)
-    if problem:
-        raise InputError(f"cannot write the project to {str(out_dir)[:200]}: {problem}",
-                         fix="pass --out a directory (it is created if missing), or set runtime.project_dir")
-    out_dir = Path(os.path.abspath(out_dir))
+    out_dir = _project_target(out_dir)
     try:
         ofd = _private_project(out_dir)
     except (FileNotFoundError, NotADirectoryError):
