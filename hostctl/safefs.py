@@ -141,12 +141,11 @@ def _component(parent_fd: int, name: str, shown: str, parent: str, parent_st: os
 
 def open_dir(path: str | Path, *, create: bool = False, mode: int = 0o755,
              owner: tuple[int, int] | None = None, follow: bool = True,
-             uids: frozenset[int] | None = None, dotdot: bool = False) -> int:
+             dotdot: bool = False) -> int:
     """An fd of the directory `path` (absolute or relative to the cwd), walked from / one
     component at a time; `create` makes what is missing (mode `mode`, chowned to `owner` on the
     open directory). `follow=False` refuses any symlink on the way (names from outside, below a
-    folder of hostctl's). `uids`: who is trusted on the way, when fewer than trusted_uids() (the
-    config cache keeps pickles, which run code when read: only root's and this user's folders).
+    folder of hostctl's).
     Raises UntrustedPathError when anyone but root and the invoking user could change where it
     leads, NotADirectoryError / FileNotFoundError as open would, and refuses a path with a `..`
     component: collapsing it by hand (abspath) would name a folder other than the one the kernel
@@ -159,7 +158,7 @@ def open_dir(path: str | Path, *, create: bool = False, mode: int = 0o755,
         raise UntrustedPathError(path, "the path contains '..', which hostctl does not resolve",
                                  fix="give the path without '..' (e.g. as `realpath` prints it)")
     path = path if path.is_absolute() else Path(os.getcwd()) / path
-    uids = trusted_uids() if uids is None else uids
+    uids = trusted_uids()
     todo = list(path.parts[1:])
     fd = os.open("/", _DIR_FLAGS)
     shown, links = Path("/"), 0

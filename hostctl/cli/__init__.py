@@ -1,7 +1,7 @@
 """The `hostctl` command line: parse, call, present. This module holds the root app (its global
 options and --version), the command modules it is made of, and main(), which maps what a command
-raises to an exit code. Decisions live in plan/, host reads in facts/, changes in provision/ and
-service/.
+raises to an exit code. Decisions live in plan/, host reads in facts/, changes go through act/'s
+executor.
 
 Results go to stdout (with --json: exactly one versioned JSON document); progress, warnings
 and errors go to stderr. Exit codes: 0 ok, 1 failed, 2 bad input, 3 refused for safety, 70 an

@@ -18,6 +18,8 @@ ConfigOpt = Annotated[Optional[Path], typer.Option("--config", "-c", dir_okay=Fa
                                                    help="Host profile (TOML); as for every command.")]
 FactsOpt = Annotated[Optional[Path], typer.Option("--facts", dir_okay=False, help="Refused: these commands read this host.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one hostctl.cache/v1 document instead of text.")]
+PruneJsonOpt = Annotated[bool, typer.Option("--json", help="Print one hostctl.cache-prune/v1 document (the "
+                                            "executor's report, as provision's) instead of text.")]
 
 
 def _config(ctx: typer.Context, config: Path | None, facts: Path | None, command: str):
@@ -62,7 +64,7 @@ def prune(
     ctx: typer.Context,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would be removed and the space each frees.")] = False,
     yes: Annotated[bool, typer.Option("--yes", help="Consent without being asked (read --dry-run first).")] = False,
-    json_: JsonOpt = False,
+    json_: PruneJsonOpt = False,
     config: ConfigOpt = None,
     facts: FactsOpt = None,
 ) -> None:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, TextIO
 from hostctl import paths
 from hostctl.errors import InputError, NoProfileError
 
-if TYPE_CHECKING:  # every command imports this package (doctor.redact): pydantic only when doctor runs
+if TYPE_CHECKING:  # the CLI imports this package to parse: pydantic only when doctor runs
     from hostctl.doctor.options import DoctorOptions
 
 LEVELS = ("quick", "full")
