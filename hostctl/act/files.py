@@ -96,21 +96,31 @@ def decide(part: str, wants: list[Want], now: list[FileNow]) -> Assessment:
         if have.data == data and (w.mode is None or have.mode == w.mode):
             d.add(Settled(id=step, what=f"{w.path} as wanted"))
             continue
-        verb = "create" if have.data is None and have.mode is None else "replace"
-        if w.secret:
-            diff = f"{w.path}: {'new' if verb == 'create' else 'changes'} (it quotes the recipe: not shown)\n"
-        elif have.data == data:
-            diff = f"{w.path}: mode {have.mode:o} -> {w.mode:o}\n"
-        elif isinstance(w.text, bytes):
-            diff = f"{w.path}: {'new' if verb == 'create' else 'changes'} ({len(data)} bytes, not text: not shown)\n"
-        else:
-            diff = "".join(difflib.unified_diff((have.text or "").splitlines(True), w.text.splitlines(True),
-                                                fromfile=w.path if have.text is not None else "/dev/null",
-                                                tofile=w.path))
+        verb = "create" if have.data is None else "replace"
+        diff = preview(w.path, have, w.text, w.mode, hidden="it quotes the recipe" if w.secret else None)
         mode = f", mode {w.mode:04o}" if w.mode is not None else ""
         d.add(Action(step=step, describe=f"{verb} {w.path} ({len(data)} bytes{mode})", run=_writer(w),
                      diff=diff, changes=w.path, why=w.why))
     return d
+
+
+def preview(name: str, have: FileNow, want: str | bytes, mode: int | None, *, hidden: str | None = None,
+            labels: tuple[str, str] | None = None) -> str:
+    """What replacing `have` with `want` (and `mode`, where one is wanted) changes, as a dry run
+    shows it: a mode alone, a unified diff, or only the file's name for one whose text must not be
+    shown (`hidden`: why) or is not text. labels: the diff's two file names (default: `name`)."""
+    data = want.encode() if isinstance(want, str) else want
+    if have.data == data:
+        return f"{name}: mode {have.mode:o} -> {mode:o}\n" if have.mode is not None and mode is not None else ""
+    state = "new" if have.data is None else "changes"
+    if hidden is not None:
+        return f"{name}: {state} ({hidden}: not shown)\n"
+    if isinstance(want, bytes):
+        return f"{name}: {state} ({len(data)} bytes, not text: not shown)\n"
+    now_label, want_label = labels or (name, name)
+    return "".join(difflib.unified_diff((have.text or "").splitlines(True), want.splitlines(True),
+                                       fromfile=now_label if have.text is not None else "/dev/null",
+                                       tofile=want_label))
 
 
 def _writer(w: Want):

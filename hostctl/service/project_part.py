@@ -12,7 +12,6 @@ write is the verification.
 
 from __future__ import annotations
 
-import difflib
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Any
 from hostctl.act.actions import Action, Assessment, Settled
 from hostctl.act.consent import Request
 from hostctl.act.executor import Context
+from hostctl.act.files import FileNow, preview
 from hostctl.act.inline import Say, run_inline
 from hostctl.act.report import Report
 from hostctl.errors import FailedError, HostctlError
@@ -90,20 +90,13 @@ def decide(files: dict[str, str], on_disk: list, target: Path, *, write: Callabl
     now = {f.name: f for f in on_disk}
     changed, diffs = [], []
     for name, text in files.items():
-        have = now.get(name)
-        if have is not None and have.text == text and have.mode == file_mode(name):
+        have = now.get(name) or FileNow(name=name)
+        if have.text == text and have.mode == file_mode(name):
             continue
         changed.append(name)
-        if have is not None and have.text == text:
-            diffs.append(f"{name}: mode {have.mode:o} -> {file_mode(name):o}\n" if have.mode is not None else "")
-        elif name in SECRET_FILES:
-            diffs.append(f"{name}: {'changes' if have and have.text is not None else 'new'} "
-                         "(it holds the recipe's secrets: not shown)\n")
-        else:
-            diffs.append("".join(difflib.unified_diff(
-                (have.text or "").splitlines(keepends=True) if have else [], text.splitlines(keepends=True),
-                fromfile=f"{target / name} (now)" if have and have.text is not None else "/dev/null",
-                tofile=f"{target / name} (rendered)")))
+        diffs.append(preview(name, have, text, file_mode(name),
+                             hidden="it holds the recipe's secrets" if name in SECRET_FILES else None,
+                             labels=(f"{target / name} (now)", f"{target / name} (rendered)")))
     if changed:
         d.add(Action(step=f"{NAME}/write", describe=f"write {', '.join(changed)} into {target}", run=write,
                      diff="".join(diffs) or None, changes=str(target), why=why))
