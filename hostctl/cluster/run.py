@@ -259,19 +259,19 @@ def _expect_running(mp: MemberPlan) -> None:
 
 
 def _write_and_start(cp: ClusterPlan, mp: MemberPlan, say: Say) -> Path:
+    from hostctl.act.inline import run_inline
     from hostctl.cluster.render import member_files
-    from hostctl.service.compose import compose_down, compose_up
     from hostctl.service.lifecycle import SCHEMA
     from hostctl.service.project_part import render_project
     from hostctl.service.render import compose_checked
+    from hostctl.service.runtime_part import RuntimePart
 
     target = paths.system_path(f"{mp.state_dir}/project")
     render_project(member_files(cp, mp), target, check=compose_checked, say=say, command="hostctl up --cluster",
                    schema=SCHEMA)
-    res = compose_up(target, mp.project, new_session=True)
-    if not res.ok:
-        compose_down(target, mp.project)
-        raise FailedError("docker compose up failed", details=(res.stderr or res.stdout).strip().splitlines()[-10:])
+    # as `up` starts its runtime: a failed compose up takes the project down again and says so
+    run_inline([RuntimePart("start", project_dir=target, project=mp.project, container=mp.container,
+                            new_session=True)], command="hostctl up --cluster", schema=SCHEMA, say=say)
     say(f"{mp.member.name}: started project {mp.project}")
     return target
 
