@@ -14,6 +14,7 @@ import os
 import re
 import shlex
 import stat
+import struct
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -21,7 +22,8 @@ from pathlib import Path
 from hostctl import runner
 from hostctl.facts.memory import read_swaps
 from hostctl import marks
-from hostctl.facts.records import BlankProof, Disk, DiskFacts, DriveMatch, FsCheck, Partition, SwapDevice
+from hostctl.facts.records import (BlankProof, Disk, DiskFacts, DriveMatch, FsCheck, GptEntryTrace, Partition,
+                                   SwapDevice)
 from hostctl.facts.mounts import MountLine, read_mountinfo
 
 SYS_BLOCK = Path("/sys/block")
@@ -36,6 +38,13 @@ MIB = 1 << 20
 GIB = 1 << 30
 SAMPLE = 4096
 GPT_MAGIC = b"EFI PART"
+# type GUID, partition GUID, first LBA, last LBA, attribute bits, name (36 UTF-16 code units)
+GPT_ENTRY = struct.Struct("<16s16sQQQ72s")
+GPT_STANDARD_ENTRIES = 128 * 128  # the entry array every partitioner writes: 128 entries of 128 bytes
+# Where a GPT lives in the first and last MiB, at either sector size (512 or 4096): the protective
+# MBR and primary header sectors, then the primary array; the backup array, then the backup header.
+GPT_HEAD_SPAN = 2 * 4096 + GPT_STANDARD_ENTRIES
+GPT_TAIL_SPAN = 4096 + GPT_STANDARD_ENTRIES
 EXT4_MAGIC, EXT4_MAGIC_OFFSET = b"\x53\xef", 0x38
 FSCK_TIMEOUT_S = 600.0
 
@@ -163,20 +172,26 @@ def wipefs_signatures(path: str) -> tuple[list[str], str | None]:
     return [f"{s.get('type')} at {s.get('offset')}" for s in found], None
 
 
+def _ends(path: str, size_bytes: int) -> tuple[bytes, bytes]:
+    """The device's first and last MiB. Raises OSError."""
+    with open(path, "rb", buffering=0) as f:
+        head = f.read(MIB)
+        f.seek(max(size_bytes - MIB, 0))
+        return head, f.read(MIB)
+
+
 def blank_proof(path: str, size_bytes: int) -> BlankProof:
     """Read what a blank disk must not hold: non-zero bytes in the first or last MiB, an MBR or
     GPT header, any signature wipefs knows. Needs read access to the device (root)."""
     proof = BlankProof()
     try:
-        with open(path, "rb", buffering=0) as f:
-            head = f.read(MIB)
-            f.seek(max(size_bytes - MIB, 0))
-            tail = f.read(MIB)
+        head, tail = _ends(path, size_bytes)
     except OSError as exc:
         proof.error = f"{path}: {exc.strerror or exc}"
         return proof
     proof.first_mib_zero = not any(head)
     proof.last_mib_zero = not any(tail)
+    proof.outside_gpt_zero = not any(head[GPT_HEAD_SPAN:]) and not any(tail[:max(len(tail) - GPT_TAIL_SPAN, 0)])
     proof.mbr_signature = head[510:512] == b"\x55\xaa"
     proof.primary_gpt = any(head[o:o + 8] == GPT_MAGIC for o in (512, 4096))
     proof.backup_gpt = any(len(tail) >= o and tail[len(tail) - o:len(tail) - o + 8] == GPT_MAGIC for o in (512, 4096))
@@ -185,6 +200,46 @@ def blank_proof(path: str, size_bytes: int) -> BlankProof:
         proof.sampled_nonzero, error = nonzero_samples(path, size_bytes)
         proof.error = proof.error or error
     return proof
+
+
+def gpt_traces(head: bytes, tail: bytes, size_bytes: int) -> list[GptEntryTrace]:
+    """The named entries of a GPT, read from the bytes of the disk's first and last MiB where no
+    tool loads a table. sgdisk writes the backup array, the backup header, the primary array, the
+    primary header and the protective MBR last, so a write stopped part-way leaves a table that
+    libblkid, partx and sgdisk all refuse ("Invalid partition data!"); a disk that lost its end
+    keeps a primary table that libblkid calls "PMBR". A surviving header says where its array
+    is; without one, the array is looked for where every partitioner puts it."""
+    found: dict[tuple[str, str, int, int], GptEntryTrace] = {}
+    tail_start = size_bytes - len(tail)
+    for sector in (512, 4096):
+        for where, buf, header_at, standard in (
+                ("primary", head, sector, 2 * sector),
+                ("backup", tail, len(tail) - sector, len(tail) - sector - GPT_STANDARD_ENTRIES)):
+            start, count, size = standard, GPT_STANDARD_ENTRIES // 128, 128
+            if header_at >= 0 and buf[header_at:header_at + 8] == GPT_MAGIC and len(buf) >= header_at + 92:
+                lba, n, esize = struct.unpack_from("<QII", buf, header_at + 72)
+                at = lba * sector - (0 if where == "primary" else tail_start)
+                if at >= 0 and 128 <= esize <= 4096 and n <= 4096 and at + n * esize <= len(buf):
+                    start, count, size = at, n, esize
+            for i in range(count):
+                o = start + i * size
+                if o < 0 or o + GPT_ENTRY.size > len(buf):
+                    break
+                type_guid, _, first, last, attributes, raw = GPT_ENTRY.unpack_from(buf, o)
+                if any(type_guid):
+                    name = raw.decode("utf-16-le", "replace").split("\0", 1)[0]
+                    found.setdefault((where, name, first, last), GptEntryTrace(
+                        where=where, name=name, attributes=attributes, first_lba=first, last_lba=last))
+    return list(found.values())
+
+
+def read_gpt_traces(path: str, size_bytes: int) -> list[GptEntryTrace]:
+    """gpt_traces of the device; none when it cannot be read (the blank proof says why)."""
+    try:
+        head, tail = _ends(path, size_bytes)
+    except OSError:
+        return []
+    return gpt_traces(head, tail, size_bytes)
 
 
 def sample_offsets(size_bytes: int) -> list[int]:
@@ -507,6 +562,7 @@ class _Probe:
             is_root_disk=name in self.roots,
             read_only=_read(sysdir / "ro") == "1",
             blank=blank_proof(f"/dev/{name}", size) if looks_blank else None,
+            gpt_traces=[] if parts else read_gpt_traces(f"/dev/{name}", size),
             nonzero_after_partitions=after,
             partitions=parts,
         )

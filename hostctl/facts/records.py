@@ -99,6 +99,9 @@ class BlankProof(Data):
     primary_gpt: bool = False  # "EFI PART" at LBA 1 (512- or 4096-byte sectors)
     backup_gpt: bool = False  # "EFI PART" at the last LBA
     signatures: list[str] = Field(default_factory=list)  # wipefs: "<type> at <offset>"
+    # the first and last MiB hold nothing outside the GPT's own sectors (protective MBR, headers,
+    # entry arrays): what a table write that stopped part-way leaves, and nothing else
+    outside_gpt_zero: bool = False
     # sampled offsets inside the disk whose first 4 KiB are not zero (facts.disks.sample_offsets)
     sampled_nonzero: list[str] = Field(default_factory=list)
 
@@ -130,6 +133,18 @@ class BlankProof(Data):
             what.append(f"non-zero bytes inside the disk at {len(self.sampled_nonzero)} sampled place(s) ({shown}): "
                         "data left after its partition table was erased")
         return "; ".join(what)
+
+
+class GptEntryTrace(Data):
+    """One named entry of a GPT read straight from a disk's first or last MiB (facts.disks.gpt_traces):
+    how hostctl sees a table that no tool loads, one whose write stopped part-way or whose other half
+    is gone. Its CRCs are not checked: a trace is evidence of whose the disk is, never a table to use."""
+
+    where: Literal["primary", "backup"]
+    name: str  # the partition name, UTF-16 on the disk
+    attributes: int = 0  # the entry's 64 attribute bits (hostctl's UNFINISHED_BIT among them)
+    first_lba: int = 0
+    last_lba: int = 0
 
 
 class FsCheck(Data):
@@ -186,6 +201,9 @@ class Disk(Data):
     is_root_disk: bool = False
     read_only: bool = False  # /sys/block/<disk>/ro: every write would fail
     blank: BlankProof | None = None  # read only for a disk that shows no table, partition or filesystem
+    # named GPT entries found in the bytes of a disk on which the kernel shows no partition (a torn
+    # or half-lost table); read only for such disks
+    gpt_traces: list[GptEntryTrace] = Field(default_factory=list)
     # sampled starts of the space right after each partition that are not zero (a partition
     # deleted by hand leaves its data there); read only for the profile's disks
     nonzero_after_partitions: list[str] = Field(default_factory=list)

@@ -42,7 +42,7 @@ from hostctl.act.actions import Action, Assessment, Note, Refusal, Settled, comm
 from hostctl.config import Config, Drive
 from hostctl.data import Data
 from hostctl.errors import FailedError, InputError, RefusedError
-from hostctl.facts.disks import blank_proof, blkid_probe, nonzero_samples, table_entries
+from hostctl.facts.disks import blank_proof, blkid_probe, nonzero_samples, read_gpt_traces, table_entries
 from hostctl.facts.disks import resolve_identity
 from hostctl.facts.records import Disk, HostFacts, Partition
 from hostctl.facts.sysfiles import DirState, SystemFiles  # noqa: F401  (the snapshot storage decides on)
@@ -208,6 +208,25 @@ def _guard_disk_blank(disk: Disk, drive: Drive, starts: list[int]) -> Callable[[
                 f"{proof.found()}, which the plan did not see; nothing was written to it",
                 fix=f"look at it (`wipefs --no-act {disk.path}`); if it may be destroyed, re-run with "
                     f"--erase {drive.identity}")
+
+    return _check
+
+
+def _guard_torn_table(disk: Disk, drive: Drive) -> Callable[[], None]:
+    """Just before a torn table of hostctl's is wiped: the disk still holds only that table's
+    unfinished entries (facts can be stale)."""
+
+    def _check() -> None:
+        now = disk.model_copy(update={"blank": blank_proof(disk.path, disk.size_bytes),
+                                      "gpt_traces": read_gpt_traces(disk.path, disk.size_bytes)})
+        changed = _torn_table_leftovers(now) + [
+            f"partition {t.name or '(unnamed)'}" for t in now.gpt_traces
+            if not marks.role_of(t.name, None) or not marks.unfinished(t.attributes)]
+        if changed or not now.gpt_traces:
+            raise RefusedError(
+                f"drive {drive.name} ({drive.identity}): {disk.path} no longer holds only hostctl's unfinished, torn "
+                f"table: {'; '.join(changed) or 'the table is gone'}; nothing was written to it",
+                fix=f"look at it (`wipefs --no-act {disk.path}`), then re-run `hostctl provision`")
 
     return _check
 
@@ -445,6 +464,8 @@ def plan_drive(drive: Drive, disk: Disk, facts: HostFacts, dirs: list[tuple[str,
         v.replan = True
         return _read_only_check(v)
 
+    if not disk.partitions and any(marks.role_of(t.name, None) for t in disk.gpt_traces):
+        return _plan_torn_table(v, specs, opts, dirs, facts, defer_mount, unmount_first)
     ours = [p for p in disk.partitions if _role(p)]
     foreign = []  # contents only --erase may destroy
     if disk.fs_type:
@@ -484,6 +505,64 @@ def plan_drive(drive: Drive, disk: Disk, facts: HostFacts, dirs: list[tuple[str,
     v.status, v.found = "create", "blank (proven: first and last MiB zero, no table, no signature)"
     starts = [partition_start(specs, s) for s in specs]
     return _lay_out(v, specs, [], opts, dirs, facts, new_table=_guard_disk_blank(disk, drive, starts), wipe_new=False,
+                    defer_mount=defer_mount, unmount_first=unmount_first)
+
+
+def _torn_table_leftovers(disk: Disk) -> list[str]:
+    """What, besides GPT entries, a disk whose table write stopped part-way holds: anything here
+    did not come from that write, so the disk is not provably hostctl's to lay out again."""
+    proof = disk.blank
+    if proof is None:
+        return [f"a {disk.table_type or disk.fs_type} signature the kernel reads"]
+    if proof.error:
+        return [f"contents that could not be read ({proof.error})"]
+    left = [f"a signature wipefs finds ({s})" for s in proof.signatures if s.split(" at ")[0] not in ("gpt", "PMBR")]
+    if not proof.outside_gpt_zero:
+        left.append("non-zero bytes in its first or last MiB outside the GPT's own sectors")
+    # the first and last sampled MiB hold the GPT itself; outside_gpt_zero has judged them
+    ends = {"0 MiB", f"{(disk.size_bytes - MIB) // MIB} MiB"}
+    inside = [s for s in proof.sampled_nonzero if s not in ends]
+    if inside:
+        left.append(f"non-zero bytes inside the disk at {', '.join(inside[:4])}{', ...' if len(inside) > 4 else ''}")
+    return left
+
+
+def _plan_torn_table(v: DriveVerdict, specs: list[PartSpec], opts: StorageOptions, dirs: list[tuple[str, str]],
+                     facts: HostFacts, defer_mount: bool, unmount_first: tuple[str, ...]) -> DriveVerdict:
+    """No partition shows, but GPT entries with hostctl's names lie in the disk's bytes
+    (facts.disks.gpt_traces): the drive is hostctl's, its table torn. Entries all still marked
+    unfinished on a disk that holds nothing else are a table write that stopped part-way: no
+    filesystem was ever made in them, so the table is written again. Anything else may hold
+    data: refused with the manual repair, and --erase never applies to a drive with hostctl's marks."""
+    drive, disk = v.drive, v.disk
+    assert disk is not None
+    step = f"storage/{drive.name}"
+    traces = disk.gpt_traces
+    shown = ", ".join(sorted({f"{t.name or '(unnamed)'} ({t.where} table"
+                              f"{', unfinished' if marks.unfinished(t.attributes) else ''})" for t in traces}))
+    sides = {t.where for t in traces}
+    finished = [t for t in traces if marks.role_of(t.name, None) and not marks.unfinished(t.attributes)]
+    others = [t for t in traces if not marks.role_of(t.name, None)]
+    leftovers = _torn_table_leftovers(disk)
+    if finished or others or leftovers:
+        why = ([f"partition(s) {', '.join(t.name for t in finished)} had their filesystems made: they may hold data"]
+               if finished else [])
+        why += [f"it also holds {x}" for x in ([f"partition {t.name or '(unnamed)'}" for t in others] + leftovers)]
+        rebuild = ("`r`, then `b` and `c` (rebuild the primary table from the backup)" if sides == {"backup"} else
+                   "`r`, then `d` and `e` (rebuild the backup table from the primary)")
+        return _refuse(v, "hostctl's partitions in a damaged partition table", [
+            f"its partition table is damaged (no tool loads it), yet it names hostctl's partitions: {shown}; "
+            + "; ".join(why) + "; hostctl never formats its own partitions, with or without --erase"],
+            f"repair the table by hand: `gdisk {disk.path}`, {rebuild}, `v` to check, `w` to write; then re-run "
+            f"(to give the drive up instead, back up its data and `wipefs --all {disk.path}` yourself)")
+    v.status = "create"
+    v.found = (f"hostctl's own table, its write stopped part-way ({shown}: no filesystem was made in them, "
+               "nothing else is on the disk)")
+    # wipefs first: sgdisk refuses a table with one half missing ("Invalid partition data!")
+    v.actions.append(_cmd(f"{step}/wipe", ["wipefs", "--all", disk.path], destructive=True,
+                          before=_guard_torn_table(disk, drive), note="the torn table"))
+    v.actions.append(_cmd(f"{step}/wipe", ["sgdisk", "--zap-all", disk.path], destructive=True))
+    return _lay_out(v, specs, [], opts, dirs, facts, new_table=_guard_wiped(disk.path, drive), wipe_new=False,
                     defer_mount=defer_mount, unmount_first=unmount_first)
 
 
@@ -842,7 +921,7 @@ def resolve_drives(config: Config, facts: HostFacts) -> tuple[dict[str, Disk], l
             raise InputError(
                 f"drives {first.name} ({first.identity}) and {second.name} ({second.identity}) are the same disk, "
                 f"{disk.path} ({disk.dev or disk.name}): each drive of the profile needs a disk of its own",
-                fix=f"remove one of the two [[drives]] entries (or correct its identity); `hostctl facts` lists the "
+                fix="remove one of the two [[drives]] entries (or correct its identity); `hostctl facts` lists the "
                     "disks with their identities")
         owners[key] = name
     return found, refused

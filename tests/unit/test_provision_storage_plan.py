@@ -543,3 +543,83 @@ def test_storage_facts_are_read_again_when_a_mount_finishes_while_the_disks_are_
     f = facts.collect_storage()
     assert probed == [before, after]  # read again once, then the table held still
     assert [m.target for m in f.mounts] == ["/mnt/d1"]
+
+
+# ---------------------------------------------------------------- a torn table of hostctl's
+
+
+def _gpt_bytes(names_attrs: list[tuple[str, int]]) -> bytes:
+    """A standard GPT entry array (128 x 128 bytes) naming the given partitions."""
+    from hostctl.facts.disks import GPT_ENTRY
+    array = bytearray(128 * 128)
+    for i, (name, attrs) in enumerate(names_attrs):
+        GPT_ENTRY.pack_into(array, i * 128, b"\x01" * 16, bytes([i + 1]) * 16, 2048 * (i + 1), 2048 * (i + 2) - 1,
+                            attrs, name.encode("utf-16-le"))
+    return bytes(array)
+
+
+def test_gpt_traces_are_read_where_no_header_survives_and_where_one_does():
+    from hostctl.facts.disks import GPT_MAGIC, gpt_traces
+    size, mib = 64 << 20, 1 << 20
+    array = _gpt_bytes([("hostctl-swap-d1", 1 << 48), ("hostctl-data-d1", 1 << 48)])
+    head, tail = bytearray(mib), bytearray(mib)
+    tail[mib - 512 - len(array):mib - 512] = array  # only the backup array: no header yet
+    assert [(t.where, t.name, t.attributes) for t in gpt_traces(bytes(head), bytes(tail), size)] == [
+        ("backup", "hostctl-swap-d1", 1 << 48), ("backup", "hostctl-data-d1", 1 << 48)]
+    # a primary header that puts its array at LBA 4, not the standard LBA 2
+    head[512:520] = GPT_MAGIC
+    head[512 + 72:512 + 88] = (4).to_bytes(8, "little") + (128).to_bytes(4, "little") + (128).to_bytes(4, "little")
+    head[2048:2048 + len(array)] = array
+    found = gpt_traces(bytes(head), bytes(tail), size)
+    assert sorted((t.where, t.name) for t in found) == [("backup", "hostctl-data-d1"), ("backup", "hostctl-swap-d1"),
+                                                       ("primary", "hostctl-data-d1"), ("primary", "hostctl-swap-d1")]
+    assert gpt_traces(bytes(mib), bytes(mib), size) == []
+
+
+def _torn(facts, *, attrs: int = 1 << 48, **proof):
+    from hostctl.facts.records import GptEntryTrace
+    blank(facts, SERIAL1)
+    d = disk(facts, SERIAL1)
+    d.blank = BlankProof(**{"last_mib_zero": False, "first_mib_zero": True, "backup_gpt": True,
+                            "outside_gpt_zero": True, "signatures": ["gpt at 0x1d1c1115e00"], **proof})
+    d.gpt_traces = [GptEntryTrace(where="backup", name=f"hostctl-{r}-ssd1", attributes=attrs) for r in ("swap", "data")]
+    return d
+
+
+def test_a_table_write_stopped_part_way_is_written_again(cfg, facts):
+    files = desktop_files(cfg, facts)
+    d = _torn(facts)
+    sp = plan(cfg, facts, files)
+    v = sp.drives[0]
+    assert v.status == "create" and "its write stopped part-way" in v.found
+    assert argvs(sp)[:3] == [f"wipefs --all {d.path}    # the torn table", f"sgdisk --zap-all {d.path}",
+                             argvs(sp)[2]] and argvs(sp)[2].startswith("sgdisk --clear --new=1:0:")
+
+
+@pytest.mark.parametrize("what", ["finished", "another signature", "bytes inside", "bytes outside the GPT",
+                                  "a foreign entry"])
+def test_a_torn_table_of_hostctls_that_may_hold_data_is_refused_with_or_without_erase(cfg, facts, what):
+    from hostctl.facts.records import GptEntryTrace
+    files = desktop_files(cfg, facts)
+    d = _torn(facts, **{"finished": {"attrs": 0}, "another signature": {"signatures": ["gpt at 0x200", "xfs at 0x0"]},
+                        "bytes inside": {"sampled_nonzero": ["0 MiB", "4096 MiB"]},
+                        "bytes outside the GPT": {"outside_gpt_zero": False}}.get(what, {}))
+    if what == "a foreign entry":
+        d.gpt_traces.append(GptEntryTrace(where="backup", name="photos"))
+    for erase in ((), (str(cfg.profile.drives[0].identity),)):
+        sp = plan(cfg, facts, files, erase=erase)
+        v = sp.drives[0]
+        assert v.status == "refused" and v.actions == [], what
+        assert "never formats its own partitions, with or without --erase" in v.reasons[0]
+        assert f"gdisk {d.path}" in v.fix and "rebuild the primary table from the backup" in v.fix
+
+
+def test_a_foreign_backup_table_is_not_hostctls(cfg, facts):
+    from hostctl.facts.records import GptEntryTrace
+    files = desktop_files(cfg, facts)
+    d = _torn(facts)
+    d.gpt_traces = [GptEntryTrace(where="backup", name="photos")]
+    v = plan(cfg, facts, files).drives[0]
+    assert v.status == "refused" and "--erase" in v.fix and "gdisk" not in v.fix
+    # --erase does apply to a table that is not hostctl's
+    assert plan(cfg, facts, files, erase=(str(cfg.profile.drives[0].identity),)).drives[0].status == "erase"
