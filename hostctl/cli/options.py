@@ -82,8 +82,9 @@ class GlobalOptions:
 
         return identity.of_config(self.config())
 
-    def facts(self, config: Config | None = None) -> HostFacts:
-        from hostctl.facts import collect, load_snapshot
+    def facts(self, config: Config | None = None, *, for_plan: bool = False) -> HostFacts:
+        """The snapshot given, else this host's facts; for_plan: only what `plan` decides on."""
+        from hostctl.facts import ALL_READS, PLAN_READS, collect, load_snapshot
 
         if self.facts_path is not None:
             return load_snapshot(self.facts_path)
@@ -94,7 +95,8 @@ class GlobalOptions:
 
         # every directory a provision part decides on, so `facts --json` (read by `verify --host`
         # on another machine) holds what the parts' decisions need
-        return collect(fact_requests(config), alias_paths=alias_requests(config))
+        return collect(fact_requests(config), alias_paths=alias_requests(config),
+                       reads=PLAN_READS if for_plan else ALL_READS)
 
     def refuse_snapshot(self, command: str) -> None:
         if self.facts_path is not None:

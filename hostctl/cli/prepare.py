@@ -127,7 +127,7 @@ def plan(ctx: typer.Context, json_: JsonOpt = False, config: ConfigOpt = None, f
 
     c = global_options(ctx, config, facts)
     cfg = c.config()
-    result = build_plan(cfg, c.facts(cfg))
+    result = build_plan(cfg, c.facts(cfg, for_plan=True))
     # The plan carries the recipe's env values: secrets are hidden by name and by value.
     sys.stdout.write(redact(result.model_dump_json(indent=2) + "\n" if json_ else plan_text(result)))
     if result.errors:
@@ -177,7 +177,7 @@ def render(
 
     c = global_options(ctx, config, facts)
     cfg = c.config()
-    result = build_plan(cfg, c.facts(cfg))
+    result = build_plan(cfg, c.facts(cfg, for_plan=True))
     if result.errors:
         raise FailedError(
             "the plan has errors; nothing was rendered",

@@ -97,19 +97,34 @@ def _guarded(name: str, probe: Callable[[], T], fallback: Callable[[str], T], no
         return fallback(why)
 
 
+# What `hostctl plan` decides on: the engine, ACS, the kernel log, /dev/shm and the ports are not
+# read for it. On a host with Docker, the engine's SDK import and socket round trip were a third
+# of plan's time (benchmarks/results/doctor_quick_ab-plan-reads.txt). The disks stay: the plan
+# is where a drive the storage part would refuse should show first.
+PLAN_READS = frozenset({"kernel", "gpus", "disks", "memory", "numa", "iommu", "paths", "state"})
+ALL_READS = PLAN_READS | {"engine", "acs", "kernel_log", "shm", "ports"}
+
+
 def collect(path_requests: Sequence[tuple[str, bool]] = (), port_requests: Sequence[tuple[str, int]] = (),
-            alias_paths: Sequence[str] = (), image_requests: Sequence[str] = ()) -> HostFacts:
+            alias_paths: Sequence[str] = (), image_requests: Sequence[str] = (), *,
+            reads: frozenset[str] = ALL_READS) -> HostFacts:
     """Probe this host. path_requests: (directory, list_files) for each directory the plan relies on;
     port_requests: (address, port) for each TCP port it binds; alias_paths: the `path:` drive
     identities, resolved to the devices they lead to; image_requests: image references to
-    resolve to the engine's image ids."""
-    from concurrent.futures import ThreadPoolExecutor
+    resolve to the engine's image ids. reads: ALL_READS, or PLAN_READS for `plan`; memory, NUMA,
+    IOMMU, directories and state are always read (milliseconds). A part not read says so (engine,
+    disks, GPUs) or is left absent, as in an older snapshot (ACS, kernel log, shm: None)."""
+    from concurrent.futures import Future, ThreadPoolExecutor
 
     from hostctl.facts.records import (AcsFacts, DiskFacts, EngineFacts, GpuFacts, HostFacts, IommuFacts, KernelFacts,
                                      KernelLogFacts, MemoryFacts, NumaFacts, PathFacts, ShmFacts, StateFacts)
 
+    unknown = reads - ALL_READS
+    assert not unknown, f"no such facts: {sorted(unknown)}"
     _load_probes()
     notes: list[str] = []
+    skipped = "not read: " + ("the plan reads only GPUs, disks, memory, NUMA, IOMMU, the kernel, directories and state"
+                              if reads == PLAN_READS else f"only {', '.join(sorted(reads))} were read")
     mountinfo = read_mountinfo()
     mounts = [line.entry for line in mountinfo]
     swaps = read_swaps()
@@ -118,25 +133,32 @@ def collect(path_requests: Sequence[tuple[str, bool]] = (), port_requests: Seque
     except OSError:
         cmdline = ""
 
+    def done(value: T) -> Future[T]:
+        f: Future[T] = Future()
+        f.set_result(value)
+        return f
+
     # The slow probes wait on NVML, subprocesses and the Docker socket: overlap them.
     with ThreadPoolExecutor(max_workers=5, thread_name_prefix="hostctl-facts") as pool:
         engine_f = pool.submit(_guarded, "engine", lambda: probe_engine(tuple(image_requests)),
-                               lambda why: EngineFacts(available=False, reason=why), notes)
-        gpus_f = pool.submit(_guarded, "GPU", probe_gpus, lambda why: GpuFacts(available=False, reason=why), notes)
+                               lambda why: EngineFacts(available=False, reason=why), notes) \
+            if "engine" in reads else done(EngineFacts(available=False, reason=skipped))
+        gpus_f = pool.submit(_guarded, "GPU", probe_gpus, lambda why: GpuFacts(available=False, reason=why), notes) \
+            if "gpus" in reads else done(GpuFacts(available=False, reason=skipped))
         # ACS needs the GPUs' bus ids: it waits for NVML, then runs lspci beside the other probes
         acs_f = pool.submit(_guarded, "ACS", lambda: probe_acs([g.pci_bus_id for g in gpus_f.result().devices]),
-                            lambda why: AcsFacts(available=False, reason=why), notes)
-        disks_f = pool.submit(
-            _guarded, "disk", lambda: probe_disks(mountinfo, swaps, alias_paths),
-            lambda why: DiskFacts(available=False, reason=why), notes
-        )
+                            lambda why: AcsFacts(available=False, reason=why), notes) \
+            if "acs" in reads else done(None)
+        disks_f = pool.submit(_guarded, "disk", lambda: probe_disks(mountinfo, swaps, alias_paths),
+                              lambda why: DiskFacts(available=False, reason=why), notes) \
+            if "disks" in reads else done(DiskFacts(available=False, reason=skipped))
         kernel_f = pool.submit(
             _guarded,
             "kernel",
             probe_kernel,
             lambda why: KernelFacts(release=os.uname().release, cmdline=cmdline, virtualization_evidence=why),
             notes,
-        )
+        ) if "kernel" in reads else done(KernelFacts(release=os.uname().release, cmdline=cmdline))
         memory = _guarded(
             "memory",
             lambda: probe_memory(swaps),
@@ -153,11 +175,16 @@ def collect(path_requests: Sequence[tuple[str, bool]] = (), port_requests: Seque
         )
         state, state_notes = _guarded("state", probe_state, lambda why: (StateFacts(), []), notes)
         notes += state_notes
-        kernel_log = _guarded("kernel log", probe_kernel_log, lambda why: KernelLogFacts(available=False, reason=why), notes)
-        shm = _guarded("shared memory", probe_shm, lambda why: ShmFacts(available=False, reason=why), notes)
-        ports = _guarded("port", lambda: probe_ports(port_requests), lambda why: [], notes)
+        kernel_log = _guarded("kernel log", probe_kernel_log,
+                              lambda why: KernelLogFacts(available=False, reason=why), notes) \
+            if "kernel_log" in reads else None
+        shm = _guarded("shared memory", probe_shm, lambda why: ShmFacts(available=False, reason=why), notes) \
+            if "shm" in reads else None
+        ports = _guarded("port", lambda: probe_ports(port_requests), lambda why: [], notes) if "ports" in reads else []
         engine, gpus, disks, kernel = engine_f.result(), gpus_f.result(), disks_f.result(), kernel_f.result()
         acs = acs_f.result()
+    if reads != ALL_READS:
+        notes.append(skipped)
 
     return HostFacts(
         hostname=socket.gethostname(),

@@ -346,3 +346,19 @@ def test_nvlink_pair_from_a_real_two_gpu_machine():
                                  gpu_uuids=[g.uuid for g in placement.gpus])
     n = plan_nccl(config, facts, placement)
     assert n.p2p is True and n.env == {"NCCL_P2P_DISABLE": "0"}  # NVLink is within NCCL's own reach: no level
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_plan_reads_only_the_facts_plan_collects(name):
+    """`hostctl plan` collects PLAN_READS only (hostctl.facts.collect): every other part, replaced
+    by what collect leaves there, changes nothing in any plan. A planner that starts reading
+    another part fails here until PLAN_READS names it."""
+    from hostctl.facts import ALL_READS, PLAN_READS
+    from hostctl.facts.records import EngineFacts
+
+    config, facts = examples.load(name)
+    assert ALL_READS - PLAN_READS == {"engine", "acs", "kernel_log", "shm", "ports"}
+    assert facts.engine.available  # the part dropped below is there to be read
+    unread = facts.model_copy(update={"engine": EngineFacts(available=False, reason="not read"),
+                                      "acs": None, "kernel_log": None, "shm": None, "ports": []})
+    assert build_plan(config, unread).model_dump() == build_plan(config, facts).model_dump()
