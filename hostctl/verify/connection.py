@@ -179,7 +179,7 @@ def remote_facts(target: Target, profile_path: str, profile_bytes: bytes):
     if there.rc != 0:
         raise FailedError(f"the profile {profile_path} is not on {target.name}: verify reads that machine's facts "
                           "with the same profile, at the same path",
-                          fix=f"install it there (`hostctl provision --only system` puts it at /etc/hostctl/hostctl.toml) "
+                          fix="install it there (`hostctl provision --only system` puts it at /etc/hostctl/hostctl.toml) "
                               "and pass that path as --config")
     res = target.host.run("%s --config %s facts --json", target.hostctl, profile_path)
     if res.rc != 0:

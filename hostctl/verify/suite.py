@@ -137,7 +137,7 @@ def _mount(name: str) -> Callable[[Ctx], VerifyResult]:
         v = _verdict(ctx, name)
         if v.refused or "data" not in v.fs_facts:
             return bad(f"drive {name} is not laid out here: {'; '.join(v.reasons) or v.found}",
-                       f"hostctl-data-{name} mounted at {drive.mount}", f"hostctl provision --only storage")
+                       f"hostctl-data-{name} mounted at {drive.mount}", "hostctl provision --only storage")
         device = v.fs_facts["data"][0]
         mp = ctx.target.host.mount_point(drive.mount)
         if not mp.exists:

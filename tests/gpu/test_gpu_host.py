@@ -43,8 +43,8 @@ def host():
 
 
 def with_power(config: Config, watts: float) -> Config:
-    gpu = config.profile.gpu.copy(update={"power_limit_w": watts, "power_limits_w": {}})
-    return config.copy(update={"profile": config.profile.copy(update={"gpu": gpu})})
+    gpu = config.profile.gpu.model_copy(update={"power_limit_w": watts, "power_limits_w": {}})
+    return config.model_copy(update={"profile": config.profile.model_copy(update={"gpu": gpu})})
 
 
 def test_power_range_matches_nvidia_smi_and_the_plan_shows_it(host, capsys):

@@ -60,7 +60,7 @@ def statuses(facts: HostFacts, config: Config | None = None, level: str = "quick
 
 
 def with_profile(config: Config, **changes) -> Config:
-    return config.copy(update={"profile": config.profile.copy(update=changes)})
+    return config.model_copy(update={"profile": config.profile.model_copy(update=changes)})
 
 
 def desktop() -> tuple[Config, HostFacts]:
@@ -220,7 +220,7 @@ def test_power_limit_against_the_profile():
     facts.gpus.devices[1].power.limit_w = 600.0  # the boot unit did not run: stock limit
     r = result("gpu.power.limit", facts, config)
     assert r.status == "fail" and "GPU 1 at 600 W" in r.summary and "provision --only gpu" in r.fix
-    over = with_profile(config, gpu=config.profile.gpu.copy(update={"power_limit_w": 900.0}))
+    over = with_profile(config, gpu=config.profile.gpu.model_copy(update={"power_limit_w": 900.0}))
     r = result("gpu.power.limit", desktop()[1], over)
     assert r.status == "fail" and "outside its range 150-600 W" in r.summary
     _, facts = desktop()
@@ -303,7 +303,7 @@ def test_serving_gpus_follow_the_plan():
 
     assert [g.index for g in serving_gpus(facts, build_plan(config, facts))] == [0, 1]
     assert [g.index for g in serving_gpus(facts, None)] == [0, 1]
-    one = with_profile(config, gpu=config.profile.gpu.copy(update={"devices": ["1"]}))
+    one = with_profile(config, gpu=config.profile.gpu.model_copy(update={"devices": ["1"]}))
     assert [g.index for g in serving_gpus(facts, build_plan(one, facts))] == [1]
 
 
@@ -425,7 +425,7 @@ def test_cache_directories_real_filesystem_and_free_space():
     assert result("storage.dir.compile_cache", facts, config).status == "warn"
     demo, demo_facts = examples.load("demo-cpu")
     assert result("storage.dir.expert_store", demo_facts, demo).summary == "the recipe uses no expert store"
-    no_store = with_profile(config, storage=config.profile.storage.copy(update={"expert_store": None,
+    no_store = with_profile(config, storage=config.profile.storage.model_copy(update={"expert_store": None,
                                                                                        "rank_stores": []}))
     r = result("storage.dir.expert_store", desktop()[1], no_store)
     assert r.status == "fail" and "env.VLLM_MOE_W2_STORE_DIR: {expert_store} has no value: the profile names no storage.expert_store" in r.summary

@@ -48,8 +48,8 @@ def files_in(root: Path) -> list[str]:
 
 
 def with_power(config: Config, watts: float | None, per_gpu: dict[str, float] | None = None) -> Config:
-    gpu = config.profile.gpu.copy(update={"power_limit_w": watts, "power_limits_w": per_gpu or {}})
-    return config.copy(update={"profile": config.profile.copy(update={"gpu": gpu})})
+    gpu = config.profile.gpu.model_copy(update={"power_limit_w": watts, "power_limits_w": per_gpu or {}})
+    return config.model_copy(update={"profile": config.profile.model_copy(update={"gpu": gpu})})
 
 
 def fake_facts(tmp_path: Path, host: FakeHost, base: str = "pro6000x2-desktop") -> tuple[Config, HostFacts]:

@@ -194,14 +194,14 @@ def test_gpu_installed_unit_and_link_decide_nothing():
 
 def test_gpu_limits_to_set_are_actions_through_nvml():
     config, facts = examples.load("pro6000x2-desktop")
-    gpu_cfg = config.profile.gpu.copy(update={"power_limit_w": 250})
-    config = config.copy(update={"profile": config.profile.copy(update={"gpu": gpu_cfg})})
+    gpu_cfg = config.profile.gpu.model_copy(update={"power_limit_w": 250})
+    config = config.model_copy(update={"profile": config.profile.model_copy(update={"gpu": gpu_cfg})})
     d = gpu.decide(config, _gpu_snap(config, facts), hostctl_bin="/usr/local/bin/hostctl")
     sets = [a for a in d.actions if a.id.startswith("gpu/power/")]
     assert [a.id for a in sets] == ["gpu/power/0", "gpu/power/1"]
     assert all(a.argv is None and "-pl 250" in a.describe and not a.destructive for a in sets)
-    too_high = config.profile.gpu.copy(update={"power_limit_w": 700})
-    config = config.copy(update={"profile": config.profile.copy(update={"gpu": too_high})})
+    too_high = config.profile.gpu.model_copy(update={"power_limit_w": 700})
+    config = config.model_copy(update={"profile": config.profile.model_copy(update={"gpu": too_high})})
     with pytest.raises(InputError, match="outside the GPU's own range"):
         gpu.decide(config, _gpu_snap(config, facts))
 
@@ -256,7 +256,7 @@ def test_a_dry_run_judges_the_system_part_with_the_swap_storage_would_add(monkey
     220 GiB. The real run adds 2x 129 GiB of swap before the system part looks at the plan; the dry
     run counts that swap as added instead of failing with "the plan has errors"."""
     config, _ = snapshots.desktop()
-    converting = config.copy(update={"profile": config.profile.copy(update={"phase": "converting"})})
+    converting = config.model_copy(update={"profile": config.profile.model_copy(update={"phase": "converting"})})
     blank = snapshots.blank_drives()
     assert any("first conversion needs" in p.message for p in build_plan(converting, blank).errors)
     root = paths.sysroot()

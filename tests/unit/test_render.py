@@ -104,8 +104,8 @@ def test_mapped_host_renders_cpuset_guards_and_sys_nice():
 
 def test_exposed_api_passes_the_key_through_and_never_writes_it(tmp_path, monkeypatch):
     config, facts = snapshots.desktop()
-    runtime = config.profile.runtime.copy(update={"api_host": "0.0.0.0", "api_key_env": "HOSTCTL_API_KEY"})
-    config = config.copy(update={"profile": config.profile.copy(update={"runtime": runtime})})
+    runtime = config.profile.runtime.model_copy(update={"api_host": "0.0.0.0", "api_key_env": "HOSTCTL_API_KEY"})
+    config = config.model_copy(update={"profile": config.profile.model_copy(update={"runtime": runtime})})
     monkeypatch.setenv("HOSTCTL_API_KEY", "sk-very-secret-value")
     files = render_files(build_plan(config, facts))
     assert not any("sk-very-secret-value" in t for t in files.values())
@@ -116,8 +116,8 @@ def test_exposed_api_passes_the_key_through_and_never_writes_it(tmp_path, monkey
 
 def test_dollar_signs_are_escaped_for_compose():
     config, facts = snapshots.desktop()
-    runtime = config.profile.runtime.copy(update={"model_dir": "/srv/models/$weird"})
-    config = config.copy(update={"profile": config.profile.copy(update={"runtime": runtime})})
+    runtime = config.profile.runtime.model_copy(update={"model_dir": "/srv/models/$weird"})
+    config = config.model_copy(update={"profile": config.profile.model_copy(update={"runtime": runtime})})
     svc = yaml.safe_load(render_files(build_plan(config, facts))["compose.yaml"])["services"]["runtime"]
     assert svc["volumes"][0]["source"] == "/srv/models/$$weird"
 
