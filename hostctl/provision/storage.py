@@ -486,7 +486,7 @@ def plan_drive(drive: Drive, disk: Disk, facts: HostFacts, dirs: list[tuple[str,
     erase_named = any(names_drive(a, drive) for a in opts.erase)
 
     if ours:
-        return _plan_own(v, specs, ours, foreign, opts, dirs, facts, erase_named, defer_mount, unmount_first)
+        return _plan_own(v, specs, ours, foreign, opts, dirs, facts, defer_mount, unmount_first)
     if foreign:
         what = "; ".join(foreign)
         if not erase_named:
@@ -548,13 +548,21 @@ def _plan_torn_table(v: DriveVerdict, specs: list[PartSpec], opts: StorageOption
         why = ([f"partition(s) {', '.join(t.name for t in finished)} had their filesystems made: they may hold data"]
                if finished else [])
         why += [f"it also holds {x}" for x in ([f"partition {t.name or '(unnamed)'}" for t in others] + leftovers)]
+        # the table's own extent, at the smallest sector size: beyond the disk's end, the disk shows
+        # less than it held (a USB enclosure that reports another size, an image cut short)
+        reach = max(t.last_lba + 1 for t in traces) * 512
+        if reach > disk.size_bytes:
+            why.insert(0, f"its partitions reach {fmt_bytes(reach)} into a disk that shows {fmt_bytes(disk.size_bytes)}: "
+                          "the disk's end is missing")
         rebuild = ("`r`, then `b` and `c` (rebuild the primary table from the backup)" if sides == {"backup"} else
                    "`r`, then `d` and `e` (rebuild the backup table from the primary)")
         return _refuse(v, "hostctl's partitions in a damaged partition table", [
             f"its partition table is damaged (no tool loads it), yet it names hostctl's partitions: {shown}; "
             + "; ".join(why) + "; hostctl never formats its own partitions, with or without --erase"],
-            f"repair the table by hand: `gdisk {disk.path}`, {rebuild}, `v` to check, `w` to write; then re-run "
-            f"(to give the drive up instead, back up its data and `wipefs --all {disk.path}` yourself)")
+            (f"connect the disk where it shows its whole size (at least {fmt_bytes(reach)}: not through an enclosure "
+             "that hides its end), then re-run" if reach > disk.size_bytes else
+             f"repair the table by hand: `gdisk {disk.path}`, {rebuild}, `v` to check, `w` to write; then re-run")
+            + f" (to give the drive up instead: back up its data, then `wipefs --all {disk.path}` yourself)")
     v.status = "create"
     v.found = (f"hostctl's own table, its write stopped part-way ({shown}: no filesystem was made in them, "
                "nothing else is on the disk)")
@@ -574,7 +582,7 @@ def _manual_reformat(p: Partition, spec: PartSpec, mount: str) -> str:
 
 
 def _plan_own(v: DriveVerdict, specs: list[PartSpec], ours: list[Partition], foreign: list[str], opts: StorageOptions,
-              dirs: list[tuple[str, str]], facts: HostFacts, erase_named: bool, defer_mount: bool,
+              dirs: list[tuple[str, str]], facts: HostFacts, defer_mount: bool,
               unmount_first: tuple[str, ...]) -> DriveVerdict:
     """The drive holds partitions with hostctl's marks: converge them, relabel them, remake those
     that hold no data by construction, or refuse. Never format one that may hold data."""
@@ -649,7 +657,6 @@ def _plan_own(v: DriveVerdict, specs: list[PartSpec], ours: list[Partition], for
     parts: list[Partition | None] = [by_role.get(s.role) for s in specs]
     # spec name -> (the signature to wipe first, or None; why it is made again)
     make: dict[str, tuple[tuple[str | None, str | None] | None, str]] = {}
-    wiped_foreign: list[str] = []
     for s, p in zip(specs, parts):
         if p is None:
             continue
@@ -665,16 +672,17 @@ def _plan_own(v: DriveVerdict, specs: list[PartSpec], ours: list[Partition], for
         if why:
             make[s.name] = ((p.fs_type, p.fs_uuid) if p.fs_type else None, f"{p.path}: {why}")
         elif not _content_is_ours(p, s.role):
-            # hostctl's partition, someone else's filesystem (or unrecognised bytes) on it: the user's data
+            # hostctl's partition, someone else's filesystem (or unrecognised bytes) on it: the user's
+            # data, most likely made there by hand (a btrfs over hostctl's data partition). The mark
+            # wins over every flag: --erase does not apply; releasing the drive is the user's act.
             what = _describe_part(p) if p.fs_type else f"{p.path}: no filesystem signature, but not provably empty " \
                 f"({'its first MiB is not zero' if p.fs_check and p.fs_check.first_mib_zero is False else 'its contents were not read'})"
-            if not erase_named:
-                return _refuse(v, "data hostctl does not recognise on hostctl's partition", [
-                    f"partition {what}, which is not the {s.fs} filesystem hostctl makes there "
-                    f"(labelled {marks.FS_LABELS[s.role]}…)"],
-                    f"if that may be destroyed, re-run with --erase {drive.identity}")
-            make[s.name] = ((p.fs_type, p.fs_uuid) if p.fs_type else None, f"--erase: {what}")
-            wiped_foreign.append(what)
+            return _refuse(v, "data hostctl does not recognise on hostctl's partition", [
+                f"partition {what}, which is not the {s.fs} filesystem hostctl makes there "
+                f"(labelled {marks.FS_LABELS[s.role]}…); the partition carries hostctl's name, so {never}"],
+                f"to keep it, choose another drive; to give this drive back to hostctl (DESTROYS what {p.path} "
+                f"holds): back it up, then `wipefs --all` each partition and `sgdisk --zap-all {disk.path}` "
+                "yourself, and re-run (with --erase if data remains where hostctl's partitions were)")
     if any(p is None for p in parts) and disk.nonzero_after_partitions:
         return _refuse(v, "data where hostctl would add a partition", [
             f"the space after its partitions is not empty (non-zero bytes at "
@@ -722,8 +730,7 @@ def _plan_own(v: DriveVerdict, specs: list[PartSpec], ours: list[Partition], for
         v.replan = True
         return _read_only_check(v)
 
-    v.status = "erase" if wiped_foreign else "converge"
-    v.found = "hostctl layout" + (f"; erase: {', '.join(wiped_foreign)}" if wiped_foreign else "")
+    v.status, v.found = "converge", "hostctl layout"
     return _lay_out(v, specs, parts, opts, dirs, facts, new_table=None, wipe_new=False, make=make,
                     defer_mount=defer_mount, unmount_first=unmount_first)
 

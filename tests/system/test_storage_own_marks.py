@@ -1,11 +1,17 @@
-"""A partition table of hostctl's whose write stopped part-way, on real loop drives.
+"""hostctl's marks win over every flag, on real loop drives: a drive that carries them anywhere (a
+GPT half, a partition name) is hostctl's, and hostctl never formats it on --erase.
 
-sgdisk writes the backup entry array, the backup header, the primary array, the primary header
-and the protective MBR last; a kill or a power cut in between leaves a table no tool loads. Each
-state is built here exactly (sgdisk writes the whole table into a scratch image, and only the
-sectors written by that moment are copied onto the drive), so the test does not depend on where
-a timed kill happens to land. A table whose partitions are all still marked unfinished, on a disk
-that holds nothing else, is laid out again; anything more is refused with every byte kept.
+- A table write stopped part-way. sgdisk writes the backup entry array, the backup header, the
+  primary array, the primary header and the protective MBR last; a kill or a power cut in between
+  leaves a table no tool loads. Each state is built exactly (sgdisk writes the whole table into a
+  scratch image, and only the sectors written by that moment are copied onto the drive), so the
+  test does not depend on where a timed kill lands. Entries all still unfinished on a disk that
+  holds nothing else are laid out again; anything more is refused with every byte kept.
+- A disk whose end is gone (an enclosure that reports a smaller size, an image cut short): the
+  backup table is lost and libblkid calls the rest "PMBR". Refused, --erase included, until the
+  disk shows its whole size again; then the file on it is still there.
+- hostctl's data partition reformatted by hand (an xfs with files where hostctl made ext4):
+  refused, --erase included, with how to give the drive back by hand.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ import pytest
 
 from hostctl import cli, marks, runner
 
-from loopdrives import check, drive_toml, write_profile
+from loopdrives import check, drive_toml, sha256, wait_for, write_profile
 from loopdrives import host, restore_sysctls, sysroot  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.system
@@ -115,3 +121,73 @@ def test_a_torn_table_that_may_hold_data_is_refused_even_with_erase(case, host, 
         assert "never formats its own partitions, with or without --erase" in text, text
         assert f"gdisk {drive.dev}" in text and "`b` and `c` (rebuild the primary table from the backup)" in text
         assert digest(drive.dev) == before, extra
+
+
+def provisioned(host, tmp_path: Path, capsys, size: str = "200M"):
+    drive = host.drive(size, "t1")
+    cfg = tmp_path / "p.toml"
+    write_profile(cfg, [drive_toml("d1", drive.dev, tmp_path / "m1")], storage=ROLES)
+    code, text = storage(cfg, capsys)
+    assert code == 0, text
+    data = tmp_path / "m1" / "moet-planes" / "layer-3.planes"
+    data.write_bytes(os.urandom(2 << 20))
+    os.sync()
+    return drive, cfg, data, sha256(data)
+
+
+def refused_untouched(cfg: Path, capsys, dev: str, needles: list[str]) -> str:
+    before = digest(dev)
+    text = ""
+    for extra in (("--dry-run",), (), ("--erase", f"path:{dev}")):
+        code, text = storage(cfg, capsys, *extra)
+        assert code == 3 and all(n in text for n in needles), (extra, text)
+        assert digest(dev) == before, extra
+    return text
+
+
+def test_a_disk_whose_end_is_gone_is_refused_until_it_shows_its_whole_size(host, tmp_path, capsys):
+    drive, cfg, data, want = provisioned(host, tmp_path, capsys)
+    check(["umount", str(tmp_path / "m1")])
+    check(["swapoff", drive.part(1)])
+    size = drive.image.stat().st_size
+    with open(drive.image, "rb") as f:
+        f.seek(size - (1 << 20))
+        end = f.read()
+    check(["partx", "-d", drive.dev])
+    os.truncate(drive.image, size - (48 << 20))  # what a USB bridge that reports less would show
+    check(["losetup", "-c", drive.dev])
+    assert tags(drive.dev).get("PTTYPE") == "PMBR"  # libblkid no longer calls it a GPT
+    text = refused_untouched(cfg, capsys, drive.dev, [
+        "names hostctl's partitions: hostctl-data-d1 (primary table)", "the disk's end is missing",
+        "never formats its own partitions, with or without --erase", "connect the disk where it shows its whole size"])
+    assert "re-run with --erase" not in text
+    os.truncate(drive.image, size)  # back in a bay that shows all of it
+    with open(drive.image, "r+b") as f:
+        f.seek(size - (1 << 20))
+        f.write(end)
+    check(["losetup", "-c", drive.dev])
+    check(["partx", "-a", drive.dev])
+    wait_for([drive.part(2)])
+    code, text = storage(cfg, capsys)
+    assert code == 0 and "mkfs" not in text and "mkswap" not in text, text
+    assert sha256(data) == want
+
+
+def test_hostctls_data_partition_reformatted_by_hand_is_never_formatted_again(host, tmp_path, capsys):
+    drive, cfg, data, _ = provisioned(host, tmp_path, capsys, size="400M")  # mkfs.xfs needs 300 MiB
+    check(["umount", str(tmp_path / "m1")])
+    check(["mkfs.xfs", "-q", "-f", "-L", "photos", drive.part(2)])  # the user's own filesystem, by hand
+    mnt = tmp_path / "mine"
+    mnt.mkdir()
+    check(["mount", drive.part(2), str(mnt)])
+    (mnt / "holiday.jpg").write_bytes(os.urandom(1 << 20))
+    want = sha256(mnt / "holiday.jpg")
+    check(["umount", str(mnt)])
+    refused_untouched(cfg, capsys, drive.dev, [
+        "which is not the ext4 filesystem hostctl makes there", "with or without --erase",
+        f"`sgdisk --zap-all {drive.dev}` yourself"])
+    check(["mount", "-o", "ro", drive.part(2), str(mnt)])
+    try:
+        assert sha256(mnt / "holiday.jpg") == want
+    finally:
+        check(["umount", str(mnt)])
