@@ -12,6 +12,7 @@ reader maps them under its sysroot, except `real_*`, which read the running syst
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 from typing import Protocol
 
@@ -92,12 +93,100 @@ class DirState(Data):
     owner: tuple[int, int] | None = None
 
 
+class WriteTarget(Data):
+    """Where a write to one of the files hostctl edits would land, and what would stop it there:
+    read before any disk is changed, so that a run never partitions and formats only to fail at
+    the fstab (an immutable file, a read-only /etc, configuration management's symlink)."""
+
+    host_path: str  # the path hostctl edits: /etc/fstab
+    real_path: str  # the host path the edit lands on: the link's target when host_path is a symlink
+    link: str | None = None  # what the symlink says (None: not a link)
+    problem: str | None = None  # why it cannot be written in place (None: it can)
+
+
 class SystemFiles(Data):
     """What the storage part reads of its system files (under the sysroot) before deciding."""
 
     fstab: str | None = None
     sysctl: str | None = None
     plain_dirs: dict[str, DirState] = Field(default_factory=dict)  # role directories not on a drive
+    # host path -> where its edit lands and what would stop it (read on this machine only)
+    targets: dict[str, WriteTarget] = Field(default_factory=dict)
+
+
+# chattr's flags (linux/fs.h): the kernel refuses every write, rename and unlink of such a file
+FS_IOC_GETFLAGS = 0x80086601
+FS_IMMUTABLE_FL, FS_APPEND_FL = 0x10, 0x20
+MAX_LINKS = 8
+
+
+def _under_root(host_path: str, link: str) -> str:
+    """A symlink's target as a host path: absolute targets name the host (the sysroot's root)."""
+    return os.path.normpath(link if link.startswith("/") else os.path.join(os.path.dirname(host_path), link))
+
+
+def write_target(host_path: str) -> WriteTarget:
+    """Follow `host_path` through the symlinks root can trust (root's own, up to MAX_LINKS) to the
+    file an edit would replace, and say what would stop that edit: the file or its folder
+    immutable or append-only, a read-only filesystem, another user's link, a link to nothing."""
+    from hostctl.safefs import owner_name, trusted_uids
+
+    path, link = host_path, None
+    for _ in range(MAX_LINKS):
+        real = paths.system_path(path)
+        try:
+            st = os.lstat(real)
+        except FileNotFoundError:
+            if link is not None:
+                return WriteTarget(host_path=host_path, real_path=path, link=link,
+                                   problem=f"it is a symlink to {path}, which does not exist")
+            break
+        except OSError as exc:
+            return WriteTarget(host_path=host_path, real_path=path, link=link, problem=f"{path}: {exc.strerror}")
+        if not stat.S_ISLNK(st.st_mode):
+            if not stat.S_ISREG(st.st_mode):
+                return WriteTarget(host_path=host_path, real_path=path, link=link, problem=f"{path} is not a regular file")
+            break
+        if st.st_uid not in trusted_uids():
+            return WriteTarget(host_path=host_path, real_path=path, link=link,
+                               problem=f"{path} is a symlink owned by {owner_name(st.st_uid)}: root does not follow "
+                                       "another user's link")
+        link = link or os.readlink(real)
+        path = _under_root(path, os.readlink(real))
+    else:
+        return WriteTarget(host_path=host_path, real_path=path, link=link, problem=f"more than {MAX_LINKS} symlinks")
+    target = WriteTarget(host_path=host_path, real_path=path, link=link)
+    folder = os.path.dirname(path)
+    for what, where in (("the file", path), ("its folder", folder)):
+        flags = _chattr_flags(paths.system_path(where))
+        if flags & FS_IMMUTABLE_FL:
+            target.problem = f"{what} {where} is immutable (`lsattr` shows i; `chattr -i {where}` clears it)"
+        elif flags & FS_APPEND_FL:
+            target.problem = f"{what} {where} is append-only (`lsattr` shows a; `chattr -a {where}` clears it)"
+        if target.problem:
+            return target
+    try:
+        if os.statvfs(paths.system_path(folder)).f_flag & os.ST_RDONLY:
+            target.problem = f"{folder} is on a read-only filesystem"
+    except OSError:
+        pass  # a folder that does not exist yet is made by the write
+    return target
+
+
+def _chattr_flags(path: Path) -> int:
+    import fcntl
+    import struct
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return 0
+    try:
+        return struct.unpack("l", fcntl.ioctl(fd, FS_IOC_GETFLAGS, b"\0" * 8))[0]
+    except OSError:
+        return 0  # a filesystem without these flags (tmpfs, some overlays): nothing to stop a write
+    finally:
+        os.close(fd)
 
 
 def read_storage_files(reader: Reader, fstab_path: str, sysctl_path: str, plain_dirs: list[str]) -> SystemFiles:
@@ -105,8 +194,19 @@ def read_storage_files(reader: Reader, fstab_path: str, sysctl_path: str, plain_
     for directory in plain_dirs:
         st = reader.stat(directory)
         dirs[directory] = DirState(exists=False) if st is None else DirState(exists=st.is_dir, owner=(st.uid, st.gid))
-    return SystemFiles(fstab=text_of(reader.read_bytes(fstab_path)), sysctl=text_of(reader.read_bytes(sysctl_path)),
-                       plain_dirs=dirs)
+    # where the edits would land is read on this machine only (the run that edits them is local)
+    targets = {p: write_target(p) for p in (fstab_path, sysctl_path)} if isinstance(reader, LocalReader) else {}
+    fstab_now = sysctl_now = None
+    for host_path in (fstab_path, sysctl_path):
+        t = targets.get(host_path)
+        # through the link root trusts; another user's link is not read either
+        data = None if t is not None and t.link is not None and t.problem else \
+            reader.read_bytes(t.real_path if t is not None else host_path)
+        if host_path == fstab_path:
+            fstab_now = text_of(data)
+        else:
+            sysctl_now = text_of(data)
+    return SystemFiles(fstab=fstab_now, sysctl=sysctl_now, plain_dirs=dirs, targets=targets)
 
 
 # ---------------------------------------------------------------- units and /etc files (system, gpu)

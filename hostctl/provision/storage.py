@@ -45,7 +45,7 @@ from hostctl.errors import FailedError, InputError, RefusedError
 from hostctl.facts.disks import blank_proof, blkid_probe, nonzero_samples, read_gpt_traces, table_entries
 from hostctl.facts.disks import resolve_identity
 from hostctl.facts.records import Disk, HostFacts, Partition
-from hostctl.facts.sysfiles import DirState, SystemFiles  # noqa: F401  (the snapshot storage decides on)
+from hostctl.facts.sysfiles import DirState, SystemFiles, WriteTarget  # noqa: F401  (the snapshot storage decides on)
 from hostctl.plan.storage import plan_storage
 from hostctl.provision import files, fstab, sysctl
 from hostctl.plan.requests import tensor_parallel
@@ -335,10 +335,26 @@ def _make_owned_dir(path: Path, owner: tuple[int, int] | None) -> None:
             os.close(fd)
 
 
-def _write(step: str, host_path: str, old: str | None, new: str, why: str = "") -> Action:
-    diff = files.diff(host_path, old, new)
-    return Action(step=step, describe=f"edit {host_path}:\n{diff}", run=lambda: files.write_file(host_path, new) and None,
-                  diff=diff, changes=host_path, why=why)
+def _write(step: str, host_path: str, old: str | None, new: str, why: str = "",
+           target: WriteTarget | None = None) -> Action:
+    """Edit a system file; through a symlink root trusts (configuration management's), the edit
+    lands on the link's target and the link stays."""
+    lands = target.real_path if target is not None and target.link is not None else host_path
+    diff = files.diff(lands, old, new)
+    through = f" (a symlink: the edit lands on {lands})" if lands != host_path else ""
+    return Action(step=step, describe=f"edit {host_path}{through}:\n{diff}",
+                  run=lambda: files.write_file(lands, new) and None, diff=diff, changes=lands, why=why)
+
+
+def _unwritable_files(config: Config, sp: StorageProvision, system: SystemFiles) -> list[str]:
+    """The system files this run will edit that cannot be edited where they are (WriteTarget.problem).
+    Judged before the first disk is touched: new filesystems mean new UUIDs, so any destructive
+    step on a drive means an fstab edit; the sysctl file is edited when it differs."""
+    profile = config.profile
+    will = {fstab.FSTAB: any(v.destructive for v in sp.drives) or any(a.step == "storage/fstab" for a in sp.system),
+            sysctl.SYSCTL_FILE: any(d.swap > 0 for d in profile.drives)
+            and system.sysctl != sysctl.render(profile, sysctl.desired(profile))}
+    return [f"{host_path}: {t.problem}" for host_path, t in system.targets.items() if t.problem and will.get(host_path)]
 
 
 # ---------------------------------------------------------------- one drive
@@ -972,7 +988,7 @@ def plan_storage_provision(config: Config, facts: HostFacts, system: SystemFiles
                 why=f"storage role {role} needs this directory (not on a drive of the profile)"))
 
     if sp.refused or sp.replan:
-        return sp  # fstab and sysctls follow the drives: decided once every drive is known
+        return _editable(config, sp, system)  # fstab and sysctls follow the drives: decided once every drive is known
 
     # outermost first, so a boot without systemd's ordering (`mount -a`) mounts them in order too
     entries = [e for d in sorted(sp.drives, key=lambda d: _depth(d.drive.mount)) for e in d.entries]
@@ -981,7 +997,8 @@ def plan_storage_provision(config: Config, facts: HostFacts, system: SystemFiles
         if new != (system.fstab or ""):
             sp.system.append(_write("storage/fstab", fstab.FSTAB, system.fstab, new,
                                     why="hostctl's fstab block: every swap and data filesystem of the profile by UUID "
-                                        "with nofail, so they come back after a reboot"))
+                                        "with nofail, so they come back after a reboot",
+                                    target=system.targets.get(fstab.FSTAB)))
     uuids = {u for d in sp.drives for _, u in d.fs_facts.values()}
     devices = {dev for d in sp.drives for dev, _ in d.fs_facts.values()}
     sp.notes += fstab.user_lines_touching(system.fstab, uuids, {d.mount for d in profile.drives}, devices)
@@ -991,12 +1008,24 @@ def plan_storage_provision(config: Config, facts: HostFacts, system: SystemFiles
         text = sysctl.render(profile, values)
         if system.sysctl != text:
             sp.system.append(_write("storage/sysctl", sysctl.SYSCTL_FILE, system.sysctl, text,
-                                    why=f"the swap sysctls for phase {profile.phase}, kept across reboots"))
+                                    why=f"the swap sysctls for phase {profile.phase}, kept across reboots",
+                                    target=system.targets.get(sysctl.SYSCTL_FILE)))
         current = {"vm.swappiness": facts.memory.swappiness, "vm.page-cluster": facts.memory.page_cluster}
         if current != values:
             sp.system.append(_cmd("storage/sysctl", sysctl.apply_argv(values),
                                   note="now: " + ", ".join(f"{k}={v}" for k, v in current.items())).amended(
                 changes="the running kernel's swap sysctls", why=f"the swap sysctls for phase {profile.phase}, applied now"))
+    return _editable(config, sp, system)
+
+
+def _editable(config: Config, sp: StorageProvision, system: SystemFiles) -> StorageProvision:
+    """sp, unless a file it will edit cannot be edited: then refused before anything runs."""
+    blocked = _unwritable_files(config, sp, system)
+    if blocked and not sp.refused:
+        raise RefusedError(f"the run would have to edit {'; '.join(blocked)}; nothing was changed (no drive is "
+                           "touched before every file the run will edit is known to be editable)",
+                           fix="make the file writable (or point the link at a file root can edit in place), then "
+                               "re-run; `--dry-run` checks it too")
     return sp
 
 

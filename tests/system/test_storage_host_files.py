@@ -1,0 +1,124 @@
+"""The host files storage provisioning edits (/etc/fstab, the swap sysctl file) are checked
+before the first disk is touched, in --dry-run too, on real loop drives: an immutable fstab used
+to let a run partition, format, swap on and mount, then fail at the fstab naming a temporary
+file; a symlinked fstab (configuration management, NixOS-like layouts) was replaced by a
+regular file. Now: an edit that cannot land refuses the run with every byte of the drive kept,
+and a link root can trust is followed, its target edited in place, the link kept.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+
+from hostctl import cli, runner
+
+from loopdrives import check, drive_toml, write_profile
+from loopdrives import host, restore_sysctls, sysroot  # noqa: F401  (fixtures)
+
+pytestmark = pytest.mark.system
+ROLES = 'planes_cache = "d1"\nexpert_store = "d1"\ncompile_cache = "d1"'
+
+
+def storage(cfg: Path, capsys, *extra: str) -> tuple[int, str]:
+    capsys.readouterr()
+    code = cli.main(["provision", "--only", "storage", "--yes", "--config", str(cfg), *extra])
+    out = capsys.readouterr()
+    return code, out.out + out.err
+
+
+def digest(dev: str) -> str:
+    h = hashlib.sha256()
+    with open(dev, "rb") as f:
+        while chunk := f.read(8 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def one_drive(host, tmp_path: Path):
+    drive = host.drive("160M", "f1")
+    cfg = tmp_path / "p.toml"
+    write_profile(cfg, [drive_toml("d1", drive.dev, tmp_path / "m1")], storage=ROLES)
+    return drive, cfg
+
+
+@pytest.fixture
+def etc(sysroot: Path) -> Path:
+    path = sysroot / "etc"
+    path.mkdir(exist_ok=True)
+    (path / "fstab").write_text("# the user's own line\nUUID=0b6f4c1e-6a52-4f0e-9d1b-5f2a7c3e8d10 / ext4 defaults 0 1\n")
+    return path
+
+
+@pytest.fixture
+def immutable():
+    """chattr +i on the files given; cleared after the test, whatever happens."""
+    done: list[Path] = []
+
+    def _set(path: Path) -> None:
+        res = runner.run(["chattr", "+i", str(path)], timeout=10)
+        assert res.ok, f"chattr +i {path}: {res.why()} (the test needs a filesystem with the immutable flag)"
+        done.append(path)
+
+    yield _set
+    for path in done:
+        runner.run(["chattr", "-i", str(path)], timeout=10)
+
+
+@pytest.mark.parametrize("what", ["fstab", "its folder"])
+def test_an_immutable_fstab_refuses_the_run_before_any_disk_is_touched(what, host, tmp_path, capsys, etc, immutable):
+    drive, cfg = one_drive(host, tmp_path)
+    before = digest(drive.dev)
+    immutable(etc / "fstab" if what == "fstab" else etc)
+    shown = "/etc/fstab" if what == "fstab" else "/etc"
+    for extra in (("--dry-run",), ()):
+        code, text = storage(cfg, capsys, *extra)
+        assert code == 3, (extra, text)
+        assert f"/etc/fstab: {'the file' if what == 'fstab' else 'its folder'} {shown} is immutable" in text, text
+        assert f"chattr -i {shown}" in text and "nothing was changed" in text and ".tmp" not in text, text
+        assert digest(drive.dev) == before, extra
+    runner.run(["chattr", "-i", str(etc / "fstab" if what == "fstab" else etc)], timeout=10)
+    code, text = storage(cfg, capsys)
+    assert code == 0, text
+    assert f"{tmp_path / 'm1'} ext4" in (etc / "fstab").read_text()
+
+
+def test_a_symlinked_fstab_is_edited_where_it_leads_and_stays_a_link(host, tmp_path, capsys, etc):
+    drive, cfg = one_drive(host, tmp_path)
+    managed = etc / "fstab.d" / "managed"
+    managed.parent.mkdir()
+    os.replace(etc / "fstab", managed)
+    (etc / "fstab").symlink_to("/etc/fstab.d/managed")  # absolute: a host path, as configuration management writes it
+    user_line = managed.read_text()
+    code, text = storage(cfg, capsys, "--dry-run")
+    assert code == 0 and "edit /etc/fstab (a symlink: the edit lands on /etc/fstab.d/managed)" in text, text
+    code, text = storage(cfg, capsys)
+    assert code == 0, text
+    assert (etc / "fstab").is_symlink() and os.readlink(etc / "fstab") == "/etc/fstab.d/managed"
+    block = managed.read_text()
+    assert block.startswith(user_line) and f"{tmp_path / 'm1'} ext4" in block
+    code, text = storage(cfg, capsys)
+    assert code == 0 and "storage: no changes" in text, text
+
+
+@pytest.mark.parametrize("case", ["another user's link", "a link to nothing"])
+def test_a_link_root_cannot_follow_refuses_the_run(case, host, tmp_path, capsys, etc):
+    drive, cfg = one_drive(host, tmp_path)
+    (etc / "fstab").unlink()
+    if case == "a link to nothing":
+        (etc / "fstab").symlink_to("/etc/fstab.d/gone")
+        needle = "/etc/fstab: it is a symlink to /etc/fstab.d/gone, which does not exist"
+    else:
+        (etc / "fstab.real").write_text("# root's\n")
+        (etc / "fstab").symlink_to("fstab.real")
+        os.lchown(etc / "fstab", 4242, 4242)
+        needle = "/etc/fstab is a symlink owned by uid 4242: root does not follow another user's link"
+    before = digest(drive.dev)
+    for extra in (("--dry-run",), ()):
+        code, text = storage(cfg, capsys, *extra)
+        assert code == 3 and needle in text, (extra, text)
+        assert digest(drive.dev) == before
+    assert (etc / "fstab").is_symlink()
