@@ -623,3 +623,51 @@ def test_a_foreign_backup_table_is_not_hostctls(cfg, facts):
     assert v.status == "refused" and "--erase" in v.fix and "gdisk" not in v.fix
     # --erase does apply to a table that is not hostctl's
     assert plan(cfg, facts, files, erase=(str(cfg.profile.drives[0].identity),)).drives[0].status == "erase"
+
+
+# ---------------------------------------------------------------- the plan says what provision will refuse
+
+
+def test_the_plan_reports_what_provision_would_refuse(cfg, facts):
+    from hostctl.plan import build_plan
+    from hostctl.provision.storage import add_drive_problems
+
+    def errors(config):
+        plan = add_drive_problems(build_plan(config, facts), config, facts)
+        return [(p.code, p.message) for p in plan.errors]
+
+    assert errors(cfg) == []  # the provisioned desktop: nothing to refuse
+    by_id = disk(facts, SERIAL1).by_id[0]
+    same = with_drive(cfg, 1, identity=f"by-id:{by_id}")  # the second drive names the first one's disk
+    assert [c for c, _ in errors(same)] == ["storage.drives.invalid"]
+    assert "are the same disk" in errors(same)[0][1]
+    huge = with_drive(cfg, 0, swap="99999999999999999999TiB")
+    (code, message), = errors(huge)
+    assert code == "storage.drive.refused" and "provision would refuse drive ssd1" in message
+    assert "it is smaller than the layout" in message
+
+
+def test_doctor_fails_the_drives_check_with_the_plans_error(cfg, facts):
+    from hostctl.doctor.checks.storage import drives
+    from hostctl.doctor.registry import CheckContext
+    from hostctl.plan import build_plan
+    from hostctl.provision.storage import add_drive_problems
+
+    huge = with_drive(cfg, 0, swap="99999999999999999999TiB")
+    for config, status in ((cfg, "pass"), (huge, "fail")):
+        plan = add_drive_problems(build_plan(config, facts), config, facts)
+        result = drives(CheckContext(facts=facts, config=config, plan=plan, level="quick", facts_source="snapshot"))
+        assert result.status == status, result
+
+
+def test_a_snapshot_with_two_gpus_at_one_index_is_bad_input(tmp_path, facts):
+    from hostctl.errors import InputError as _InputError
+
+    doc = facts.model_dump(mode="json", by_alias=True)
+    doc["gpus"]["devices"][1]["index"] = 0
+    path = tmp_path / "two-zero.facts.json"
+    import json
+    path.write_text(json.dumps(doc))
+    with pytest.raises(_InputError) as err:
+        load_snapshot(path)
+    assert "gpus.devices" in err.value.render() and "two GPUs have index 0" in err.value.render()
