@@ -127,12 +127,7 @@ def plan(ctx: typer.Context, json_: JsonOpt = False, config: ConfigOpt = None, f
 
     c = global_options(ctx, config, facts)
     cfg = c.config()
-    facts_now = c.facts(cfg, for_plan=True)
-    result = build_plan(cfg, facts_now)
-    if cfg.profile.drives:  # what provision's storage part would refuse is a plan error too
-        from hostctl.provision.storage import add_drive_problems
-
-        add_drive_problems(result, cfg, facts_now)
+    result = build_plan(cfg, c.facts(cfg, for_plan=True))
     # The plan carries the recipe's env values: secrets are hidden by name and by value.
     sys.stdout.write(redact(result.model_dump_json(indent=2) + "\n" if json_ else plan_text(result)))
     if result.errors:
@@ -182,12 +177,7 @@ def render(
 
     c = global_options(ctx, config, facts)
     cfg = c.config()
-    facts_now = c.facts(cfg, for_plan=True)
-    result = build_plan(cfg, facts_now)
-    if cfg.profile.drives:  # what provision's storage part would refuse is a plan error too
-        from hostctl.provision.storage import add_drive_problems
-
-        add_drive_problems(result, cfg, facts_now)
+    result = build_plan(cfg, c.facts(cfg, for_plan=True))
     if result.errors:
         raise FailedError(
             "the plan has errors; nothing was rendered",

@@ -25,11 +25,6 @@ def role_code(role: str, kind: str) -> str:
 RANK_STALE_COPY = "storage.rank.stale_copy"
 RANK_NOT_SPLIT = "storage.rank.not_split"
 
-# the profile's drives as provision's storage part judges them (hostctl.provision.storage.drive_problems):
-# drives that resolve to one disk (bad input), or a drive it would refuse (not found, in use, too small...)
-STORAGE_DRIVES_INVALID = "storage.drives.invalid"
-STORAGE_DRIVE_REFUSED = "storage.drive.refused"
-
 RUNTIME_NO_IMAGE = "runtime.no_image"
 RUNTIME_NO_MODEL_DIR = "runtime.no_model_dir"
 # a recipe's {model:NAME} with no runtime.models_dir to resolve under (a role's placeholder without

@@ -47,7 +47,6 @@ from hostctl.facts.disks import resolve_identity
 from hostctl.facts.records import Disk, HostFacts, Partition
 from hostctl.facts.sysfiles import DirState, SystemFiles, WriteTarget  # noqa: F401  (the snapshot storage decides on)
 from hostctl.plan.storage import plan_storage
-from hostctl.plan.records import Plan
 from hostctl.provision import files, fstab, sysctl
 from hostctl.plan.requests import tensor_parallel
 from hostctl.bytesizes import MIB, fmt_bytes
@@ -1017,29 +1016,6 @@ def plan_storage_provision(config: Config, facts: HostFacts, system: SystemFiles
                                   note="now: " + ", ".join(f"{k}={v}" for k, v in current.items())).amended(
                 changes="the running kernel's swap sysctls", why=f"the swap sysctls for phase {profile.phase}, applied now"))
     return _editable(config, sp, system)
-
-
-def drive_problems(config: Config, facts: HostFacts) -> list[tuple[str, str, str | None]]:
-    """(code, message, fix) for each thing `provision --only storage --dry-run` would refuse on
-    these facts before reading any system file: the plan and doctor report them as errors, so a
-    profile that plans clean is one provision accepts. Pure: the decision runs on the facts."""
-    from hostctl.plan import codes
-
-    if not config.profile.drives or not facts.disks.available:
-        return []
-    try:
-        sp = plan_storage_provision(config, facts, SystemFiles(), StorageOptions())
-    except (InputError, RefusedError) as exc:
-        return [(codes.STORAGE_DRIVES_INVALID, exc.message, exc.fix)]
-    return [(codes.STORAGE_DRIVE_REFUSED, f"provision would refuse drive {v.where()}: {'; '.join(v.reasons)}", v.fix)
-            for v in sp.refused]
-
-
-def add_drive_problems(plan: Plan, config: Config, facts: HostFacts) -> Plan:
-    """The plan with drive_problems as errors of its storage section (`plan`, doctor)."""
-    for code, message, fix in drive_problems(config, facts):
-        plan.storage.problem(code, "error", message, fix)
-    return plan
 
 
 def _editable(config: Config, sp: StorageProvision, system: SystemFiles) -> StorageProvision:
