@@ -162,3 +162,22 @@ def write_profile(path: Path, drives: list[str], *, storage: str = "", recipe: s
 
 def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def disk_digest(dev: str) -> str:
+    """Every byte of a (small) drive: what a refusal must leave as it was."""
+    h = hashlib.sha256()
+    with open(dev, "rb") as f:
+        while chunk := f.read(8 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def storage(cfg: Path, capsys, *extra: str) -> tuple[int, str]:
+    """`hostctl provision --only storage --yes` through the CLI: (exit status, stdout + stderr)."""
+    from hostctl import cli
+
+    capsys.readouterr()
+    code = cli.main(["provision", "--only", "storage", "--yes", "--config", str(cfg), *extra])
+    out = capsys.readouterr()
+    return code, out.out + out.err

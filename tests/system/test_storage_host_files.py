@@ -8,34 +8,19 @@ and a link root can trust is followed, its target edited in place, the link kept
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 
 import pytest
 
-from hostctl import cli, runner
+from hostctl import runner
 
-from loopdrives import check, drive_toml, write_profile
+from loopdrives import drive_toml, write_profile
+from loopdrives import disk_digest as digest, storage
 from loopdrives import host, restore_sysctls, sysroot  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.system
 ROLES = 'planes_cache = "d1"\nexpert_store = "d1"\ncompile_cache = "d1"'
-
-
-def storage(cfg: Path, capsys, *extra: str) -> tuple[int, str]:
-    capsys.readouterr()
-    code = cli.main(["provision", "--only", "storage", "--yes", "--config", str(cfg), *extra])
-    out = capsys.readouterr()
-    return code, out.out + out.err
-
-
-def digest(dev: str) -> str:
-    h = hashlib.sha256()
-    with open(dev, "rb") as f:
-        while chunk := f.read(8 << 20):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def one_drive(host, tmp_path: Path):

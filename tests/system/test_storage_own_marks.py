@@ -16,35 +16,20 @@ GPT half, a partition name) is hostctl's, and hostctl never formats it on --eras
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 
 import pytest
 
-from hostctl import cli, marks, runner
+from hostctl import marks, runner
 
 from loopdrives import check, drive_toml, sha256, wait_for, write_profile
+from loopdrives import disk_digest as digest, storage
 from loopdrives import host, restore_sysctls, sysroot  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.system
 ROLES = 'planes_cache = "d1"\nexpert_store = "d1"\ncompile_cache = "d1"'
 SECTOR, ARRAY = 512, 128 * 128
-
-
-def storage(cfg: Path, capsys, *extra: str) -> tuple[int, str]:
-    capsys.readouterr()
-    code = cli.main(["provision", "--only", "storage", "--yes", "--config", str(cfg), *extra])
-    out = capsys.readouterr()
-    return code, out.out + out.err
-
-
-def digest(dev: str) -> str:
-    h = hashlib.sha256()
-    with open(dev, "rb") as f:
-        while chunk := f.read(8 << 20):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def regions(size: int) -> dict[str, tuple[int, int]]:
