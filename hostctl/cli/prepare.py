@@ -8,7 +8,7 @@ import os
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
@@ -16,6 +16,7 @@ from hostctl.cli.options import (
     ClusterOpt,
     ConfigOpt,
     FactsOpt,
+    GlobalOptions,
     JsonOpt,
     MemberOpt,
     global_options,
@@ -24,6 +25,10 @@ from hostctl.cli.options import (
     typed_path,
 )
 from hostctl.errors import EXIT_FAILED, FailedError, InputError, NoProfileError
+
+if TYPE_CHECKING:
+    from hostctl.config import Config
+    from hostctl.plan.records import Plan
 
 app = typer.Typer()
 
@@ -122,16 +127,29 @@ def plan(ctx: typer.Context, json_: JsonOpt = False, config: ConfigOpt = None, f
             raise typer.Exit(code)
         return
     from hostctl.secrets import redact
-    from hostctl.plan import build_plan
     from hostctl.present import plan_text
 
     c = global_options(ctx, config, facts)
     cfg = c.config()
-    result = build_plan(cfg, c.facts(cfg, for_plan=True))
+    result = _plan_with_drives(c, cfg)
     # The plan carries the recipe's env values: secrets are hidden by name and by value.
     sys.stdout.write(redact(result.model_dump_json(indent=2) + "\n" if json_ else plan_text(result)))
     if result.errors:
         raise typer.Exit(EXIT_FAILED)
+
+
+def _plan_with_drives(c: GlobalOptions, cfg: Config) -> Plan:
+    """The plan, with what provision's storage part would refuse on these facts as its problems
+    (a drive a snapshot of another host does not hold is a warning there)."""
+    from hostctl.plan import build_plan
+
+    facts_now = c.facts(cfg, for_plan=True)
+    result = build_plan(cfg, facts_now)
+    if cfg.profile.drives:
+        from hostctl.provision.storage import add_drive_problems
+
+        add_drive_problems(result, cfg, facts_now, snapshot=c.facts_path is not None)
+    return result
 
 
 @app.command()
@@ -170,14 +188,13 @@ def render(
         if member is not None and facts_path is None:  # this host's member: its unit runs here
             _warn_boot_code(hostctl_bin)
         return
-    from hostctl.plan import build_plan
     from hostctl.service.compose import compose_available
     from hostctl.service.project_part import project_paths, render_project
     from hostctl.service.render import compose_checked, render_files
 
     c = global_options(ctx, config, facts)
     cfg = c.config()
-    result = build_plan(cfg, c.facts(cfg, for_plan=True))
+    result = _plan_with_drives(c, cfg)
     if result.errors:
         raise FailedError(
             "the plan has errors; nothing was rendered",

@@ -556,6 +556,7 @@ class _Probe:
             table_type=c["table_type"],
             table_entries=table_entries(f"/dev/{name}") if c["table_type"] else None,
             fs_type=c["fs_type"],
+            fs_label=c["fs_label"] if c["fs_type"] else None,
             mountpoints=self.mounts.get(dev, []),
             holders=_holders(sysdir),
             swap_active=dev in self.swaps,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, field_validator
 
 from hostctl.data import Data
 
@@ -75,6 +75,18 @@ class GpuFacts(Absence):
     kernel_module: Literal["open", "proprietary"] | None = None
     devices: list[Gpu] = Field(default_factory=list)
     pairs: list[GpuPair] = Field(default_factory=list)
+
+    @field_validator("devices")
+    @classmethod
+    def _one_gpu_per_index(cls, devices: list[Gpu]) -> list[Gpu]:
+        # NVML numbers the GPUs 0..N-1; two at one index is a hand-edited snapshot, and every
+        # decision by index (placement, power limits, P2P pairs) would pick one of them at random
+        seen: set[int] = set()
+        for g in devices:
+            if g.index in seen:
+                raise ValueError(f"two GPUs have index {g.index}: each GPU needs an index of its own")
+            seen.add(g.index)
+        return devices
 
     def by_index(self, index: int) -> Gpu | None:
         return next((g for g in self.devices if g.index == index), None)
@@ -195,6 +207,7 @@ class Disk(Data):
     # (what the kernel has loaded): a loop device after sgdisk, before `partx -u`.
     table_entries: int | None = None
     fs_type: str | None = None  # a filesystem written straight onto the whole disk
+    fs_label: str | None = None  # that filesystem's label
     mountpoints: list[str] = Field(default_factory=list)
     holders: list[str] = Field(default_factory=list)
     swap_active: bool = False

@@ -25,6 +25,14 @@ def role_code(role: str, kind: str) -> str:
 RANK_STALE_COPY = "storage.rank.stale_copy"
 RANK_NOT_SPLIT = "storage.rank.not_split"
 
+# the profile's drives as provision's storage part judges them (hostctl.provision.storage.drive_problems):
+# drives that resolve to one disk (bad input); a drive whose identity names no disk, several, or
+# a partition (an error on the host, a warning on a snapshot of another); a drive it would
+# refuse for what the disk holds or is (in use, too small, foreign data without --erase, ...)
+STORAGE_DRIVES_INVALID = "storage.drives.invalid"
+STORAGE_DRIVE_UNRESOLVED = "storage.drive.unresolved"
+STORAGE_DRIVE_REFUSED = "storage.drive.refused"
+
 RUNTIME_NO_IMAGE = "runtime.no_image"
 RUNTIME_NO_MODEL_DIR = "runtime.no_model_dir"
 # a recipe's {model:NAME} with no runtime.models_dir to resolve under (a role's placeholder without

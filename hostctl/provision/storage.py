@@ -47,6 +47,7 @@ from hostctl.facts.disks import resolve_identity
 from hostctl.facts.records import Disk, HostFacts, Partition
 from hostctl.facts.sysfiles import DirState, SystemFiles, WriteTarget  # noqa: F401  (the snapshot storage decides on)
 from hostctl.plan.storage import plan_storage
+from hostctl.plan.records import Plan
 from hostctl.provision import files, fstab, sysctl
 from hostctl.plan.requests import tensor_parallel
 from hostctl.bytesizes import MIB, fmt_bytes
@@ -482,6 +483,15 @@ def plan_drive(drive: Drive, disk: Disk, facts: HostFacts, dirs: list[tuple[str,
 
     if not disk.partitions and any(marks.role_of(t.name, None) for t in disk.gpt_traces):
         return _plan_torn_table(v, specs, opts, dirs, facts, defer_mount, unmount_first)
+    if disk.fs_type and marks.role_of(None, disk.fs_label):
+        # hostctl never makes a filesystem on a whole disk, but one carrying its label is its mark:
+        # a partition's filesystem copied onto the disk (dd of a partition image), or a table lost
+        # in front of it. Its marks win over --erase, as on a partition (README, storage).
+        return _refuse(v, "hostctl's label on a whole disk",
+                       [f"it holds a {disk.fs_type} filesystem labelled {disk.fs_label!r} on the whole disk, not in "
+                        f"a partition hostctl made; formatting it would destroy that filesystem's files"],
+                       f"copy off what it holds; to release the drive yourself, `wipefs --all {disk.path}`, then "
+                       f"re-run (--erase never applies to a drive carrying hostctl's marks)")
     ours = [p for p in disk.partitions if _role(p)]
     foreign = []  # contents only --erase may destroy
     if disk.fs_type:
@@ -1016,6 +1026,39 @@ def plan_storage_provision(config: Config, facts: HostFacts, system: SystemFiles
                                   note="now: " + ", ".join(f"{k}={v}" for k, v in current.items())).amended(
                 changes="the running kernel's swap sysctls", why=f"the swap sysctls for phase {profile.phase}, applied now"))
     return _editable(config, sp, system)
+
+
+def drive_problems(config: Config, facts: HostFacts, *, snapshot: bool = False) -> list[tuple[str, str, str, str | None]]:
+    """(code, severity, message, fix) for each thing `provision --only storage --dry-run` would
+    refuse on these facts before reading any system file: the plan and doctor report them as
+    errors, so a profile that plans clean on the host is one provision accepts. snapshot: the
+    facts describe another host (`--facts`), where a drive the snapshot does not hold is expected
+    (planned before the drive was fitted, or on another machine): a warning there, not an error.
+    Pure: the decision runs on the facts."""
+    from hostctl.plan import codes
+
+    if not config.profile.drives or not facts.disks.available:
+        return []
+    try:
+        sp = plan_storage_provision(config, facts, SystemFiles(), StorageOptions())
+        unresolved = {v.drive.name for v in resolve_drives(config, facts)[1]}
+    except (InputError, RefusedError) as exc:
+        return [(codes.STORAGE_DRIVES_INVALID, "error", exc.message, exc.fix)]
+    out = []
+    for v in sp.refused:
+        message = f"provision would refuse drive {v.where()}: {'; '.join(v.reasons)}"
+        if v.drive.name in unresolved:
+            out.append((codes.STORAGE_DRIVE_UNRESOLVED, "warn" if snapshot else "error", message, v.fix))
+        else:
+            out.append((codes.STORAGE_DRIVE_REFUSED, "error", message, v.fix))
+    return out
+
+
+def add_drive_problems(plan: Plan, config: Config, facts: HostFacts, *, snapshot: bool = False) -> Plan:
+    """The plan with drive_problems in its storage section (`plan`, `render`, doctor)."""
+    for code, severity, message, fix in drive_problems(config, facts, snapshot=snapshot):
+        plan.storage.problem(code, severity, message, fix)
+    return plan
 
 
 def _editable(config: Config, sp: StorageProvision, system: SystemFiles) -> StorageProvision:

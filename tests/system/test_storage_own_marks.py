@@ -12,6 +12,8 @@ GPT half, a partition name) is hostctl's, and hostctl never formats it on --eras
   disk shows its whole size again; then the file on it is still there.
 - hostctl's data partition reformatted by hand (an xfs with files where hostctl made ext4):
   refused, --erase included, with how to give the drive back by hand.
+- hostctl's label on a filesystem that fills a whole disk (a partition image copied onto it):
+  refused the same way.
 """
 
 from __future__ import annotations
@@ -174,5 +176,26 @@ def test_hostctls_data_partition_reformatted_by_hand_is_never_formatted_again(ho
     check(["mount", "-o", "ro", drive.part(2), str(mnt)])
     try:
         assert sha256(mnt / "holiday.jpg") == want
+    finally:
+        check(["umount", str(mnt)])
+
+
+def test_hostctls_label_on_a_whole_disk_filesystem_is_never_formatted(host, tmp_path, capsys):
+    # a data partition's image copied straight onto a disk (dd): no table, but hostctl's label
+    drive, cfg = one_drive(host, tmp_path)
+    check(["mkfs.ext4", "-q", "-F", "-L", marks.fs_label("data", "d1"), drive.dev])
+    mnt = tmp_path / "mine"
+    mnt.mkdir()
+    check(["mount", drive.dev, str(mnt)])
+    (mnt / "layer-3.planes").write_bytes(os.urandom(1 << 20))
+    want = sha256(mnt / "layer-3.planes")
+    check(["umount", str(mnt)])
+    text = refused_untouched(cfg, capsys, drive.dev, [
+        "hostctl's label on a whole disk", f"labelled {marks.fs_label('data', 'd1')!r}",
+        f"`wipefs --all {drive.dev}`", "--erase never applies"])
+    assert "re-run with --erase" not in text
+    check(["mount", "-o", "ro", drive.dev, str(mnt)])
+    try:
+        assert sha256(mnt / "layer-3.planes") == want
     finally:
         check(["umount", str(mnt)])

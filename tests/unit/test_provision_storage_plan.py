@@ -4,6 +4,7 @@ desktop as provisioned, blank, half-provisioned and unsafe; the fstab block; con
 from __future__ import annotations
 
 import io
+import json
 import itertools
 import os
 
@@ -362,6 +363,18 @@ def test_whole_disk_filesystem_is_foreign(cfg, facts):
     assert "a btrfs filesystem on the whole disk" in _reasons(plan(cfg, facts))
 
 
+def test_hostctls_label_on_a_whole_disk_filesystem_wins_over_erase(cfg, facts):
+    blank(facts, SERIAL1)
+    d = disk(facts, SERIAL1)
+    d.fs_type, d.fs_label = "ext4", "hcdata-ssd1"
+    sp = plan(cfg, facts, erase=(SERIAL1,))
+    v = sp.drives[0]
+    assert v.status == "refused" and v.found == "hostctl's label on a whole disk" and v.actions == []
+    assert f"wipefs --all {d.path}" in v.fix
+    d.fs_label = "photos"  # the same filesystem under a label of its own is the user's to erase
+    assert plan(cfg, facts, erase=(SERIAL1,)).drives[0].status == "erase"
+
+
 def test_hostctl_data_is_never_erased_to_change_the_layout(cfg, facts):
     sp = plan(with_drive(cfg, 0, swap="64GiB"), facts, erase=(SERIAL1,))
     assert "hostctl never formats its own partitions again, with or without --erase" in _reasons(sp)
@@ -623,3 +636,64 @@ def test_a_foreign_backup_table_is_not_hostctls(cfg, facts):
     assert v.status == "refused" and "--erase" in v.fix and "gdisk" not in v.fix
     # --erase does apply to a table that is not hostctl's
     assert plan(cfg, facts, files, erase=(str(cfg.profile.drives[0].identity),)).drives[0].status == "erase"
+
+
+# ---------------------------------------------------------------- the plan says what provision will refuse
+
+
+def test_the_plan_reports_what_provision_would_refuse(cfg, facts):
+    from hostctl.plan import build_plan
+    from hostctl.provision.storage import add_drive_problems
+
+    def errors(config):
+        plan = add_drive_problems(build_plan(config, facts), config, facts)
+        return [(p.code, p.message) for p in plan.errors]
+
+    assert errors(cfg) == []  # the provisioned desktop: nothing to refuse
+    by_id = disk(facts, SERIAL1).by_id[0]
+    same = with_drive(cfg, 1, identity=f"by-id:{by_id}")  # the second drive names the first one's disk
+    assert [c for c, _ in errors(same)] == ["storage.drives.invalid"]
+    assert "are the same disk" in errors(same)[0][1]
+    huge = with_drive(cfg, 0, swap="99999999999999999999TiB")
+    (code, message), = errors(huge)
+    assert code == "storage.drive.refused" and "provision would refuse drive ssd1" in message
+    assert "it is smaller than the layout" in message
+
+
+def test_a_drive_the_facts_do_not_hold_is_an_error_on_the_host_and_a_warning_on_a_snapshot(cfg, facts):
+    from hostctl.plan import build_plan
+    from hostctl.provision.storage import add_drive_problems
+
+    missing = with_drive(cfg, 1, identity="serial:NOT-FITTED-YET")
+    for snapshot, severity in ((False, "error"), (True, "warn")):
+        plan = add_drive_problems(build_plan(missing, facts), missing, facts, snapshot=snapshot)
+        found = [(p.code, p.severity) for p in plan.storage.problems if p.code.startswith("storage.drive")]
+        assert found == [("storage.drive.unresolved", severity)], found
+    # on a snapshot too, what the disk that is there holds still refuses
+    huge = with_drive(missing, 0, swap="99999999999999999999TiB")
+    plan = add_drive_problems(build_plan(huge, facts), huge, facts, snapshot=True)
+    assert [p.code for p in plan.errors] == ["storage.drive.refused"]
+
+
+def test_doctor_fails_the_drives_check_with_the_plans_error(cfg, facts):
+    from hostctl.doctor.checks.storage import drives
+    from hostctl.doctor.registry import CheckContext
+    from hostctl.plan import build_plan
+    from hostctl.provision.storage import add_drive_problems
+
+    huge = with_drive(cfg, 0, swap="99999999999999999999TiB")
+    for config, status in ((cfg, "pass"), (huge, "fail")):
+        plan = add_drive_problems(build_plan(config, facts), config, facts)
+        result = drives(CheckContext(facts=facts, config=config, plan=plan, level="quick", facts_source="snapshot"))
+        assert result.status == status, result
+
+
+def test_a_snapshot_with_two_gpus_at_one_index_is_bad_input(tmp_path, facts):
+
+    doc = facts.model_dump(mode="json", by_alias=True)
+    doc["gpus"]["devices"][1]["index"] = 0
+    path = tmp_path / "two-zero.facts.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(InputError) as err:
+        load_snapshot(path)
+    assert "gpus.devices" in err.value.render() and "two GPUs have index 0" in err.value.render()

@@ -131,4 +131,25 @@ def rank_stores(ctx: CheckContext) -> CheckResult:
     return passed(f"{len(stores)} rank(s) on {len(by_fs)} filesystem(s)", observed, expected, source)
 
 
-CHECKS = (mounts, *ROLE_CHECKS, rank_stores)
+DRIVE_CODES = (codes.STORAGE_DRIVES_INVALID, codes.STORAGE_DRIVE_UNRESOLVED, codes.STORAGE_DRIVE_REFUSED)
+
+
+@check("storage.drives", "the profile's drives are ones provision can lay out", codes=DRIVE_CODES)
+def drives(ctx: CheckContext) -> CheckResult:
+    if ctx.plan is None or ctx.config is None:
+        return ctx.no_profile("no drives to check")
+    named = ctx.config.profile.drives
+    if not named:
+        return skipped("the profile names no drives")
+    source = "the disks in the facts, judged as `hostctl provision --only storage --dry-run` judges them"
+    if not ctx.facts.disks.available:
+        return skipped(f"disk facts unavailable: {ctx.facts.disks.reason}", source=source)
+    observed = ", ".join(f"{d.name} ({d.identity})" for d in named)
+    expected = "each drive one disk of its own that provision would lay out, keep or converge"
+    r = _result(ctx.problems(DRIVE_CODES), observed, expected, source)
+    if r is not None:
+        return r
+    return passed(f"{len(named)} drive(s) provision would accept", observed, expected, source)
+
+
+CHECKS = (mounts, *ROLE_CHECKS, rank_stores, drives)
