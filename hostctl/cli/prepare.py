@@ -146,9 +146,9 @@ def _plan_with_drives(c: GlobalOptions, cfg: Config) -> Plan:
     facts_now = c.facts(cfg, for_plan=True)
     result = build_plan(cfg, facts_now)
     if cfg.profile.drives:
-        from hostctl.provision.storage import add_drive_problems
+        from hostctl.provision.storage_part import add_refusals
 
-        add_drive_problems(result, cfg, facts_now, snapshot=c.facts_path is not None)
+        add_refusals(result, cfg, facts_now, snapshot=c.facts_path is not None)
     return result
 
 

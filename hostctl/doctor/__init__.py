@@ -113,9 +113,9 @@ def build_report(opts: DoctorOptions, err: TextIO | None = None):
 
         plan = build_plan(config, facts)
         if config.profile.drives:  # what provision's storage part would refuse is a plan error too
-            from hostctl.provision.storage import add_drive_problems
+            from hostctl.provision.storage_part import add_refusals
 
-            add_drive_problems(plan, config, facts, snapshot=source != "live")
+            add_refusals(plan, config, facts, snapshot=source != "live")
     t3 = time.perf_counter()
     timings["plan"] = t3 - t2
     ctx = CheckContext(facts=facts, config=config, plan=plan, level=opts.level, facts_source=source,

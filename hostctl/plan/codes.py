@@ -32,6 +32,9 @@ RANK_NOT_SPLIT = "storage.rank.not_split"
 STORAGE_DRIVES_INVALID = "storage.drives.invalid"
 STORAGE_DRIVE_UNRESOLVED = "storage.drive.unresolved"
 STORAGE_DRIVE_REFUSED = "storage.drive.refused"
+# a host file the storage run would edit (fstab, the swap sysctl file) that it cannot edit:
+# immutable, on a read-only filesystem, or a link another user owns or that leads nowhere
+STORAGE_FILE_UNEDITABLE = "storage.file.uneditable"
 
 RUNTIME_NO_IMAGE = "runtime.no_image"
 RUNTIME_NO_MODEL_DIR = "runtime.no_model_dir"

@@ -14,16 +14,17 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, TextIO
 
 from hostctl import paths
 from hostctl.act.actions import Action, Assessment
 from hostctl.act.executor import Context, Executor
-from hostctl.act.report import Report
+from hostctl.act.report import PartOutcome, Report
 from hostctl.bytesizes import fmt_bytes
 from hostctl.config import Config
-from hostctl.errors import FailedError, HostctlError
+from hostctl.errors import FailedError, HostctlError, RefusedError
 from hostctl.facts.records import GpuFacts, HostFacts
 from hostctl.facts.sysfiles import LocalReader
 from hostctl.provision.executor import COMMAND, SCHEMA, provision_lock
@@ -191,4 +192,38 @@ def provision(config: Config, *, only: str | None = None, dry_run: bool = False,
     executor = Executor(command=COMMAND, lock=provision_lock, dry_run=dry_run, yes=yes, stdin=stdin or sys.stdin,
                         out=out, err=err, record=lambda name: record_converged(name, config) and None)
     report = Report(schema_tag=SCHEMA, dry_run=dry_run, profile=config.profile.name, only=only)
+    if "storage" in names and "system" in names:
+        blocked = blocked_later_writes(parts[names.index("storage")], SystemPart(config, facts=fresh))
+        if blocked:
+            report.error = RefusedError(
+                f"the system part would have to write {'; '.join(blocked)}; nothing was changed (no drive is touched "
+                "before every file the run will write is known to be writable)",
+                fix="make the file writable (or run `hostctl provision --only storage` first), then re-run; "
+                    "`--dry-run` checks it too")
+            report.parts = [PartOutcome(part=n, status="not-run", reason=f"not run: {report.error.message}")
+                            for n in names]
+            return report
     return executor.run(parts, report)
+
+
+def blocked_later_writes(storage_part: StoragePart, system_part: SystemPart) -> list[str]:
+    """The files the system part would write after the storage part acted, judged as a dry run
+    judges it (on the facts the storage part would leave), that cannot be written where they are
+    (facts.sysfiles.write_target: immutable, a read-only /etc, a link root does not trust): the
+    storage part checks its own files before it touches a drive; this checks the next part's, so
+    a run never partitions and formats only to stop at an immutable unit. Empty when the storage
+    part would change nothing or refuse anyway (its own refusal then says why)."""
+    from hostctl.facts.sysfiles import write_target
+
+    with ExitStack() as held:
+        ctx = Context(dry_run=True, held=held)
+        try:
+            first = storage_part.decide(storage_part.read(ctx))
+            if first.refusals or not first.actions:
+                return []
+            ctx.earlier["storage"] = first
+            then = system_part.decide(system_part.read(ctx))
+        except HostctlError:
+            return []  # the real run meets the same error at its own step and reports it there
+    writes = [a.changes for a in then.actions if a.step.startswith("system/file")]
+    return [f"{path}: {t.problem}" for path in writes if (t := write_target(path)).problem]

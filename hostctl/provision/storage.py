@@ -1028,22 +1028,26 @@ def plan_storage_provision(config: Config, facts: HostFacts, system: SystemFiles
     return _editable(config, sp, system)
 
 
-def drive_problems(config: Config, facts: HostFacts, *, snapshot: bool = False) -> list[tuple[str, str, str, str | None]]:
+def drive_problems(config: Config, facts: HostFacts, *, snapshot: bool = False,
+                   files: SystemFiles | None = None) -> list[tuple[str, str, str, str | None]]:
     """(code, severity, message, fix) for each thing `provision --only storage --dry-run` would
     refuse on these facts before reading any system file: the plan and doctor report them as
     errors, so a profile that plans clean on the host is one provision accepts. snapshot: the
     facts describe another host (`--facts`), where a drive the snapshot does not hold is expected
     (planned before the drive was fitted, or on another machine): a warning there, not an error.
-    Pure: the decision runs on the facts."""
+    files: the host's files the run would edit, as read (facts.sysfiles); an fstab provision could
+    not edit is then reported too. Pure: the decision runs on the facts and the files given."""
     from hostctl.plan import codes
 
     if not config.profile.drives or not facts.disks.available:
         return []
     try:
-        sp = plan_storage_provision(config, facts, SystemFiles(), StorageOptions())
+        sp = plan_storage_provision(config, facts, files or SystemFiles(), StorageOptions())
         unresolved = {v.drive.name for v in resolve_drives(config, facts)[1]}
-    except (InputError, RefusedError) as exc:
+    except InputError as exc:
         return [(codes.STORAGE_DRIVES_INVALID, "error", exc.message, exc.fix)]
+    except RefusedError as exc:  # a file the run would edit cannot be edited (_editable)
+        return [(codes.STORAGE_FILE_UNEDITABLE, "error", exc.message, exc.fix)]
     out = []
     for v in sp.refused:
         message = f"provision would refuse drive {v.where()}: {'; '.join(v.reasons)}"
@@ -1054,9 +1058,10 @@ def drive_problems(config: Config, facts: HostFacts, *, snapshot: bool = False) 
     return out
 
 
-def add_drive_problems(plan: Plan, config: Config, facts: HostFacts, *, snapshot: bool = False) -> Plan:
+def add_drive_problems(plan: Plan, config: Config, facts: HostFacts, *, snapshot: bool = False,
+                       files: SystemFiles | None = None) -> Plan:
     """The plan with drive_problems in its storage section (`plan`, `render`, doctor)."""
-    for code, severity, message, fix in drive_problems(config, facts, snapshot=snapshot):
+    for code, severity, message, fix in drive_problems(config, facts, snapshot=snapshot, files=files):
         plan.storage.problem(code, severity, message, fix)
     return plan
 

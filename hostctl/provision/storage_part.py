@@ -29,9 +29,11 @@ from hostctl.provision.storage import (
     StorageOptions,
     StorageProvision,
     SystemFiles,
+    add_drive_problems,
     layout,
     role_dirs,
 )
+from hostctl.plan.records import Plan
 from hostctl.safefs import sudo_owner
 
 
@@ -54,6 +56,14 @@ def storage_facts(config: Config) -> HostFacts:
 def read_system_files(config: Config, facts: HostFacts, reader: Reader | None = None) -> SystemFiles:
     plain = [directory for _, directory in role_dirs(config, facts)[1]]
     return read_storage_files(reader or LocalReader(), fstab.FSTAB, sysctl.SYSCTL_FILE, plain)
+
+
+def add_refusals(plan: Plan, config: Config, facts: HostFacts, *, snapshot: bool) -> Plan:
+    """The plan with what `provision --only storage --dry-run` would refuse as its problems
+    (storage.drive_problems): on the host, with the files the run would edit read as they are; on
+    a snapshot of another host (snapshot), on the facts alone."""
+    files = None if snapshot else read_system_files(config, facts)
+    return add_drive_problems(plan, config, facts, snapshot=snapshot, files=files)
 
 
 # ---------------------------------------------------------------- presenting

@@ -2,18 +2,20 @@
 before the first disk is touched, in --dry-run too, on real loop drives: an immutable fstab used
 to let a run partition, format, swap on and mount, then fail at the fstab naming a temporary
 file; a symlinked fstab (configuration management, NixOS-like layouts) was replaced by a
-regular file. Now: an edit that cannot land refuses the run with every byte of the drive kept,
-and a link root can trust is followed, its target edited in place, the link kept.
+regular file. Now: an edit that cannot land refuses the run with every byte of the drive kept
+(and is a `plan` error), and a link root can trust is followed, its target edited in place, the
+link kept.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import pytest
 
-from hostctl import runner
+from hostctl import cli, runner
 
 from loopdrives import drive_toml, write_profile
 from loopdrives import disk_digest as digest, storage
@@ -65,6 +67,12 @@ def test_an_immutable_fstab_refuses_the_run_before_any_disk_is_touched(what, hos
         assert f"/etc/fstab: {'the file' if what == 'fstab' else 'its folder'} {shown} is immutable" in text, text
         assert f"chattr -i {shown}" in text and "nothing was changed" in text and ".tmp" not in text, text
         assert digest(drive.dev) == before, extra
+    # `plan` says it as well: what provision would refuse is a plan error
+    capsys.readouterr()
+    code = cli.main(["plan", "--json", "--config", str(cfg)])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 1 and [p["code"] for p in doc["storage"]["problems"] if p["severity"] == "error"] \
+        == ["storage.file.uneditable"], doc["storage"]["problems"]
     runner.run(["chattr", "-i", str(etc / "fstab" if what == "fstab" else etc)], timeout=10)
     code, text = storage(cfg, capsys)
     assert code == 0, text
@@ -107,3 +115,27 @@ def test_a_link_root_cannot_follow_refuses_the_run(case, host, tmp_path, capsys,
         assert code == 3 and needle in text, (extra, text)
         assert digest(drive.dev) == before
     assert (etc / "fstab").is_symlink()
+
+
+def test_a_unit_folder_the_system_part_cannot_write_refuses_the_whole_run_first(host, tmp_path, capsys, etc,
+                                                                                   immutable):
+    """`hostctl provision` (every part): the system part's files are checked before the storage
+    part touches a drive, as the storage part's own are."""
+    drive = host.drive("160M", "f1")
+    cfg = tmp_path / "p.toml"
+    write_profile(cfg, [drive_toml("d1", drive.dev, tmp_path / "m1")], storage=ROLES, recipe="demo-cpu-tiny-moe",
+                  extra='[memory]\nhost_reserve = "4GiB"\n[runtime]\napi_host = "127.0.0.1"\napi_port = 18597\n')
+    units = etc / "systemd" / "system"
+    units.mkdir(parents=True)
+    immutable(units)
+    before = digest(drive.dev)
+    for extra in (("--dry-run",), ("--yes",)):
+        capsys.readouterr()
+        code = cli.main(["provision", "--config", str(cfg), *extra])
+        out = capsys.readouterr()
+        text = out.out + out.err
+        assert code == 3, (extra, text)
+        assert "the system part would have to write /etc/systemd/system/" in text, text
+        assert "its folder /etc/systemd/system is immutable" in text and "nothing was changed" in text, text
+        assert digest(drive.dev) == before, extra
+    assert not (tmp_path / "m1").exists() or not any((tmp_path / "m1").iterdir())

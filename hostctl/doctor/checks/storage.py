@@ -131,7 +131,8 @@ def rank_stores(ctx: CheckContext) -> CheckResult:
     return passed(f"{len(stores)} rank(s) on {len(by_fs)} filesystem(s)", observed, expected, source)
 
 
-DRIVE_CODES = (codes.STORAGE_DRIVES_INVALID, codes.STORAGE_DRIVE_UNRESOLVED, codes.STORAGE_DRIVE_REFUSED)
+DRIVE_CODES = (codes.STORAGE_DRIVES_INVALID, codes.STORAGE_DRIVE_UNRESOLVED, codes.STORAGE_DRIVE_REFUSED,
+               codes.STORAGE_FILE_UNEDITABLE)
 
 
 @check("storage.drives", "the profile's drives are ones provision can lay out", codes=DRIVE_CODES)
