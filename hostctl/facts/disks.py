@@ -180,12 +180,20 @@ def _ends(path: str, size_bytes: int) -> tuple[bytes, bytes]:
         return head, f.read(MIB)
 
 
-def blank_proof(path: str, size_bytes: int) -> BlankProof:
+def _ends_or_none(path: str, size_bytes: int) -> tuple[bytes, bytes] | None:
+    try:
+        return _ends(path, size_bytes)
+    except OSError:
+        return None
+
+
+def blank_proof(path: str, size_bytes: int, ends: tuple[bytes, bytes] | None = None) -> BlankProof:
     """Read what a blank disk must not hold: non-zero bytes in the first or last MiB, an MBR or
-    GPT header, any signature wipefs knows. Needs read access to the device (root)."""
+    GPT header, any signature wipefs knows. Needs read access to the device (root). ends: the
+    first and last MiB when the caller has read them already."""
     proof = BlankProof()
     try:
-        head, tail = _ends(path, size_bytes)
+        head, tail = ends or _ends(path, size_bytes)
     except OSError as exc:
         proof.error = f"{path}: {exc.strerror or exc}"
         return proof
@@ -235,11 +243,8 @@ def gpt_traces(head: bytes, tail: bytes, size_bytes: int) -> list[GptEntryTrace]
 
 def read_gpt_traces(path: str, size_bytes: int) -> list[GptEntryTrace]:
     """gpt_traces of the device; none when it cannot be read (the blank proof says why)."""
-    try:
-        head, tail = _ends(path, size_bytes)
-    except OSError:
-        return []
-    return gpt_traces(head, tail, size_bytes)
+    ends = _ends_or_none(path, size_bytes)
+    return gpt_traces(*ends, size_bytes) if ends else []
 
 
 def sample_offsets(size_bytes: int) -> list[int]:
@@ -536,6 +541,8 @@ class _Probe:
         removable = _read(sysdir / "removable")
         size = int(_read(sysdir / "size") or 0) * SECTOR
         looks_blank = not (c["table_type"] or c["fs_type"] or parts)
+        # the first and last MiB, read once for the blank proof and the GPT entries no tool loads
+        ends = None if parts else _ends_or_none(f"/dev/{name}", size)
         after: list[str] = []
         if parts and name in self.check_disks:
             # where a partition deleted by hand would have started: right after each one that remains
@@ -562,8 +569,8 @@ class _Probe:
             swap_active=dev in self.swaps,
             is_root_disk=name in self.roots,
             read_only=_read(sysdir / "ro") == "1",
-            blank=blank_proof(f"/dev/{name}", size) if looks_blank else None,
-            gpt_traces=[] if parts else read_gpt_traces(f"/dev/{name}", size),
+            blank=blank_proof(f"/dev/{name}", size, ends) if looks_blank else None,
+            gpt_traces=gpt_traces(*ends, size) if ends else [],
             nonzero_after_partitions=after,
             partitions=parts,
         )
