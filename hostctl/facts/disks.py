@@ -542,7 +542,7 @@ class _Probe:
         size = int(_read(sysdir / "size") or 0) * SECTOR
         looks_blank = not (c["table_type"] or c["fs_type"] or parts)
         # the first and last MiB, read once for the blank proof and the GPT entries no tool loads
-        ends = None if parts else _ends_or_none(f"/dev/{name}", size)
+        first_last = None if parts else _ends_or_none(f"/dev/{name}", size)
         after: list[str] = []
         if parts and name in self.check_disks:
             # where a partition deleted by hand would have started: right after each one that remains
@@ -569,8 +569,8 @@ class _Probe:
             swap_active=dev in self.swaps,
             is_root_disk=name in self.roots,
             read_only=_read(sysdir / "ro") == "1",
-            blank=blank_proof(f"/dev/{name}", size, ends) if looks_blank else None,
-            gpt_traces=gpt_traces(*ends, size) if ends else [],
+            blank=blank_proof(f"/dev/{name}", size, first_last) if looks_blank else None,
+            gpt_traces=gpt_traces(*first_last, size) if first_last else [],
             nonzero_after_partitions=after,
             partitions=parts,
         )

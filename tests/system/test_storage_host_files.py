@@ -125,6 +125,10 @@ def test_a_unit_folder_the_system_part_cannot_write_refuses_the_whole_run_first(
     cfg = tmp_path / "p.toml"
     write_profile(cfg, [drive_toml("d1", drive.dev, tmp_path / "m1")], storage=ROLES, recipe="demo-cpu-tiny-moe",
                   extra='[memory]\nhost_reserve = "4GiB"\n[runtime]\napi_host = "127.0.0.1"\napi_port = 18597\n')
+    installed = etc.parent / "usr" / "local" / "bin" / "hostctl"  # what the units call, root's as install.sh leaves it
+    installed.parent.mkdir(parents=True)
+    installed.write_text("#!/bin/sh\n")
+    installed.chmod(0o755)
     units = etc / "systemd" / "system"
     units.mkdir(parents=True)
     immutable(units)
