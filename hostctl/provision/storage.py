@@ -1031,8 +1031,8 @@ def plan_storage_provision(config: Config, facts: HostFacts, system: SystemFiles
 def drive_problems(config: Config, facts: HostFacts, *, snapshot: bool = False,
                    files: SystemFiles | None = None) -> list[tuple[str, str, str, str | None]]:
     """(code, severity, message, fix) for each thing `provision --only storage --dry-run` would
-    refuse on these facts before reading any system file: the plan and doctor report them as
-    errors, so a profile that plans clean on the host is one provision accepts. snapshot: the
+    refuse on these facts: the plan and doctor report them as errors, so a profile that plans
+    clean on the host is one provision accepts. snapshot: the
     facts describe another host (`--facts`), where a drive the snapshot does not hold is expected
     (planned before the drive was fitted, or on another machine): a warning there, not an error.
     files: the host's files the run would edit, as read (facts.sysfiles); an fstab provision could
