@@ -20,7 +20,17 @@ from hostctl.data import Data
 from hostctl.facts.records import KernelEvent, KernelLogFacts
 
 KMSG = Path("/dev/kmsg")
+UPTIME = Path("/proc/uptime")
 MAX_KMSG_RECORDS = 200_000  # a bound, so a log that is being flooded cannot keep us reading
+
+
+def uptime_s() -> float | None:
+    """Seconds since boot on the clock the kernel log's timestamps use: `up` notes it when it
+    starts, so the events logged after that (its own run's) can be told from older ones."""
+    try:
+        return float(UPTIME.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def parse_kmsg_record(record: bytes) -> tuple[int, str] | None:

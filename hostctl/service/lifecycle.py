@@ -29,6 +29,7 @@ from hostctl import loglines, paths
 from hostctl.config import Config
 from hostctl.failures import StartEvidence, Finding, classify
 from hostctl.errors import FailedError
+from hostctl.facts.kernel_log import uptime_s
 from hostctl.plan.records import Plan
 
 if TYPE_CHECKING:
@@ -50,13 +51,6 @@ HEALTH_EVERY_S = 1.0
 STATE_EVERY_S = 2.0
 FAILED_STOP_S = 5
 SCHEMA = "hostctl.up/v1"
-
-
-def _uptime_s() -> float | None:
-    try:
-        return float(Path("/proc/uptime").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def _kernel_events_since(uptime_at_start: float | None) -> str:
@@ -277,7 +271,7 @@ def _watch(config: Config, plan: Plan, name: str, since: float, timeout: int, sa
     recipe = config.recipe
     ep = preflight.endpoint(plan)
     t0 = time.monotonic()
-    uptime_at_start = _uptime_s()
+    uptime_at_start = uptime_s()
     deadline = t0 + timeout
     limit = watchdog_s(config)
     tracker = Tracker(started=t0)

@@ -34,6 +34,7 @@ from pydantic import ConfigDict, Field
 
 from hostctl.data import Data
 from hostctl.config import Config
+from hostctl.facts.kernel_log import uptime_s
 from hostctl.failures import StartEvidence, Finding, classify
 from hostctl.plan.records import Plan
 from hostctl.service import apiclient, apipeer, restarts, sdnotify, saved, supervisor
@@ -208,7 +209,7 @@ def supervise(config: Config, plan: Plan, stop: Stop, say: Say, notify=sdnotify.
     name = lifecycle.container_name(plan)
     hang_s = float(config.recipe.hang_timeout_s)
     t0 = time.monotonic()
-    uptime0 = lifecycle._uptime_s()
+    uptime0 = uptime_s()
     st = container_state(name)
     watcher = Watcher(hang_timeout_s=hang_s, started_at=t0)
     feed = Feed(name, time.time() - 1, st.id)
