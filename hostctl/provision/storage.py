@@ -924,6 +924,12 @@ def resolve_drives(config: Config, facts: HostFacts) -> tuple[dict[str, Disk], l
     disk out for the first and then refuse (or, with --erase, wipe) it for the second."""
     found: dict[str, Disk] = {}
     refused: list[DriveVerdict] = []
+    if not facts.disks.available:  # no disk was read: say why, not that the drive is missing
+        return found, [DriveVerdict(drive, None, "refused", "disks not read",
+                                    [f"the host's disks could not be read ({facts.disks.reason})"],
+                                    fix="see `hostctl facts` (its disks section); a probe that failed is a bug to "
+                                        "report with `hostctl doctor --bundle support.tar.gz`")
+                       for drive in config.profile.drives]
     disk_names = {d.name for d in facts.disks.devices}
     for drive in config.profile.drives:
         resolved = resolve_identity(drive.identity.kind, drive.identity.value, facts.disks)

@@ -697,3 +697,11 @@ def test_a_snapshot_with_two_gpus_at_one_index_is_bad_input(tmp_path, facts):
     with pytest.raises(InputError) as err:
         load_snapshot(path)
     assert "gpus.devices" in err.value.render() and "two GPUs have index 0" in err.value.render()
+
+
+def test_disks_that_could_not_be_read_are_not_called_missing(cfg, facts):
+    facts.disks = DiskFacts(available=False, reason="disk probe failed: TypeError: boom")
+    sp = plan(cfg, facts)
+    assert [v.found for v in sp.drives] == ["disks not read"] * len(cfg.profile.drives)
+    assert "could not be read (disk probe failed: TypeError: boom)" in _reasons(sp)
+    assert "no disk on this host has identity" not in _reasons(sp)
