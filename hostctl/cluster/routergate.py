@@ -25,6 +25,7 @@ parsed arguments in-process, never to any argv) and exits with the child's code.
 from __future__ import annotations
 
 import argparse
+import errno
 import hmac
 import json
 import os
@@ -52,6 +53,7 @@ UPSTREAM_CONNECT_S = 5.0
 UPSTREAM_IDLE_S = 1800.0
 CLIENT_SEND_S = 60.0  # a client that stops reading is dropped
 CONNECTIONS_MAX = 256
+ACCEPT_RETRY_S = 0.1  # after an accept that failed for want of descriptors or memory
 
 # The probes answer without the key (hostctl waits on /liveness; they change nothing).
 PROBES = frozenset({"/health", "/liveness", "/readiness"})
@@ -315,8 +317,15 @@ class Gate:
                 pass
 
     def serve(self, listener: socket.socket) -> None:
+        """Accept until the listener is closed (the gate stopping), handing each client a thread."""
         while True:
-            conn, _ = listener.accept()
+            try:
+                conn, _ = listener.accept()
+            except OSError as exc:
+                if exc.errno in (errno.EBADF, errno.EINVAL):  # closed or shut down: the gate is stopping
+                    return
+                time.sleep(ACCEPT_RETRY_S)  # out of descriptors (EMFILE) or memory: try again, not in a spin
+                continue
             if not self.slots.acquire(blocking=False):
                 # Never wait on one of a flood of clients here: this loop accepts for everyone.
                 try:
