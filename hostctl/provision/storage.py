@@ -1038,18 +1038,17 @@ def drive_problems(config: Config, facts: HostFacts, *, snapshot: bool = False,
                    files: SystemFiles | None = None) -> list[tuple[str, str, str, str | None]]:
     """(code, severity, message, fix) for each thing `provision --only storage --dry-run` would
     refuse on these facts: the plan and doctor report them as errors, so a profile that plans
-    clean on the host is one provision accepts. snapshot: the
-    facts describe another host (`--facts`), where a drive the snapshot does not hold is expected
-    (planned before the drive was fitted, or on another machine): a warning there, not an error.
-    files: the host's files the run would edit, as read (facts.sysfiles); an fstab provision could
-    not edit is then reported too. Pure: the decision runs on the facts and the files given."""
+    clean on the host is one provision accepts. snapshot: the facts describe another host
+    (`--facts`), where a drive the snapshot does not hold is expected (planned before the drive
+    was fitted, or on another machine): a warning there, not an error. files: the host's files
+    the run would edit, as read (facts.sysfiles); an fstab provision could not edit is then
+    reported too. Pure: the decision runs on the facts and the files given."""
     from hostctl.plan import codes
 
     if not config.profile.drives or not facts.disks.available:
         return []
     try:
         sp = plan_storage_provision(config, facts, files or SystemFiles(), StorageOptions())
-        unresolved = {v.drive.name for v in resolve_drives(config, facts)[1]}
     except InputError as exc:
         return [(codes.STORAGE_DRIVES_INVALID, "error", exc.message, exc.fix)]
     except RefusedError as exc:  # a file the run would edit cannot be edited (_editable)
@@ -1057,7 +1056,7 @@ def drive_problems(config: Config, facts: HostFacts, *, snapshot: bool = False,
     out = []
     for v in sp.refused:
         message = f"provision would refuse drive {v.where()}: {'; '.join(v.reasons)}"
-        if v.drive.name in unresolved:
+        if v.disk is None:  # its identity resolved to no disk (resolve_drives): nothing was judged
             out.append((codes.STORAGE_DRIVE_UNRESOLVED, "warn" if snapshot else "error", message, v.fix))
         else:
             out.append((codes.STORAGE_DRIVE_REFUSED, "error", message, v.fix))
