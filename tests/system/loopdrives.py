@@ -181,3 +181,21 @@ def storage(cfg: Path, capsys, *extra: str) -> tuple[int, str]:
     code = cli.main(["provision", "--only", "storage", "--yes", "--config", str(cfg), *extra])
     out = capsys.readouterr()
     return code, out.out + out.err
+
+
+OWN_ROLES = 'planes_cache = "d1"\nexpert_store = "d1"\ncompile_cache = "d1"'
+
+
+def provisioned(host, tmp_path: Path, capsys, *, size: str = "200M", fs: str = "ext4"):
+    """One loop drive laid out by `provision --only storage` (drive d1 mounted at tmp_path/m1,
+    every cache role on it) with a 2 MiB file of random bytes in its planes cache, synced:
+    (drive, profile path, the file, its sha256)."""
+    drive = host.drive(size, "t1")
+    cfg = tmp_path / "p.toml"
+    write_profile(cfg, [drive_toml("d1", drive.dev, tmp_path / "m1", fs=fs)], storage=OWN_ROLES)
+    code, text = storage(cfg, capsys)
+    assert code == 0, text
+    data = tmp_path / "m1" / "moet-planes" / "layer-3.planes"
+    data.write_bytes(os.urandom(2 << 20))
+    os.sync()
+    return drive, cfg, data, sha256(data)

@@ -13,7 +13,6 @@ made and may hold data from then on) and before the fstab edit:
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -21,25 +20,10 @@ import pytest
 from hostctl import paths, runner
 from hostctl.facts.mounts import read_mountinfo
 
-from loopdrives import check, drive_toml, sha256, write_profile
-from loopdrives import storage
+from loopdrives import check, provisioned, sha256, storage
 from loopdrives import host, restore_sysctls, sysroot  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.system
-ROLES = 'planes_cache = "d1"\nexpert_store = "d1"\ncompile_cache = "d1"'
-
-
-def provisioned_xfs(host, tmp_path: Path, capsys):
-    drive = host.drive("320M", "s1")  # mkfs.xfs needs 300 MiB
-    mount = tmp_path / "m1"
-    cfg = tmp_path / "p.toml"
-    write_profile(cfg, [drive_toml("d1", drive.dev, mount, fs="xfs")], storage=ROLES)
-    code, text = storage(cfg, capsys)
-    assert code == 0, text
-    data = mount / "moet-planes" / "layer-3.planes"
-    data.write_bytes(os.urandom(2 << 20))
-    os.sync()
-    return drive, cfg, mount, data, sha256(data)
 
 
 def before_the_fstab_edit() -> None:
@@ -58,13 +42,15 @@ def converges(cfg: Path, capsys, drive, mount: Path, data: Path, want: str) -> N
 
 
 def test_the_mount_finished_in_the_kernel_after_the_kill(host, tmp_path, capsys):
-    drive, cfg, mount, data, want = provisioned_xfs(host, tmp_path, capsys)
+    drive, cfg, data, want = provisioned(host, tmp_path, capsys, size="320M", fs="xfs")  # mkfs.xfs: 300 MiB
+    mount = tmp_path / "m1"
     before_the_fstab_edit()
     converges(cfg, capsys, drive, mount, data, want)
 
 
 def test_an_xfs_left_with_its_log_to_replay_is_mounted_not_refused(host, tmp_path, capsys):
-    drive, cfg, mount, data, want = provisioned_xfs(host, tmp_path, capsys)
+    drive, cfg, data, want = provisioned(host, tmp_path, capsys, size="320M", fs="xfs")  # mkfs.xfs: 300 MiB
+    mount = tmp_path / "m1"
     check(["xfs_io", "-x", "-c", "shutdown", str(mount)])  # the log as a crash leaves it
     check(["umount", str(mount)])
     check(["swapoff", drive.part(1)])

@@ -26,11 +26,10 @@ import pytest
 from hostctl import marks, runner
 
 from loopdrives import check, drive_toml, sha256, wait_for, write_profile
-from loopdrives import disk_digest as digest, storage
+from loopdrives import OWN_ROLES as ROLES, disk_digest as digest, provisioned, storage
 from loopdrives import host, restore_sysctls, sysroot  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.system
-ROLES = 'planes_cache = "d1"\nexpert_store = "d1"\ncompile_cache = "d1"'
 SECTOR, ARRAY = 512, 128 * 128
 
 
@@ -108,18 +107,6 @@ def test_a_torn_table_that_may_hold_data_is_refused_even_with_erase(case, host, 
         assert "never formats its own partitions, with or without --erase" in text, text
         assert f"gdisk {drive.dev}" in text and "`b` and `c` (rebuild the primary table from the backup)" in text
         assert digest(drive.dev) == before, extra
-
-
-def provisioned(host, tmp_path: Path, capsys, size: str = "200M"):
-    drive = host.drive(size, "t1")
-    cfg = tmp_path / "p.toml"
-    write_profile(cfg, [drive_toml("d1", drive.dev, tmp_path / "m1")], storage=ROLES)
-    code, text = storage(cfg, capsys)
-    assert code == 0, text
-    data = tmp_path / "m1" / "moet-planes" / "layer-3.planes"
-    data.write_bytes(os.urandom(2 << 20))
-    os.sync()
-    return drive, cfg, data, sha256(data)
 
 
 def refused_untouched(cfg: Path, capsys, dev: str, needles: list[str]) -> str:
