@@ -1,8 +1,11 @@
 """The runtime container as the Docker engine sees it (docker SDK): its state, and a live feed
 of its engine events (`oom`, `die` with the exit code) and log lines for the watcher.
 
-Events are read from just before `docker compose up`, so a container that dies at once is
-still seen; the container's state is polled as well, in case the event stream hiccups.
+Events and log lines are read from the moment `docker compose up` was asked, so a container that
+dies at once is still seen; the container's state is polled as well, in case the event stream
+hiccups. A container that ended (`docker kill`, a crash) is started again in place by compose,
+with the same id and its earlier run's log: what came before that moment belongs to the earlier
+run and is not this one's (a supervised restart read the kill that caused it as its own death).
 """
 
 from __future__ import annotations
@@ -101,7 +104,11 @@ class Feed:
 
     def __init__(self, name: str, since: float, container_id: str | None = None):
         self.name = name
-        self.since = since  # epoch seconds: events from this moment on
+        # Epoch seconds (the host's clock, which is also the engine's): events and log lines from
+        # this moment on. The events API takes whole seconds, so earlier ones are dropped by their
+        # nanosecond time.
+        self.since = since
+        self._since_ns = int(since * 1e9)
         # A container of the same name may have died a moment before (the previous run): only
         # this container's events count.
         self.container_id = container_id
@@ -132,6 +139,8 @@ class Feed:
                     continue
                 if self.container_id and ev.get("id") != self.container_id:
                     continue
+                if (ev.get("timeNano") or 0) < self._since_ns:
+                    continue
                 self.q.put(Item(kind="event", text=ev.get("Action") or ev.get("status") or "", at=time.monotonic(),
                                 attrs=ev.get("Actor", {}).get("Attributes", {}), time_ns=ev.get("timeNano")))
         except Exception:  # the stream closes when we stop it, or when the engine goes away
@@ -141,7 +150,7 @@ class Feed:
         buf = b""
         try:
             c = self._dc.containers.get(self.name)
-            for chunk in c.logs(stream=True, follow=True, stdout=True, stderr=True):
+            for chunk in c.logs(stream=True, follow=True, stdout=True, stderr=True, since=self.since):
                 if self._stop.is_set():
                     break
                 buf += chunk

@@ -194,7 +194,7 @@ def _up(config: Config, plan: Plan, facts, *, timeout: int | None, keep_on_failu
         exc.details.append("nothing was started")
         raise
 
-    since = time.time() - 1
+    since = time.time()  # this run's events and log lines only (service.container.Feed)
     started[0] = True
     run_inline([RuntimePart("start", project_dir=target, project=plan.runtime.project, container=name,
                             new_session=True)], command="hostctl up", schema=SCHEMA, say=say)
@@ -276,7 +276,10 @@ def _watch(config: Config, plan: Plan, name: str, since: float, timeout: int, sa
     limit = watchdog_s(config)
     tracker = Tracker(started=t0)
     log: deque[str] = deque(maxlen=LOG_KEEP)
-    feed = Feed(name, since, container_state(name).id)
+    st = container_state(name)
+    if st.running and st.started_at is not None and st.started_at.timestamp() < since:
+        since = st.started_at.timestamp()  # compose left it running (nothing changed): its run is this one
+    feed = Feed(name, since, st.id)
     oom = False
     died: tuple[int | None, int | None] | None = None  # (exit code, engine time ns)
     healthy_at = None

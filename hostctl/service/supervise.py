@@ -212,7 +212,9 @@ def supervise(config: Config, plan: Plan, stop: Stop, say: Say, notify=sdnotify.
     uptime0 = uptime_s()
     st = container_state(name)
     watcher = Watcher(hang_timeout_s=hang_s, started_at=t0)
-    feed = Feed(name, time.time() - 1, st.id)
+    # This run's events only: compose restarts an ended container in place (same id), so the
+    # death that led to this restart is an earlier event of the same container.
+    feed = Feed(name, st.started_at.timestamp() if st.started_at else time.time() - 1, st.id)
     obs: queue.Queue[Observation] = queue.Queue()
     quit_health = threading.Event()
     feed.start_events()

@@ -229,3 +229,36 @@ def test_events_of_an_earlier_container_with_the_same_name_are_ignored(demo_imag
         assert dies and dies[0].attrs["exitCode"] == "5"
     finally:
         subprocess.run(["docker", "rm", "-f", name], capture_output=True)
+
+
+def test_a_container_started_again_in_place_feeds_only_its_new_run(demo_image):
+    # compose starts an ended container again with the same id and its old log: a supervised
+    # restart after `docker kill` once read that kill (exit 137) as its own death during load.
+    from hostctl import images
+    from hostctl.service.container import Feed, container_state
+
+    name = "hc5-feed-again-runtime"
+    try:
+        subprocess.run(["docker", "run", "-d", "--network", "none", "--name", name, images.base_tag(),
+                        "sh", "-c", "echo run began; sleep 3; exit 5"], check=True, capture_output=True)
+        subprocess.run(["docker", "kill", name], check=True, capture_output=True)  # dies with 137
+        first_id = container_state(name).id
+        since = time.time()
+        subprocess.run(["docker", "start", name], check=True, capture_output=True)
+        assert container_state(name).id == first_id  # the same container, as compose would reuse it
+        feed = Feed(name, since, first_id)
+        feed.start_events()
+        feed.start_logs()
+        deadline = time.monotonic() + 20
+        items: list = []
+        while not any(i.kind == "event" and i.text == "die" for i in items) and time.monotonic() < deadline:
+            items += feed.drain(wait=0.5)
+        end = time.monotonic() + 3
+        while not any(i.kind == "log-end" for i in items) and time.monotonic() < end:
+            items += feed.drain(wait=0.2)
+        feed.close()
+        dies = [i.attrs["exitCode"] for i in items if i.kind == "event" and i.text == "die"]
+        assert dies == ["5"], dies
+        assert [i.text for i in items if i.kind == "log"] == ["run began"]
+    finally:
+        subprocess.run(["docker", "rm", "-f", name], capture_output=True)

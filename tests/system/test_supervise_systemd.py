@@ -35,14 +35,16 @@ BOX = "hc5-systemd-box"
 PROFILE_IN_BOX = "/etc/hostctl/hostctl.toml"  # the rendered unit's --config, as installed
 
 
-def _wait(what: str, cond, timeout: float, every: float = 0.5):
+def _wait(what: str, cond, timeout: float, box: SystemdBox, every: float = 0.5):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         got = cond()
         if got:
             return got
         time.sleep(every)
-    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+    state = box.show(UNIT, "ActiveState", "SubState", "NRestarts", "Result")
+    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}; unit {state}\n"
+                f"journal tail:\n{box.journal(UNIT)[-6000:]}")
 
 
 @pytest.fixture(scope="module")
@@ -79,6 +81,9 @@ def _history(h: Host) -> list[dict]:
 def _ready_again(box: SystemdBox, restarts: int):
     def cond():
         s = box.show(UNIT, "ActiveState", "SubState", "NRestarts", "Result")
+        if int(s.get("NRestarts") or 0) > restarts:  # a restart that failed too: waiting longer cannot help
+            pytest.fail(f"expected {restarts} restart(s), the unit shows {s}\n"
+                        f"journal tail:\n{box.journal(UNIT)[-6000:]}")
         return s if s.get("NRestarts") == str(restarts) and s.get("ActiveState") == "active" else None
     return cond
 
@@ -100,7 +105,7 @@ def test_supervised_runtime_restarts_through_the_gate_and_the_start_limit_stops_
     # 1. A death after ready: restarted through the whole gate, ready again, recorded.
     t_kill = time.time()
     subprocess.run(["docker", "kill", h.container], check=True, capture_output=True)
-    _wait("the first restart to be ready", _ready_again(box, 1), 300)
+    _wait("the first restart to be ready", _ready_again(box, 1), 300, box)
     (entry,) = _history(h)
     assert entry["kind"] == "died" and entry["cause"] == "runtime-died" and entry["exit_code"] == 137, entry
     assert entry["restart_at"] and entry["ready_again_at"], entry
@@ -117,7 +122,7 @@ def test_supervised_runtime_restarts_through_the_gate_and_the_start_limit_stops_
     # 2. A hang: the container lives (paused) but /health does not answer: stopped, then restarted.
     t_pause = time.monotonic()
     subprocess.run(["docker", "pause", h.container], check=True, capture_output=True)
-    _wait("the restart after the hang to be ready", _ready_again(box, 2), 300)
+    _wait("the restart after the hang to be ready", _ready_again(box, 2), 300, box)
     hang = _history(h)[-1]
     assert hang["kind"] == "hung" and hang["cause"] == "runtime-hang", hang
     assert any("status paused" in line for line in hang["lines"]), hang
@@ -128,7 +133,7 @@ def test_supervised_runtime_restarts_through_the_gate_and_the_start_limit_stops_
     # 3. A third ending within StartLimitIntervalSec: StartLimitBurst=3 refuses the fourth start.
     subprocess.run(["docker", "kill", h.container], check=True, capture_output=True)
     s = _wait("the start limit to stop the loop", lambda: (lambda s: s if s.get("ActiveState") == "failed" else None)(
-        box.show(UNIT, "ActiveState", "Result", "NRestarts")), 60)
+        box.show(UNIT, "ActiveState", "Result", "NRestarts")), 60, box)
     # systemd 252 keeps the last run's Result (exit-code) and says why it did not start again.
     assert s["Result"] in ("exit-code", "start-limit-hit"), s
     assert "Start request repeated too quickly" in box.journal(UNIT), box.journal(UNIT)[-2000:]
