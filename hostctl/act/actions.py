@@ -35,7 +35,7 @@ class Action:
 
     def __init__(self, step: str, describe: str, run: Callable[[], None], *, destructive: bool = False,
                  argv: tuple[str, ...] | None = None, diff: str | None = None, changes: str = "", why: str = "",
-                 consent: Consent = "none") -> None:
+                 consent: Consent = "none", writes: str | None = None) -> None:
         self.step = step  # its id, "<part>/...", e.g. "storage/ssd1/partition"
         self.describe = describe
         self.run = run
@@ -45,6 +45,9 @@ class Action:
         self.changes = changes  # what it changes: a device, a file, a GPU's power limit
         self.why = why  # the plan decision it serves
         self.consent = consent
+        # the file it writes, when it writes one: a run can check every such target
+        # (facts.sysfiles.write_target) before the first action of any part changes the host
+        self.writes = writes
 
     def __repr__(self) -> str:
         return f"Action({self.step!r}, {self.describe.splitlines()[0]!r})"

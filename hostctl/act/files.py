@@ -100,7 +100,7 @@ def decide(part: str, wants: list[Want], now: list[FileNow]) -> Assessment:
         diff = preview(w.path, have, w.text, w.mode, hidden="it quotes the recipe" if w.secret else None)
         mode = f", mode {w.mode:04o}" if w.mode is not None else ""
         d.add(Action(step=step, describe=f"{verb} {w.path} ({len(data)} bytes{mode})", run=_writer(w),
-                     diff=diff, changes=w.path, why=w.why))
+                     diff=diff, changes=w.path, why=w.why, writes=w.path))
     return d
 
 

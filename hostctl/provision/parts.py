@@ -225,5 +225,4 @@ def blocked_later_writes(storage_part: StoragePart, system_part: SystemPart) -> 
             then = system_part.decide(system_part.read(ctx))
         except HostctlError:
             return []  # the real run meets the same error at its own step and reports it there
-    writes = [a.changes for a in then.actions if a.step.startswith("system/file")]
-    return [f"{path}: {t.problem}" for path in writes if (t := write_target(path)).problem]
+    return [f"{a.writes}: {t.problem}" for a in then.actions if a.writes and (t := write_target(a.writes)).problem]

@@ -344,7 +344,8 @@ def _write(step: str, host_path: str, old: str | None, new: str, why: str = "",
     diff = files.diff(lands, old, new)
     through = f" (a symlink: the edit lands on {lands})" if lands != host_path else ""
     return Action(step=step, describe=f"edit {host_path}{through}:\n{diff}",
-                  run=lambda: files.write_file(lands, new) and None, diff=diff, changes=lands, why=why)
+                  run=lambda: files.write_file(lands, new) and None, diff=diff, changes=lands, why=why,
+                  writes=lands)
 
 
 def _unwritable_files(config: Config, sp: StorageProvision, system: SystemFiles) -> list[str]:

@@ -121,7 +121,7 @@ def _file_action(host_path: PurePosixPath, current: bytes | None, data: bytes) -
     diff = file_edit.diff(str(host_path), old, new) if new is not None else None
     return Action(step=f"system/file{host_path}", describe=f"{verb} {host_path} ({len(data)} bytes, mode 0644)",
                   run=lambda: write_file(target, data, mode=0o644) and None, diff=diff, changes=str(host_path),
-                  why=_why(host_path))
+                  why=_why(host_path), writes=str(host_path))
 
 
 def decide(config: Config, plan: Plan, snap: SystemSnapshot) -> Assessment:

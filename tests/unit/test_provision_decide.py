@@ -18,7 +18,7 @@ from hostctl.errors import FailedError, InputError
 from hostctl.facts.records import GpuFacts
 from hostctl.facts.sysfiles import ManagedFiles, SystemFiles
 from hostctl.plan import build_plan
-from hostctl.provision import fstab, gpu, parts, storage, sysctl, system
+from hostctl.provision import gpu, parts, storage, system
 from hostctl.act.actions import Action, Refusal, Settled, Skipped
 from hostctl.service.render import INSTALLED_PROFILE
 from hostctl.bytesizes import GIB
@@ -120,6 +120,8 @@ def test_system_decision_on_each_example(name):
     assert enable.argv == ("systemctl", "--root=/srv/root", "enable", "hostctl-runtime.service")
     unit = next(a for a in d.actions if a.id == "system/file/etc/systemd/system/hostctl-runtime.service")
     assert unit.diff.startswith("--- /dev/null") and "RequiresMountsFor" in unit.why
+    # what a full provision checks before the storage part touches a drive: every file it writes, and only those
+    assert unit.writes == "/etc/systemd/system/hostctl-runtime.service" and enable.writes is None
     # a host holding exactly those files, the unit enabled: nothing to do
     desired = {str(p): b for p, b in system.desired_files(config, plan).items()}
     again = system.decide(config, plan, _system_snap(config, plan, current=desired, enabled=True))
