@@ -38,6 +38,7 @@ from hostctl.bench import qualify, suites, text
 from hostctl.bench.client import Api, ApiError
 from hostctl.bench.vllm_bench import BenchServe
 from hostctl.config import Config
+from hostctl.facts.records import KvAtReady
 from hostctl.errors import FailedError, HostctlError
 from hostctl.interrupt import Interrupted
 from hostctl.plan.records import Plan
@@ -61,7 +62,7 @@ class Service(Data):
     endpoint: str
     container: str
     image_id: str | None
-    kv: dict | None
+    kv: KvAtReady | None
     project_dir: Path
 
 
@@ -71,7 +72,7 @@ def ready_service(config: Config, plan: Plan) -> Service:
     from hostctl.service.lifecycle import container_name, project_dir
 
     name = container_name(plan)
-    doc = saved.load_service() or {}
+    last = saved.load_service()
     fix = "start it with `hostctl up` (bench measures the service `up` declared ready)"
     import docker.errors
 
@@ -86,9 +87,9 @@ def ready_service(config: Config, plan: Plan) -> Service:
         dc.close()
     if not running:
         raise FailedError(f"no ready service to measure: {name} is not running", fix=fix)
-    if doc.get("container") != name or doc.get("state") != "ready":
+    if last is None or last.container != name or last.state != "ready":
         raise FailedError(f"{name} is running, but the last `hostctl up` for it did not declare it ready "
-                          f"(state: {doc.get('state', 'unknown')})", fix=fix)
+                          f"(state: {last.state if last is not None else 'unknown'})", fix=fix)
     ep = preflight.endpoint(plan)
     try:
         with apiclient.client(timeout=5.0) as h:
@@ -98,8 +99,8 @@ def ready_service(config: Config, plan: Plan) -> Service:
     if not healthy:
         raise FailedError(f"{name} is running but {ep}/health does not answer", fix="see `hostctl status` and "
                           "`hostctl logs`; restart it with `hostctl down` and `hostctl up`")
-    return Service(endpoint=ep, container=name, image_id=image_id, kv=doc.get("kv"),
-                   project_dir=Path(doc.get("project_dir") or project_dir(config)))
+    return Service(endpoint=ep, container=name, image_id=image_id, kv=last.kv,
+                   project_dir=Path(last.project_dir or project_dir(config)))
 
 
 def _gpus() -> dict:
@@ -191,7 +192,7 @@ def run(config: Config, plan: Plan, suite_ref: str, *, out_dir: Path | None, say
                     "container": svc.container, "max_num_seqs": _max_num_seqs(config)},
         "baseline": _baseline(recipe), "status_rule": STATUS_RULE,
         "environment": {"hostctl_version": __version__, "hostname": socket.gethostname(), "gpus": _gpus(),
-                        "kv": svc.kv, "image": plan.runtime.image, "image_id": svc.image_id,
+                        "kv": svc.kv.model_dump() if svc.kv else None, "image": plan.runtime.image, "image_id": svc.image_id,
                         "service_fingerprint": fp.to_dict() if fp else None},
         "warmup": None, "probes": [],
     }

@@ -282,7 +282,8 @@ def _up_router(cp: ClusterPlan, mp: MemberPlan, say: Say) -> str:
     if not image_exists(cp.cluster.router.image):
         raise FailedError(f"the router image {cp.cluster.router.image} is not in the engine",
                           fix="build it: python3 -m hostctl.images router")
-    from hostctl.service.compose import compose_down
+    from hostctl.service.lifecycle import SCHEMA
+    from hostctl.service.runtime_part import take_down
 
     target = _write_and_start(cp, mp, say)
     deadline = time.monotonic() + 60
@@ -294,8 +295,10 @@ def _up_router(cp: ClusterPlan, mp: MemberPlan, say: Say) -> str:
             time.sleep(POLL_S)
     except FailedError as exc:
         exc.details += _log_tail(mp.container)
-        compose_down(target, mp.project, stop_timeout_s=5)
-        exc.details.append("the router's project was taken down")
+        problem = take_down(target, mp.project, mp.container, command="hostctl up --cluster", schema=SCHEMA,
+                            say=say, stop_timeout_s=5)
+        exc.details.append(f"the router's project could not be taken down: {problem}" if problem
+                           else "the router's project was taken down")
         raise
     for r in cp.members:
         # A replica already serving passed its gate at its own `up`; a replica that did not answers nothing.
@@ -325,7 +328,8 @@ def _up_follower(cp: ClusterPlan, mp: MemberPlan, *, timeout, say) -> str:
                               f"start the leader first: hostctl up --cluster ... --member {leader.member.name}")
         time.sleep(POLL_S)
     from hostctl.interrupt import Interrupted, Interruptible
-    from hostctl.service.compose import compose_down
+    from hostctl.service.lifecycle import SCHEMA
+    from hostctl.service.runtime_part import take_down
 
     name = mp.container
     load_s = mp.config.recipe.load_timeout_s if timeout is None else timeout
@@ -341,8 +345,11 @@ def _up_follower(cp: ClusterPlan, mp: MemberPlan, *, timeout, say) -> str:
                 time.sleep(2 * POLL_S)
         except (FailedError, Interrupted) as exc:
             logs = _log_tail(name, 400)
-            compose_down(target, mp.project, stop_timeout_s=5)
-            say(f"{mp.member.name}: took rank {mp.member.rank} down" + (": its last log lines:" if logs else ""))
+            problem = take_down(target, mp.project, name, command="hostctl up --cluster", schema=SCHEMA, say=say,
+                                stop_timeout_s=5)
+            say(f"{mp.member.name}: " + (f"could not take rank {mp.member.rank} down ({problem})" if problem
+                                         else f"took rank {mp.member.rank} down")
+                + (": its last log lines:" if logs else ""))
             for line in logs[-15:]:
                 say(f"  {line}")
             if isinstance(exc, FailedError):
@@ -374,10 +381,9 @@ def down_order(cp: ClusterPlan) -> list[MemberPlan]:
 
 
 def _down_one(cp: ClusterPlan, mp: MemberPlan, say: Say) -> str:
-    from hostctl.service.compose import compose_down
-    from hostctl.service.container import container_state
-
     from hostctl.service import supervisor
+    from hostctl.service.lifecycle import SCHEMA
+    from hostctl.service.runtime_part import take_down
 
     if mp.member.role == "replica":
         leave_router(cp, mp, say)
@@ -386,11 +392,10 @@ def _down_one(cp: ClusterPlan, mp: MemberPlan, say: Say) -> str:
         # A supervising `up --cluster ... --foreground` ends first (it takes its runtime down and
         # exits 0), or it would see a death and its unit would start it again.
         supervisor.stop_running(say)
-        res = compose_down(target if target.is_dir() else None, mp.project)
-    if not res.ok:
-        raise FailedError(f"{mp.member.name}: docker compose down failed", details=(res.stderr or "").splitlines()[-5:])
-    if container_state(mp.container).exists:
-        raise FailedError(f"{mp.member.name}: {mp.container} still exists after docker compose down")
+        problem = take_down(target, mp.project, mp.container, command="hostctl down --cluster", schema=SCHEMA,
+                            say=say)
+    if problem:
+        raise FailedError(f"{mp.member.name}: {mp.container} was not taken down: {problem}")
     return f"{mp.member.name}: down"
 
 

@@ -503,8 +503,54 @@ class ProvisionedPart(Data):
     hostctl: str | None = None  # the hostctl version that ran it
 
 
+class KvAtReady(Data):
+    """The KV cache capacity the runtime reported while `up` watched it load."""
+
+    tokens: int | None = None
+    max_concurrency: float | None = None  # full-context requests at once, as the runtime reports it
+    per_request_tokens: int | None = None
+    full_context_requests: int | None = None
+    context: int
+
+
+class LastUp(Data):
+    """service.json in the state directory: what the last `hostctl up` or `down` of this host's
+    runtime left (hostctl/service/saved.py writes it). `ready`: up passed its gate and nothing
+    took the runtime down since; `failed` (with its catalogue cause), `interrupted` (by `signal`),
+    `down`. Each state's time is under its own key. A file that does not validate is no record."""
+
+    model_config = ConfigDict(validate_by_name=True, serialize_by_alias=True)
+
+    schema_: Literal["hostctl.service/v1"] = Field(default="hostctl.service/v1", alias="schema")
+    state: Literal["ready", "failed", "interrupted", "down"]
+    profile: str | None = None
+    recipe: str | None = None
+    endpoint: str | None = None
+    container: str | None = None
+    project: str | None = None
+    project_dir: str | None = None
+    ready_at: str | None = None
+    failed_at: str | None = None
+    interrupted_at: str | None = None
+    down_at: str | None = None
+    cause: str | None = None  # the failure catalogue's id (hostctl/failures.py)
+    signal: str | None = None  # what interrupted `up`, or stopped its supervisor
+    kept: bool | None = None  # --keep-on-failure left the container
+    taken_down: bool | None = None  # after an interrupt: the project was taken down and verified gone
+    after_ready: bool | None = None  # failed while supervised, after its gate had passed
+    kv: KvAtReady | None = None
+    timings: dict[str, float] | None = None  # up's phases, in seconds
+
+    @property
+    def at(self) -> str | None:
+        """When it entered its state."""
+        return {"ready": self.ready_at, "failed": self.failed_at, "interrupted": self.interrupted_at,
+                "down": self.down_at}[self.state]
+
+
 class ServiceRecord(Data):
-    """What the last `hostctl up` or `down` left: ready (up passed its gate), failed, or down."""
+    """What the last `hostctl up` or `down` left (LastUp, summarised for a snapshot): ready (up
+    passed its gate), failed, interrupted or down."""
 
     state: str
     container: str | None = None

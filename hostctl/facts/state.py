@@ -11,7 +11,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from hostctl import paths
-from hostctl.facts.records import (P2PVerdict, ProvisionedPart, QualifyVerdict, ServiceRecord, StateFacts,
+from hostctl.facts.records import (LastUp, P2PVerdict, ProvisionedPart, QualifyVerdict, ServiceRecord, StateFacts,
                                  SupervisedEnding)
 
 P2P_FILE = "p2p.json"
@@ -39,13 +39,8 @@ def probe_state(state_dir: Path | None = None) -> tuple[StateFacts, list[str]]:
 
 
 def _service(doc: dict) -> ServiceRecord:
-    # service.json is the lifecycle's own document (hostctl/service/saved.py), not a ServiceRecord:
-    # its time is under the key of its state.
-    at = doc.get("down_at") if doc.get("state") == "down" else doc.get("ready_at") or doc.get("failed_at")
-    for key, value in (("container", doc.get("container")), ("at", at)):
-        if value is not None and not isinstance(value, str):
-            raise TypeError(f"{key} must be a string, not {type(value).__name__}")
-    return ServiceRecord(state=str(doc["state"]), container=doc.get("container"), at=at)
+    last = LastUp.model_validate(doc, strict=True)
+    return ServiceRecord(state=last.state, container=last.container, at=last.at)
 
 
 def _load(path: Path, notes: list[str], parse):

@@ -30,13 +30,13 @@ from hostctl.config import Config
 from hostctl.failures import StartEvidence, Finding, classify
 from hostctl.errors import FailedError
 from hostctl.facts.kernel_log import uptime_s
+from hostctl.facts.records import LastUp
 from hostctl.plan.records import Plan
 
 if TYPE_CHECKING:
     from hostctl.act.report import Report
 from hostctl.service import apiclient, apipeer, identity, preflight, saved
-from hostctl.service.compose import compose_down
-from hostctl.service.runtime_part import RuntimePart
+from hostctl.service.runtime_part import RuntimePart, take_down
 from hostctl.act.inline import run_inline
 from hostctl.service.container import Feed, container_state
 from hostctl.act.lock import HostLock
@@ -127,12 +127,10 @@ def interrupted(config: Config, plan: Plan, exc, guard, *, keep_on_failure: bool
     from hostctl.interrupt import Hurry
 
     name, target = container_name(plan), project_dir(config)
-    doc = {"state": "interrupted", "profile": config.profile.name, "recipe": config.recipe.id,
-           "endpoint": preflight.endpoint(plan), "container": name, "project": plan.runtime.project,
-           "project_dir": str(target), "interrupted_at": _now_iso(), "signal": exc.name, "kept": keep_on_failure}
+    last = _last_up(config, plan, "interrupted", interrupted_at=_now_iso(), signal=exc.name, kept=keep_on_failure)
     with guard.cleaning_up():
         try:
-            saved.save_service(doc)
+            saved.save_service(last)
         except OSError as err:
             say(f"warning: could not record the interruption: {err}")
         if keep_on_failure:
@@ -140,17 +138,34 @@ def interrupted(config: Config, plan: Plan, exc, guard, *, keep_on_failure: bool
             return
         say(f"interrupted by {exc.name}: taking the project down (press Ctrl-C again to skip the wait)")
         try:
-            res = compose_down(target, plan.runtime.project, stop_timeout_s=FAILED_STOP_S, new_session=True)
+            problem = _take_down(target, plan, name, say, new_session=True)
         except Hurry:
             say("second signal: removing the container without waiting for it to stop")
-            res = compose_down(target, plan.runtime.project, stop_timeout_s=0, new_session=True)
-        left = container_state(name).exists
+            problem = _take_down(target, plan, name, say, stop_timeout_s=0, new_session=True)
         try:
-            saved.save_service({**doc, "taken_down": res.ok and not left})
+            saved.save_service(last.model_copy(update={"taken_down": problem is None}))
         except OSError:
             pass
-        say(f"took the project down ({'ok' if res.ok else res.why()})"
-            + (f"; {name} still exists: remove it with `docker rm -f {name}`" if left else ": nothing left running"))
+        _say_taken_down(problem, name, say)
+
+
+def _last_up(config: Config, plan: Plan, state: str, **more) -> LastUp:
+    return LastUp(state=state, profile=config.profile.name, recipe=config.recipe.id, endpoint=preflight.endpoint(plan),
+                  container=container_name(plan), project=plan.runtime.project,
+                  project_dir=str(project_dir(config)), **more)
+
+
+def _take_down(target: Path, plan: Plan, name: str, say: Say, *, stop_timeout_s: int = FAILED_STOP_S,
+               new_session: bool = False) -> str | None:
+    """After a failed or interrupted start: nothing to finish gracefully, and a stuck runtime may
+    ignore SIGTERM, so FAILED_STOP_S; None when nothing is left, else why."""
+    return take_down(target, plan.runtime.project, name, command="hostctl up", schema=SCHEMA, say=say,
+                     stop_timeout_s=stop_timeout_s, new_session=new_session)
+
+
+def _say_taken_down(problem: str | None, name: str, say: Say) -> None:
+    say(f"took the project down ({problem or 'ok'})"
+        + (f"; remove what is left with `docker rm -f {name}`" if problem else ": nothing left running"))
 
 
 def _up(config: Config, plan: Plan, facts, *, timeout: int | None, keep_on_failure: bool, say: Say,
@@ -206,36 +221,26 @@ def _up(config: Config, plan: Plan, facts, *, timeout: int | None, keep_on_failu
     except apipeer.ListenerRefused:
         # Another program holds the API port (nothing was sent to it): the start failed, and the
         # container, which cannot bind that port, is taken down as after any failed start.
-        saved.save_service({"state": "failed", "profile": config.profile.name, "recipe": config.recipe.id,
-                            "endpoint": ep, "container": name, "project": plan.runtime.project,
-                            "project_dir": str(target), "failed_at": _now_iso(), "cause": "api-port-not-runtime",
-                            "kept": keep_on_failure})
+        saved.save_service(_last_up(config, plan, "failed", failed_at=_now_iso(), cause="api-port-not-runtime",
+                                    kept=keep_on_failure))
         if not keep_on_failure:
-            down_res = compose_down(target, plan.runtime.project, stop_timeout_s=FAILED_STOP_S)
-            say(f"took the project down ({'ok' if down_res.ok else down_res.why()}): nothing left running")
+            _say_taken_down(_take_down(target, plan, name, say), name, say)
         raise
     outcome.timings["preflight_render_s"] = t_compose - t_start
     outcome.timings["total_s"] = time.monotonic() - t_start
 
     if outcome.ready:
         _record_cache_use(config, plan, outcome.log_tail, say)
-        saved.save_service({"state": "ready", "profile": config.profile.name, "recipe": config.recipe.id,
-                            "endpoint": ep, "container": name, "project": plan.runtime.project,
-                            "project_dir": str(target), "ready_at": _now_iso(), "kv": outcome.kv,
-                            "timings": outcome.timings})
+        saved.save_service(_last_up(config, plan, "ready", ready_at=_now_iso(), kv=outcome.kv,
+                                    timings=outcome.timings))
         return outcome
 
-    saved.save_service({"state": "failed", "profile": config.profile.name, "recipe": config.recipe.id,
-                        "endpoint": ep, "container": name, "project": plan.runtime.project,
-                        "project_dir": str(target), "failed_at": _now_iso(),
-                        "cause": outcome.cause.id if outcome.cause else None,
-                        "kept": keep_on_failure})
+    saved.save_service(_last_up(config, plan, "failed", failed_at=_now_iso(),
+                                cause=outcome.cause.id if outcome.cause else None, kept=keep_on_failure))
     if keep_on_failure:
         say(f"--keep-on-failure: {name} left as it is (inspect with `hostctl logs`, remove with `hostctl down`)")
     else:
-        # A failed start has nothing to finish gracefully, and a stuck one may ignore SIGTERM.
-        down_res = compose_down(target, plan.runtime.project, stop_timeout_s=FAILED_STOP_S)
-        say(f"took the project down ({'ok' if down_res.ok else down_res.why()}): nothing left running")
+        _say_taken_down(_take_down(target, plan, name, say), name, say)
     return outcome
 
 
@@ -475,9 +480,9 @@ def down(config: Config, say: Say) -> str:
     with HostLock("down"):
         part = RuntimePart("stop", project_dir=rt.project_dir, project=rt.project, container=rt.container)
         run_inline([part], command="hostctl down", schema=SCHEMA, say=say)
-        doc = saved.load_service() or {}
-        if doc.get("container") == rt.container:
-            saved.save_service({**doc, "state": "down", "down_at": _now_iso()})
+        last = saved.load_service()
+        if last is not None and last.container == rt.container:
+            saved.save_service(last.model_copy(update={"state": "down", "down_at": _now_iso()}))
         before = part.before
         if before is not None and before.exists:
             say(f"caches kept: {', '.join(before.rw_binds) or 'none bound'}")

@@ -7,10 +7,14 @@ read: the container's state in the engine (hostctl.service.container). decide (p
           Whether it then becomes ready is the watch's and the smoke gate's (lifecycle.py), not
           this part's: a container that dies while loading is diagnosed there, with its log.
   stop  - `compose down` while the container exists; a fresh look that finds none verifies it.
+
+Every take-down goes through here: `down`, and `up`'s own after a failed start, an interrupt, a
+hang or a stop while supervising (take_down), so each one is verified by the fresh look.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -33,10 +37,10 @@ class RuntimePart:
     record = False
 
     def __init__(self, goal: Literal["start", "stop"], *, project_dir: Path | None, project: str, container: str,
-                 new_session: bool = False) -> None:
+                 new_session: bool = False, stop_timeout_s: int = 30) -> None:
         self.name = NAME
         self.goal, self.project_dir, self.project, self.container = goal, project_dir, project, container
-        self.new_session = new_session
+        self.new_session, self.stop_timeout_s = new_session, stop_timeout_s
         self.started = False
         self.before: ContainerState | None = None  # the first look (down says what it stopped)
 
@@ -65,7 +69,7 @@ class RuntimePart:
         from hostctl.service.compose import compose_down
 
         target = self.project_dir if self.project_dir is not None and self.project_dir.is_dir() else None
-        res = compose_down(target, self.project)
+        res = compose_down(target, self.project, stop_timeout_s=self.stop_timeout_s, new_session=self.new_session)
         if not res.ok:
             raise FailedError("docker compose down failed", details=(res.stderr or res.stdout).strip().splitlines()[-10:])
 
@@ -80,6 +84,23 @@ class RuntimePart:
 
     def consent(self, d: Assessment) -> list[Request]:
         return []
+
+
+def take_down(project_dir: Path | None, project: str, container: str, *, command: str, schema: str,
+              say: Callable[[str], None], stop_timeout_s: int = 30, new_session: bool = False) -> str | None:
+    """`compose down` of the project through the executor, verified by a fresh look at the engine:
+    None when the container is gone, else why not. For a command taking its runtime down on its way
+    out (a failed start, an interrupt, a hang): the caller reports the reason beside its own cause
+    rather than raising over it. A second signal (interrupt.Hurry) passes through to the caller."""
+    from hostctl.act.inline import run_inline
+
+    try:
+        run_inline([RuntimePart("stop", project_dir=project_dir, project=project, container=container,
+                                new_session=new_session, stop_timeout_s=stop_timeout_s)],
+                   command=command, schema=schema, say=say)
+    except HostctlError as exc:
+        return f"{exc.message}: {exc.details[0]}" if exc.details else exc.message
+    return None
 
 
 def decide(goal: str, look: Look, *, container: str, up, down) -> Assessment:

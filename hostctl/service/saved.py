@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 from hostctl import paths
+from hostctl.facts.records import LastUp
 from hostctl.safefs import write_file
 
 SERVICE_FILE = "service.json"
@@ -31,12 +32,19 @@ def _read(name: str) -> dict | None:
         return None
 
 
-def save_service(doc: dict) -> Path:
-    return _write(SERVICE_FILE, {"schema": "hostctl.service/v1", **doc})
+def save_service(last: LastUp) -> Path:
+    return write_file(paths.state_dir() / SERVICE_FILE, last.model_dump_json(indent=2, exclude_none=True) + "\n")
 
 
-def load_service() -> dict | None:
-    return _read(SERVICE_FILE)
+def load_service() -> LastUp | None:
+    """The last up's record; None when there is none, or the file is damaged or not hostctl's."""
+    from pydantic import ValidationError
+
+    doc = _read(SERVICE_FILE)
+    try:
+        return LastUp.model_validate(doc, strict=True) if doc is not None else None
+    except ValidationError:
+        return None
 
 
 def save_smoke(doc: dict) -> Path:

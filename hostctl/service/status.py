@@ -63,10 +63,10 @@ def status(rt: identity.RuntimeIdentity) -> dict:
         doc["healthy"], refused = _healthy(rt.endpoint)
         if refused:
             doc["health_refused"] = refused
-    service = saved.load_service()
-    if service and service.get("container") == rt.container:
-        doc["last_up"] = {k: service.get(k) for k in ("state", "ready_at", "failed_at", "interrupted_at", "signal",
-                                                      "down_at", "cause", "kv") if service.get(k) is not None}
+    last = saved.load_service()
+    if last is not None and last.container == rt.container:
+        doc["last_up"] = last.model_dump(mode="json", exclude_none=True, include={
+            "state", "ready_at", "failed_at", "interrupted_at", "signal", "down_at", "cause", "kv"})
     from hostctl.service import restarts
 
     supervised = restarts.status_part()

@@ -203,8 +203,8 @@ def supervise(config: Config, plan: Plan, stop: Stop, say: Say, notify=sdnotify.
     import queue
 
     from hostctl.service import lifecycle, preflight
-    from hostctl.service.compose import compose_down
     from hostctl.service.container import Feed, container_state
+    from hostctl.service.runtime_part import take_down
 
     name = lifecycle.container_name(plan)
     hang_s = float(config.recipe.hang_timeout_s)
@@ -258,16 +258,18 @@ def supervise(config: Config, plan: Plan, stop: Stop, say: Say, notify=sdnotify.
     if verdict.action == "stopped":
         notify("STOPPING=1")
         say(f"{verdict.signal or 'stop'}: taking the project down (no restart)")
-        res = compose_down(target, plan.runtime.project, new_session=True)
-        say(f"took the project down ({'ok' if res.ok else res.why()})")
+        problem = take_down(target, plan.runtime.project, name, command="hostctl up --foreground",
+                            schema=lifecycle.SCHEMA, say=say, new_session=True)
+        say(f"took the project down ({problem or 'ok'})")
         return Ended(verdict=verdict)
 
     log = _log_tail(name)  # before a hang's stop removes the container (a paused one still has its log)
     s = container_state(name)
     if verdict.action == "hung":
         say(f"/health has failed for {verdict.failing_s:.0f} s while {name} is {verdict.status}: stopping it")
-        res = compose_down(target, plan.runtime.project, stop_timeout_s=HANG_STOP_S, new_session=True)
-        say(f"stopped {name} ({'ok' if res.ok else res.why()})")
+        problem = take_down(target, plan.runtime.project, name, command="hostctl up --foreground",
+                            schema=lifecycle.SCHEMA, say=say, stop_timeout_s=HANG_STOP_S, new_session=True)
+        say(f"stopped {name} ({problem or 'ok'})")
     else:
         say(f"{name} died (exit code {verdict.exit_code}{', OOM' if verdict.oom else ''})")
     ev = StartEvidence(log="\n".join(log), kernel_log=lifecycle._kernel_events_since(uptime0),
@@ -334,18 +336,18 @@ def supervise_ready(config: Config, plan: Plan, endpoint: str, stop: Stop, began
         ended = supervise(config, plan, stop, say, notify=notify)
     finally:
         supervisor.clear()
+    last = saved.load_service() or lifecycle._last_up(config, plan, "ready")
     if ended.verdict.action == "stopped":
-        doc = saved.load_service() or {}
-        saved.save_service({**doc, "state": "down", "down_at": lifecycle._now_iso(),
-                            "signal": ended.verdict.signal})
+        saved.save_service(last.model_copy(update={"state": "down", "down_at": lifecycle._now_iso(),
+                                                   "signal": ended.verdict.signal}))
         return 0
     c = ended.cause
     assert c is not None
     ended_at = _now_iso()
     restarts.record_end({"ended_at": ended_at, "kind": ended.verdict.action, "cause": c.id, "title": c.title,
                          "exit_code": ended.verdict.exit_code, "lines": c.lines[:10]})
-    doc = saved.load_service() or {}
-    saved.save_service({**doc, "state": "failed", "failed_at": ended_at, "cause": c.id, "after_ready": True})
+    saved.save_service(last.model_copy(update={"state": "failed", "failed_at": ended_at, "cause": c.id,
+                                               "after_ready": True}))
     notify(f"STATUS=ended: {c.id}")
     out = lifecycle.StartOutcome(ready=False, endpoint=endpoint, cause=c, also=ended.also, log_tail=ended.log_tail)
     err = lifecycle.failure_error(out)

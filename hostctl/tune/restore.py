@@ -83,13 +83,13 @@ def observe(cfg, plan, *, hostctl_bin: str) -> Before:
 
     name = container_name(plan)
     st = container_state(name)
-    doc = saved.load_service() or {}
-    mine = doc.get("container") == name
+    last = saved.load_service()
+    mine = last is not None and last.container == name
     running_fp = running_fingerprint(project_dir(cfg), name) if st.running else None
     profile_fp = profile_fingerprint(cfg, plan, hostctl_bin=hostctl_bin) if st.running else None
     diff = fingerprint.differences(running_fp, profile_fp) if running_fp and profile_fp else []
-    return Before(container=name, running=st.running, state=doc.get("state") if mine else None,
-                  recipe=doc.get("recipe") if mine else None, running_fp=running_fp, profile_fp=profile_fp,
+    return Before(container=name, running=st.running, state=last.state if mine else None,
+                  recipe=last.recipe if mine else None, running_fp=running_fp, profile_fp=profile_fp,
                   differences=diff)
 
 

@@ -46,3 +46,54 @@ def test_up_dry_run_shows_the_files_and_the_compose_command_and_changes_nothing(
     assert not target.exists() and report.dry_run
     assert [p.status for p in report.parts] == ["would-change", "would-change"]
     assert f"would render {target}" in text and "+services:" in text and "would docker compose up" in text
+
+
+def _engine(monkeypatch, *, removes: bool, returncode: int = 0):
+    """A container that `compose down` removes (or does not), seen through the part's own reads."""
+    from hostctl.runner import Result
+    from hostctl.service import compose, container
+
+    there = {"c": True}
+    calls: list[tuple] = []
+
+    def down(project_dir, project, *, stop_timeout_s=30, timeout=300, new_session=False):
+        calls.append((project_dir, project, stop_timeout_s, new_session))
+        if removes:
+            there["c"] = False
+        return Result(argv=("docker", "compose", "down"), returncode=returncode, stdout="",
+                      stderr="" if returncode == 0 else "Error response from daemon: conflict")
+
+    monkeypatch.setattr(compose, "compose_down", down)
+    monkeypatch.setattr(container, "container_state", lambda name: RUNNING if there[name] else GONE)
+    return calls
+
+
+def test_take_down_runs_compose_down_through_the_executor_and_verifies_the_container_gone(monkeypatch, tmp_path):
+    from hostctl.service.runtime_part import take_down
+
+    calls = _engine(monkeypatch, removes=True)
+    lines: list[str] = []
+    assert take_down(tmp_path, "p", "c", command="hostctl up", schema="s", say=lines.append, stop_timeout_s=5,
+                     new_session=True) is None
+    assert calls == [(tmp_path, "p", 5, True)]
+    assert any("runtime/down" in line for line in lines)  # the executor's progress line
+
+
+def test_take_down_says_why_when_compose_fails_or_the_container_stays(monkeypatch, tmp_path):
+    from hostctl.service.runtime_part import take_down
+
+    _engine(monkeypatch, removes=False, returncode=1)
+    why = take_down(tmp_path, "p", "c", command="hostctl up", schema="s", say=lambda line: None)
+    assert why == "docker compose down failed: Error response from daemon: conflict"
+    _engine(monkeypatch, removes=False)
+    why = take_down(tmp_path / "gone", "p", "c", command="hostctl up", schema="s", say=lambda line: None)
+    assert why is not None and why.startswith("runtime did not converge")
+
+
+def test_take_down_of_a_container_already_gone_runs_nothing(monkeypatch, tmp_path):
+    from hostctl.service.runtime_part import take_down
+
+    calls = _engine(monkeypatch, removes=True)
+    take_down(tmp_path, "p", "c", command="hostctl up", schema="s", say=lambda line: None)
+    assert take_down(tmp_path, "p", "c", command="hostctl up", schema="s", say=lambda line: None) is None
+    assert len(calls) == 1
