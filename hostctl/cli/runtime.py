@@ -184,7 +184,7 @@ def smoke(
     target = check_loopback(url) if url else rt.endpoint
     report = run_suite(target, cfg.recipe, api_key_env=rt.api_key_env)
     try:
-        saved.save_smoke(report.to_dict())
+        saved.save_smoke(report)
     except OSError as exc:
         say(f"warning: smoke result not saved: {exc}")
     if json_:

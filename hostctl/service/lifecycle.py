@@ -41,7 +41,8 @@ from hostctl.act.inline import run_inline
 from hostctl.service.container import Feed, container_state
 from hostctl.act.lock import HostLock
 from hostctl.service.progress import Tracker
-from hostctl.service.smoke import SmokeReport, _headers, check_models, run_suite
+from hostctl.service.smoke import _headers, check_models, run_suite
+from hostctl.service.smoke_report import SmokeReport
 
 Say = Callable[[str], None]
 LOG_KEEP = 5000  # log lines kept for the diagnosis
@@ -377,7 +378,7 @@ def _watch(config: Config, plan: Plan, name: str, since: float, timeout: int, sa
                 report = run_suite(ep, recipe, api_key_env=plan.runtime.api_key_env)
                 outcome.timings["smoke_s"] = time.monotonic() - t_smoke
                 outcome.timings["ready_s"] = time.monotonic() - t0
-                saved.save_smoke(report.to_dict())
+                saved.save_smoke(report)
                 outcome.smoke = report
                 for line in report.text().splitlines()[1:]:
                     say(line)

@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hostctl import paths
 from hostctl.facts.records import LastUp
 from hostctl.safefs import write_file
+
+if TYPE_CHECKING:
+    from hostctl.service.smoke_report import SmokeReport
 
 SERVICE_FILE = "service.json"
 SMOKE_FILE = "last-smoke.json"
@@ -47,12 +51,24 @@ def load_service() -> LastUp | None:
         return None
 
 
-def save_smoke(doc: dict) -> Path:
-    return _write(SMOKE_FILE, doc)
+def save_smoke(report: SmokeReport) -> Path:
+    return _write(SMOKE_FILE, report.to_dict())
 
 
-def load_smoke() -> dict | None:
-    return _read(SMOKE_FILE)
+def load_smoke() -> SmokeReport | None:
+    """The last smoke run (up's gate or `hostctl smoke`); None when there is none, or the file is
+    damaged or not hostctl's."""
+    from pydantic import ValidationError
+
+    from hostctl.service.smoke_report import SMOKE_SCHEMA, SmokeReport
+
+    doc = _read(SMOKE_FILE)
+    if not isinstance(doc, dict) or doc.get("schema") != SMOKE_SCHEMA:
+        return None
+    try:  # `ok` is written for readers of the file; the report derives it from its results
+        return SmokeReport.model_validate({k: v for k, v in doc.items() if k not in ("schema", "ok")}, strict=True)
+    except ValidationError:
+        return None
 
 
 def save_qualify(doc: dict) -> Path:

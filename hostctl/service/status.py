@@ -77,10 +77,10 @@ def status(rt: identity.RuntimeIdentity) -> dict:
     current = fingerprint.of_project(rt.project_dir, found["image_id"]) if running else None
     doc["qualify"] = qualify_part(current)
     smoke = saved.load_smoke()
-    if smoke:
-        doc["last_smoke"] = {"at": smoke.get("started_at"), "ok": smoke.get("ok"), "url": smoke.get("url"),
-                             "results": [{"name": r["name"], "ok": r["ok"], "latency_s": round(r["latency_s"], 3)}
-                                         for r in smoke.get("results", [])]}
+    if smoke is not None:
+        doc["last_smoke"] = {"at": smoke.started_at, "ok": smoke.ok, "url": smoke.url,
+                             "results": [{"name": r.name, "ok": r.ok, "latency_s": round(r.latency_s, 3)}
+                                         for r in smoke.results]}
     return doc
 
 

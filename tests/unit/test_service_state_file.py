@@ -1,6 +1,7 @@
 """service.json is one record (facts.records.LastUp): `up`, `down` and the supervisor write it, and
-status, bench, tune and the facts read the same type back; a file that does not validate is no
-record, never a crash nor half a record."""
+status, bench, tune and the facts read the same type back. last-smoke.json is the SmokeReport that
+`up`'s gate or `hostctl smoke` ran, read back as one. A file that does not validate is no record,
+never a crash nor half a record."""
 
 from __future__ import annotations
 
@@ -57,3 +58,37 @@ def test_a_file_that_does_not_validate_is_no_record(state_dir, doc):
     assert saved.load_service() is None
     facts, notes = probe_state(state_dir)
     assert facts.service is None and len(notes) == 1 and notes[0].startswith("ignored ")
+
+
+def _smoke_report():
+    from hostctl.service.smoke_report import SmokeReport, SmokeResult
+
+    return SmokeReport(url="http://127.0.0.1:8000", served_name="tiny-moe", started_at="2026-12-05T10:00:00+00:00",
+                       results=[SmokeResult(name="arithmetic", kind="chat", ok=True, latency_s=0.038, got="323"),
+                                SmokeResult(name="tool-call", kind="tool_call", ok=False, latency_s=0.066,
+                                            expected="get_weather", got="none")])
+
+
+def test_the_last_smoke_reads_back_as_the_report_that_was_saved(state_dir):
+    report = _smoke_report()
+    saved.save_smoke(report)
+    doc = json.loads((state_dir / "last-smoke.json").read_text())
+    assert doc["schema"] == "hostctl.smoke/v1" and doc["ok"] is False  # `ok` is in the file for other readers
+    assert saved.load_smoke() == report
+
+
+@pytest.mark.parametrize("damage", [
+    lambda d: d.update(schema="something-else/v1"),
+    lambda d: d["results"][0].update(latency_s="fast"),
+    lambda d: d["results"][0].pop("name"),
+    lambda d: d.update(results={"arithmetic": True}),
+    lambda d: d.update(started_at=1733392800),
+    lambda d: d.update(planted="x"),
+])
+def test_a_damaged_last_smoke_is_no_report_not_a_crash(state_dir, damage):
+    saved.save_smoke(_smoke_report())
+    path = state_dir / "last-smoke.json"
+    doc = json.loads(path.read_text())
+    damage(doc)
+    path.write_text(json.dumps(doc))
+    assert saved.load_smoke() is None
