@@ -8,6 +8,7 @@ rung: the ladder proves the served context only when every rung ran and passed.
 
 from __future__ import annotations
 
+from hostctl.facts.records import QualifyVerdict
 from hostctl.service import saved
 
 QUALIFY_SUITE = "qualify"
@@ -48,17 +49,17 @@ def rungs(result: dict) -> list[dict]:
     return out
 
 
-def verdict(result: dict, result_path: str | None) -> dict:
+def verdict(result: dict, result_path: str | None) -> QualifyVerdict:
     ladder = rungs(result)
     svc = result.get("service") or {}
-    return {"schema": "hostctl.qualify/v1", "passed": bool(ladder) and all(r["pass"] for r in ladder),
-            "measured_at": result.get("finished_at") or result.get("started_at"), "profile": svc.get("profile"),
-            "recipe": svc.get("recipe"), "context": svc.get("context"),
-            "fingerprint": (result.get("environment") or {}).get("service_fingerprint") or {},
-            "rungs": ladder, "result": result_path}
+    return QualifyVerdict(passed=bool(ladder) and all(r["pass"] for r in ladder),
+                          measured_at=result.get("finished_at") or result.get("started_at"),
+                          profile=svc.get("profile"), recipe=svc.get("recipe"), context=svc.get("context"),
+                          fingerprint=(result.get("environment") or {}).get("service_fingerprint") or {},
+                          rungs=ladder, result=result_path)
 
 
-def store(result: dict, result_path: str | None) -> dict:
-    doc = verdict(result, result_path)
-    saved.save_qualify(doc)
-    return doc
+def store(result: dict, result_path: str | None) -> QualifyVerdict:
+    v = verdict(result, result_path)
+    saved.save_qualify(v)
+    return v

@@ -232,7 +232,8 @@ def run(config: Config, plan: Plan, suite_ref: str, *, out_dir: Path | None, say
                           for s in ("ok", "failed", "skipped", "disabled")}
         write_file(path, json.dumps(doc, indent=2) + "\n")
         if suite.id == qualify.QUALIFY_SUITE and doc["status"] != "interrupted":
-            doc["qualify"] = qualify.store(doc, str(path)) if store_verdict else qualify.verdict(doc, str(path))
+            v = qualify.store(doc, str(path)) if store_verdict else qualify.verdict(doc, str(path))
+            doc["qualify"] = v.model_dump(mode="json")
             write_file(path, json.dumps(doc, indent=2) + "\n")
     return doc, path
 

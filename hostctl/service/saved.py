@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hostctl import paths
-from hostctl.facts.records import LastUp
+from hostctl.facts.records import LastUp, QualifyVerdict
 from hostctl.safefs import write_file
 
 if TYPE_CHECKING:
@@ -71,9 +71,17 @@ def load_smoke() -> SmokeReport | None:
         return None
 
 
-def save_qualify(doc: dict) -> Path:
-    return _write(QUALIFY_FILE, doc)
+def save_qualify(verdict: QualifyVerdict) -> Path:
+    return write_file(paths.state_dir() / QUALIFY_FILE, verdict.model_dump_json(indent=2) + "\n")
 
 
-def load_qualify() -> dict | None:
-    return _read(QUALIFY_FILE)
+def load_qualify() -> QualifyVerdict | None:
+    """The stored qualify verdict; None when there is none, or the file is damaged or not hostctl's
+    (the facts read the same file the same way: hostctl.facts.state)."""
+    from pydantic import ValidationError
+
+    doc = _read(QUALIFY_FILE)
+    try:
+        return QualifyVerdict.model_validate(doc, strict=True) if doc is not None else None
+    except ValidationError:
+        return None

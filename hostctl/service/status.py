@@ -121,14 +121,14 @@ def qualify_part(current: fingerprint.ServiceFingerprint | None) -> dict | None:
     running (None: nothing stored)."""
     from hostctl.service import fingerprint
 
-    doc = saved.load_qualify()
-    if not doc:
+    v = saved.load_qualify()
+    if v is None:
         return None
-    stored = fingerprint.ServiceFingerprint.from_dict(doc.get("fingerprint") or {})
+    stored = fingerprint.ServiceFingerprint.from_dict(v.fingerprint)
     why = fingerprint.differences(stored, current) if current is not None else ["no running service to compare with"]
-    return {"passed": doc.get("passed"), "measured_at": doc.get("measured_at"), "context": doc.get("context"),
-            "recipe": doc.get("recipe"), "this_service": not why, "differences": why,
-            "rungs": [{"name": r.get("name"), "pass": r.get("pass")} for r in doc.get("rungs") or []]}
+    return {"passed": v.passed, "measured_at": v.measured_at, "context": v.context, "recipe": v.recipe,
+            "this_service": not why, "differences": why,
+            "rungs": [{"name": r.get("name"), "pass": r.get("pass")} for r in v.rungs]}
 
 
 def qualify_line(part: dict | None) -> str:

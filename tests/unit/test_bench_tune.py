@@ -247,13 +247,13 @@ def _qualify_result(pass_needles=(True, True, True), boundary_pass=True, skipped
 
 
 def test_qualify_verdict_passes_only_when_every_rung_ran_and_passed():
-    assert qualify.verdict(_qualify_result(), None)["passed"] is True
+    assert qualify.verdict(_qualify_result(), None).passed is True
     v = qualify.verdict(_qualify_result(skipped_95=True), None)
-    assert v["passed"] is False and v["rungs"][2] == {"name": "needle 95%", "pass": False,
-                                                       "detail": "did not run: does not fit"}
+    assert v.passed is False and v.rungs[2] == {"name": "needle 95%", "pass": False,
+                                                 "detail": "did not run: does not fit"}
     v = qualify.verdict(_qualify_result(boundary_pass=False), None)
-    assert v["passed"] is False and v["rungs"][3]["name"] == "boundary 2x(1,920+128)"
-    assert "request 1: 1920 in, 100 out" in v["rungs"][3]["detail"]
+    assert v.passed is False and v.rungs[3]["name"] == "boundary 2x(1,920+128)"
+    assert "request 1: 1920 in, 100 out" in v.rungs[3]["detail"]
 
 
 def _doctor(facts_path: Path, capsys) -> dict:
@@ -386,7 +386,7 @@ def test_text_reports_of_recorded_demo_results():
     q = json.loads((data / "bench-qualify-demo-cpu.json").read_text())
     assert "qualify: FAILED needle 25% FAIL, needle 50% FAIL, needle 95% FAIL, boundary 2x(1,920+128) ok" in \
         text_report(q, Path("q.json"))
-    assert qualify.verdict(q, None)["passed"] is False
+    assert qualify.verdict(q, None).passed is False
     rows = next(p for p in std["probes"] if p["key"] == "coherence")["rows"]
     assert [r["text"] for r in rows] == ["323"] * 6
     judged = probes.judge_coherence(rows)

@@ -92,3 +92,17 @@ def test_a_damaged_last_smoke_is_no_report_not_a_crash(state_dir, damage):
     damage(doc)
     path.write_text(json.dumps(doc))
     assert saved.load_smoke() is None
+
+
+def test_the_qualify_verdict_reads_back_as_stored_and_a_damaged_one_is_none(state_dir):
+    from hostctl.facts.records import QualifyVerdict
+
+    v = QualifyVerdict(passed=True, measured_at="2026-12-05T10:00:00+00:00", recipe="demo-cpu-tiny-moe", context=2048,
+                       fingerprint={"image_id": "sha256:" + "1" * 64}, rungs=[{"name": "needle 25%", "pass": True}])
+    saved.save_qualify(v)
+    assert json.loads((state_dir / "qualify.json").read_text())["schema"] == "hostctl.qualify/v1"
+    assert saved.load_qualify() == v
+    facts, notes = probe_state(state_dir)
+    assert not notes and facts.qualify == v  # the facts read the same file as the same record
+    (state_dir / "qualify.json").write_text(json.dumps({**v.model_dump(mode="json"), "passed": "yes"}))
+    assert saved.load_qualify() is None
