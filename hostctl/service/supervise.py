@@ -35,6 +35,7 @@ from pydantic import ConfigDict, Field
 from hostctl.data import Data
 from hostctl.config import Config
 from hostctl.facts.kernel_log import uptime_s
+from hostctl.facts.records import SupervisedEnding
 from hostctl.failures import StartEvidence, Finding, classify
 from hostctl.plan.records import Plan
 from hostctl.service import apiclient, apipeer, restarts, sdnotify, saved, supervisor
@@ -309,19 +310,19 @@ def foreground(config: Config, plan: Plan, facts, *, timeout: int | None, keep_o
     return supervise_ready(config, plan, outcome.endpoint, stop, began, say, print_endpoint, notify=notify)
 
 
-def starting(say: Say, notify=sdnotify.notify) -> tuple[Stop, dict | None]:
+def starting(say: Say, notify=sdnotify.notify) -> tuple[Stop, SupervisedEnding | None]:
     """Before the gate of a supervised `up`: SIGTERM/SIGINT handling, and the restart (if this
     start follows a recorded end)."""
     stop = Stop()
     stop.install()
     began = restarts.mark_restart()
     if began:
-        say(f"restart after {began.get('cause')} (ended {began.get('ended_at')})")
+        say(f"restart after {began.cause} (ended {began.ended_at})")
     notify("STATUS=starting: preflight, load and the smoke gate")
     return stop, began
 
 
-def supervise_ready(config: Config, plan: Plan, endpoint: str, stop: Stop, began: dict | None, say: Say,
+def supervise_ready(config: Config, plan: Plan, endpoint: str, stop: Stop, began: SupervisedEnding | None, say: Say,
                     print_endpoint: Callable[[str], None], notify=sdnotify.notify) -> int:
     """After the gate passed (one host's `up`, or a cluster replica's `up` and its join): READY=1,
     then supervision until a stop (0) or a death or hang (FailedError naming the cause)."""
@@ -344,8 +345,8 @@ def supervise_ready(config: Config, plan: Plan, endpoint: str, stop: Stop, began
     c = ended.cause
     assert c is not None
     ended_at = _now_iso()
-    restarts.record_end({"ended_at": ended_at, "kind": ended.verdict.action, "cause": c.id, "title": c.title,
-                         "exit_code": ended.verdict.exit_code, "lines": c.lines[:10]})
+    restarts.record_end(SupervisedEnding(ended_at=ended_at, kind=ended.verdict.action, cause=c.id, title=c.title,
+                                         exit_code=ended.verdict.exit_code, lines=c.lines[:10]))
     saved.save_service(last.model_copy(update={"state": "failed", "failed_at": ended_at, "cause": c.id,
                                                "after_ready": True}))
     notify(f"STATUS=ended: {c.id}")

@@ -4,6 +4,7 @@ ending, the restart-history summary `status` prints, and sd_notify over real uni
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import uuid
@@ -14,6 +15,8 @@ import pytest
 import yaml
 
 from hostctl.facts import processes
+from hostctl.facts.records import SupervisedEnding
+from hostctl.facts.state import probe_state
 from hostctl.failures import StartEvidence
 from hostctl.service import restarts, sdnotify
 from hostctl.service.supervise import Observation, Verdict, Watcher, death_finding
@@ -56,9 +59,9 @@ def test_the_cause_comes_from_the_catalogue_when_a_signature_matches():
     assert cause.id == "runtime-hang" and "paused" in cause.title
 
 
-def _entry(ended: datetime, cause: str, restarted: bool = True, code: int | None = 137) -> dict:
-    return {"ended_at": restarts.iso(ended), "kind": "died", "cause": cause, "title": cause, "exit_code": code,
-            "lines": [], **({"restart_at": restarts.iso(ended + timedelta(seconds=1))} if restarted else {})}
+def _entry(ended: datetime, cause: str, restarted: bool = True, code: int | None = 137) -> SupervisedEnding:
+    return SupervisedEnding(ended_at=restarts.iso(ended), kind="died", cause=cause, title=cause, exit_code=code,
+                            restart_at=restarts.iso(ended + timedelta(seconds=1)) if restarted else None)
 
 
 def test_restart_summary_counts_the_last_hour_and_names_each_cause():
@@ -87,14 +90,20 @@ def test_restart_summary_says_when_the_last_ending_was_not_restarted():
 def test_history_marks_restart_and_ready_once(tmp_path, monkeypatch):
     monkeypatch.setenv("HOSTCTL_SYSROOT", str(tmp_path))
     assert restarts.mark_restart() is None  # a first start is no restart
-    restarts.record_end({"ended_at": "2026-12-01T11:00:00.000+00:00", "kind": "died", "cause": "runtime-died",
-                         "exit_code": 137, "lines": []})
-    assert restarts.mark_restart()["cause"] == "runtime-died"
+    restarts.record_end(SupervisedEnding(ended_at="2026-12-01T11:00:00.000+00:00", kind="died", cause="runtime-died",
+                                         exit_code=137))
+    assert restarts.mark_restart().cause == "runtime-died"
     assert restarts.mark_restart() is None  # the next start (a manual one) is not this restart again
     restarts.mark_ready()
     (e,) = restarts.load()
-    assert e["restart_at"] and e["ready_again_at"]
-    (tmp_path / "var/lib/hostctl/restarts.json").write_text("{not json")
+    assert e.restart_at and e.ready_again_at
+    facts, notes = probe_state(tmp_path / "var/lib/hostctl")
+    assert not notes and facts.supervised == [e]  # the facts read the same file as the same records
+    path = tmp_path / "var/lib/hostctl/restarts.json"
+    doc = json.loads(path.read_text())
+    path.write_text(json.dumps({**doc, "entries": doc["entries"] + [{"ended_at": 5, "kind": "died"}]}))
+    assert restarts.load() == [e]  # an entry that does not validate is left out, the rest kept
+    path.write_text("{not json")
     assert restarts.load() == []
 
 
@@ -128,14 +137,13 @@ def test_watchdog_interval_is_ours_only():
     assert sdnotify.watchdog_interval_s({"WATCHDOG_USEC": "x"}) is None
 
 
-def _doctor(supervised: list[dict]):
+def _doctor(supervised: list[SupervisedEnding]):
     from hostctl import examples
     from hostctl.doctor.checks import all_checks
     from hostctl.doctor.registry import CheckContext, run_checks
-    from hostctl.facts.records import SupervisedEnding
 
     config, facts = examples.load("demo-cpu")
-    facts.state.supervised = [SupervisedEnding.model_validate(e) for e in supervised]
+    facts.state.supervised = supervised
     ctx = CheckContext(facts=facts, config=config, plan=None, level="quick", facts_source="snapshot")
     check = next(c for c in all_checks() if c.id == "service.supervision")
     return run_checks(ctx, [check])[0].result
@@ -144,8 +152,8 @@ def _doctor(supervised: list[dict]):
 def test_doctor_shows_the_last_cause_when_the_loop_was_stopped():
     now = datetime.now(timezone.utc)
     res = _doctor([_entry(now - timedelta(minutes=3), "runtime-hang"),
-                   {**_entry(now - timedelta(minutes=1), "container-oom", restarted=False),
-                    "lines": ["engine: OOMKilled=True, exit code 137"]}])
+                   _entry(now - timedelta(minutes=1), "container-oom", restarted=False).model_copy(
+                       update={"lines": ["engine: OOMKilled=True, exit code 137"]})])
     assert res.status == "fail"
     assert "[container-oom]" in res.summary and "not restarted" in res.summary
     assert "OOMKilled=True" in res.evidence.observed and "reset-failed" in res.fix

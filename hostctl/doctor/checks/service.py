@@ -66,16 +66,16 @@ def supervision(ctx: CheckContext) -> CheckResult:
 
     from hostctl.service.restarts import summary
 
-    endings = [e.model_dump() for e in ctx.facts.state.supervised]
+    endings = ctx.facts.state.supervised
     if not endings:
         return passed("no death or hang of a supervised runtime recorded", source=SUPERVISION_SOURCE)
     doc = summary(endings, datetime.now(timezone.utc))
-    last = doc["last"]
-    lines = "; ".join(last.get("lines") or [])
-    observed = f"last: {last['kind']} at {last['ended_at']} [{last['cause']}] {last.get('title') or ''}".strip() + (
+    last = endings[-1]
+    lines = "; ".join(last.lines)
+    observed = f"last: {last.kind} at {last.ended_at} [{last.cause}] {last.title or ''}".strip() + (
         f" ({lines})" if lines else "")
-    if not last.get("restart_at"):
-        return failed(f"the supervised runtime ended [{last['cause']}] and was not restarted: {doc['text']}",
+    if not last.restart_at:
+        return failed(f"the supervised runtime ended [{last.cause}] and was not restarted: {doc['text']}",
                       fix="fix what the cause names (`hostctl status`, `journalctl -u hostctl-runtime`), then "
                           "`systemctl reset-failed hostctl-runtime.service && systemctl start hostctl-runtime.service`",
                       observed=observed, source=SUPERVISION_SOURCE)
