@@ -30,7 +30,7 @@ from hostctl.config import Config
 from hostctl.failures import StartEvidence, Finding, classify
 from hostctl.errors import FailedError
 from hostctl.facts.kernel_log import uptime_s
-from hostctl.facts.records import LastUp
+from hostctl.facts.records import KvAtReady, LastUp
 from hostctl.plan.records import Plan
 
 if TYPE_CHECKING:
@@ -92,7 +92,7 @@ class StartOutcome(Data):
     cause: Finding | None = None
     also: list[Finding] = Field(default_factory=list)
     smoke: SmokeReport | None = None
-    kv: dict | None = None
+    kv: KvAtReady | None = None
     log_tail: list[str] = Field(default_factory=list)
     died_ns: int | None = None  # the engine's timestamp of the container's death
     timings: dict[str, float] = Field(default_factory=dict)
@@ -372,7 +372,7 @@ def _watch(config: Config, plan: Plan, name: str, since: float, timeout: int, sa
                         "the served name and context come from the recipe (served_name, context): check that the "
                         "image serves this recipe and that nothing else answers on this port"), log)
                 say(f"  [{time.monotonic() - t0:5.1f} s] /v1/models: {recipe.served_name}, max_model_len {recipe.context}")
-                outcome.kv = tracker.kv.to_dict(recipe.context)
+                outcome.kv = tracker.kv.at_ready(recipe.context)
                 say("  " + tracker.kv.describe(recipe.context))
                 t_smoke = time.monotonic()
                 report = run_suite(ep, recipe, api_key_env=plan.runtime.api_key_env)

@@ -13,10 +13,15 @@ from __future__ import annotations
 
 import re
 
+from typing import TYPE_CHECKING
+
 from pydantic import ConfigDict
 
 from hostctl.data import Data
 from hostctl import loglines
+
+if TYPE_CHECKING:
+    from hostctl.facts.records import KvAtReady
 
 # Numbers are bounded: a runtime (or a model's code) printing a 5,000-digit "count" would make int()
 # raise, and a match of unbounded digits costs the line's length; a real count has at most a dozen digits.
@@ -82,10 +87,12 @@ class KvCapacity(Data):
         fits = f"fits {n} full-context ({context:,}-token) request{'s' if n != 1 else ''} at once" if n is not None else ""
         return f"KV cache: {tokens}; {fits}".rstrip("; ")
 
-    def to_dict(self, context: int) -> dict:
-        return {"tokens": self.tokens, "max_concurrency": self.concurrency,
-                "per_request_tokens": self.per_request_tokens,
-                "full_context_requests": self.full_context_requests(context), "context": context}
+    def at_ready(self, context: int) -> KvAtReady:
+        """What `up` records (service.json, tune's boot) for the recipe's context."""
+        from hostctl.facts.records import KvAtReady
+
+        return KvAtReady(tokens=self.tokens, max_concurrency=self.concurrency, per_request_tokens=self.per_request_tokens,
+                         full_context_requests=self.full_context_requests(context), context=context)
 
 
 class Tracker:

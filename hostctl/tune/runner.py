@@ -190,12 +190,13 @@ class Sweep:
                                   [f"log: {ln}" for ln in outcome.log_tail[-5:]])
                 return
             bdoc["status"] = "ready"
-            bdoc["kv"] = outcome.kv
+            kv = outcome.kv.model_dump(mode="json") if outcome.kv is not None else None
+            bdoc["kv"] = kv
             service = bench_runner.ready_service(cfg, plan)
             fp = bench_runner.fingerprint.of_project(service.project_dir, service.image_id)
             bdoc["service_fingerprint"] = fp.digest if fp else None
             for trial in trials:
-                self._run_trial(cfg, plan, trial, service, outcome.kv, knob_dir)
+                self._run_trial(cfg, plan, trial, service, kv, knob_dir)
         finally:
             if started:
                 self.say(f"  taking {boot.id} down")

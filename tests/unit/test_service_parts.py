@@ -76,6 +76,9 @@ def test_kv_capacity_without_a_concurrency_line_divides_tokens():
     assert KvCapacity().describe(2048) == "KV capacity: not reported by the runtime"
     # A concurrency line for another request size does not answer the full-context question.
     assert KvCapacity(tokens=10_000, concurrency=9.0, per_request_tokens=1000).full_context_requests(4000) == 2
+    # what up records for the recipe's context (service.json, tune's boot)
+    rec = KvCapacity(tokens=10_000, concurrency=9.0, per_request_tokens=1000).at_ready(4000)
+    assert (rec.tokens, rec.max_concurrency, rec.full_context_requests, rec.context) == (10_000, 9.0, 2, 4000)
 
 
 def test_a_conversion_that_advances_is_progress_however_long_it_takes():
