@@ -68,23 +68,14 @@ class Service(Data):
 
 def ready_service(config: Config, plan: Plan) -> Service:
     """The running service, or FailedError (exit 1) saying why there is none to measure."""
-    from hostctl.service.container import client
+    from hostctl.facts.container import container_state
     from hostctl.service.lifecycle import container_name, project_dir
 
     name = container_name(plan)
     last = saved.load_service()
     fix = "start it with `hostctl up` (bench measures the service `up` declared ready)"
-    import docker.errors
-
-    dc = client()
-    try:
-        try:
-            c = dc.containers.get(name)
-            running, image_id = c.status == "running", c.attrs.get("Image")
-        except docker.errors.NotFound:
-            running, image_id = False, None
-    finally:
-        dc.close()
+    st = container_state(name)
+    running, image_id = st.running, st.image_id
     if not running:
         raise FailedError(f"no ready service to measure: {name} is not running", fix=fix)
     if last is None or last.container != name or last.state != "ready":

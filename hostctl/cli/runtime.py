@@ -150,14 +150,14 @@ def logs(
     """The runtime's logs."""
     from hostctl.interrupt import Interrupted
     from hostctl.secrets import follow_writer
-    from hostctl.service import lifecycle
+    from hostctl.facts.container import stream_logs
 
     c = global_options(ctx, config, facts)
     c.refuse_snapshot("logs")
     name = c.identity().container
     try:
         # whole lines only while following: a secret docker split across two chunks is redacted whole
-        lifecycle.stream_logs(name, follow, follow_writer(sys.stdout.buffer))
+        stream_logs(name, follow, follow_writer(sys.stdout.buffer))
     except (KeyboardInterrupt, Interrupted):
         pass  # Ctrl-C is how `logs -f` is meant to end
 

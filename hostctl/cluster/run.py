@@ -251,7 +251,7 @@ def _live_facts(mp: MemberPlan):
 
 
 def _expect_running(mp: MemberPlan) -> None:
-    from hostctl.service.container import container_state
+    from hostctl.facts.container import container_state
 
     name = mp.container
     if not container_state(name).running:
@@ -309,7 +309,7 @@ def _up_router(cp: ClusterPlan, mp: MemberPlan, say: Say) -> str:
 
 
 def _expect_container(name: str) -> None:
-    from hostctl.service.container import container_state
+    from hostctl.facts.container import container_state
 
     st = container_state(name)
     if not st.running:
@@ -363,12 +363,10 @@ def _up_follower(cp: ClusterPlan, mp: MemberPlan, *, timeout, say) -> str:
 
 
 def _log_tail(name: str, lines: int = 15) -> list[str]:
-    from hostctl import runner
     from hostctl.secrets import redact
+    from hostctl.facts.container import log_tail
 
-    res = runner.run(["docker", "logs", "--tail", str(lines), name], timeout=30)
-    text = (res.stdout or "") + (res.stderr or "")
-    return [redact(ln) for ln in text.splitlines()[-lines:]]
+    return [redact(ln) for ln in log_tail(name, lines)]
 
 
 # ---------------------------------------------------------------- down

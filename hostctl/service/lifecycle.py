@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 from hostctl.service import apiclient, apipeer, identity, preflight, saved
 from hostctl.service.runtime_part import RuntimePart, take_down
 from hostctl.act.inline import run_inline
-from hostctl.service.container import Feed, container_state
+from hostctl.facts.container import Feed, container_state
 from hostctl.act.lock import HostLock
 from hostctl.service.progress import Tracker
 from hostctl.service.smoke import _headers, check_models, run_suite
@@ -210,7 +210,7 @@ def _up(config: Config, plan: Plan, facts, *, timeout: int | None, keep_on_failu
         exc.details.append("nothing was started")
         raise
 
-    since = time.time()  # this run's events and log lines only (service.container.Feed)
+    since = time.time()  # this run's events and log lines only (facts.container.Feed)
     started[0] = True
     run_inline([RuntimePart("start", project_dir=target, project=plan.runtime.project, container=name,
                             new_session=True)], command="hostctl up", schema=SCHEMA, say=say)
@@ -489,24 +489,3 @@ def down(config: Config, say: Say) -> str:
             say(f"caches kept: {', '.join(before.rw_binds) or 'none bound'}")
             return f"stopped and removed {rt.container}"
         return f"{rt.container} was not running"
-
-
-def stream_logs(name: str, follow: bool, write: Callable[[bytes], None]) -> None:
-    """The container's logs (`hostctl logs`: the name comes from the profile, hostctl.service.identity)."""
-    import docker.errors
-
-    from hostctl.service.container import client
-
-    dc = client()
-    try:
-        try:
-            c = dc.containers.get(name)
-        except docker.errors.NotFound:
-            raise FailedError(f"no runtime container {name}", fix="start it with `hostctl up`") from None
-        if follow:
-            for chunk in c.logs(stream=True, follow=True):
-                write(chunk)
-        else:
-            write(c.logs())
-    finally:
-        dc.close()

@@ -72,21 +72,14 @@ def check_plan(plan: Plan) -> list[Failure]:
 
 
 def check_image(image: str) -> list[Failure]:
-    import docker.errors
-
     from hostctl.images import DEMO_REPO, demo_staleness
-    from hostctl.service.container import client
+    from hostctl.facts.container import image_id
 
-    dc = client()
-    try:
-        dc.images.get(image)
-    except docker.errors.ImageNotFound:
+    if image_id(image) is None:
         fix = ("build it: python3 -m hostctl.images build" if image.startswith(DEMO_REPO + ":")
                else "build the runtime image (runtime/sm120/Dockerfile, see runtime/README.md) or set runtime.image")
         return [Failure(id="image-missing", message=f"the runtime image {image} is not in the local engine "
                         "(hostctl never pulls)", fix=fix)]
-    finally:
-        dc.close()
     stale = demo_staleness(image)
     if stale is not None:
         return [Failure(id="image-stale-warning", message=f"{image} was built from other inputs (hash {stale.current}) than this "

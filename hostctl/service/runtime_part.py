@@ -1,7 +1,7 @@
 """The runtime container as a part of the one executor (hostctl.act): `docker compose up` of the
 project `up` rendered, and `docker compose down` of the profile's project.
 
-read: the container's state in the engine (hostctl.service.container). decide (pure):
+read: the container's state in the engine (hostctl.facts.container). decide (pure):
   start - the first look always decides `compose up` (Compose itself recreates what the project
           changed and leaves the rest); the look after it verifies that the container exists.
           Whether it then becomes ready is the watch's and the smoke gate's (lifecycle.py), not
@@ -23,7 +23,7 @@ from hostctl.act.consent import Request
 from hostctl.act.executor import Context
 from hostctl.data import Data
 from hostctl.errors import FailedError, HostctlError
-from hostctl.service.container import ContainerState
+from hostctl.facts.container import ContainerState
 
 NAME = "runtime"
 
@@ -45,7 +45,7 @@ class RuntimePart:
         self.before: ContainerState | None = None  # the first look (down says what it stopped)
 
     def read(self, ctx: Context) -> Any:
-        from hostctl.service.container import container_state
+        from hostctl.facts.container import container_state
 
         state = container_state(self.container)
         self.before = self.before or state

@@ -42,7 +42,7 @@ def _healthy(endpoint: str) -> tuple[bool, str | None]:
 
 def status(rt: identity.RuntimeIdentity) -> dict:
     from hostctl.facts.engine import probe_container
-    from hostctl.service.container import parse_timestamp
+    from hostctl.facts.container import parse_timestamp
 
     found, engine_problem = probe_container(rt.container)
     running = found is not None and found["state"] == "running"

@@ -204,7 +204,7 @@ def supervise(config: Config, plan: Plan, stop: Stop, say: Say, notify=sdnotify.
     import queue
 
     from hostctl.service import lifecycle, preflight
-    from hostctl.service.container import Feed, container_state
+    from hostctl.facts.container import Feed, container_state, log_tail
     from hostctl.service.runtime_part import take_down
 
     name = lifecycle.container_name(plan)
@@ -264,7 +264,7 @@ def supervise(config: Config, plan: Plan, stop: Stop, say: Say, notify=sdnotify.
         say(f"took the project down ({problem or 'ok'})")
         return Ended(verdict=verdict)
 
-    log = _log_tail(name)  # before a hang's stop removes the container (a paused one still has its log)
+    log = log_tail(name, LOG_TAIL)  # before a hang's stop removes the container (a paused one still has its log)
     s = container_state(name)
     if verdict.action == "hung":
         say(f"/health has failed for {verdict.failing_s:.0f} s while {name} is {verdict.status}: stopping it")
@@ -278,20 +278,6 @@ def supervise(config: Config, plan: Plan, stop: Stop, say: Say, notify=sdnotify.
                   exit_code=verdict.exit_code if verdict.exit_code is not None else s.exit_code)
     cause, also = death_finding(verdict, ev, hang_s)
     return Ended(verdict=verdict, cause=cause, also=also, log_tail=log[-lifecycle.LOG_SHOWN:])
-
-
-def _log_tail(name: str) -> list[str]:
-    from hostctl.service.container import client
-
-    try:
-        dc = client()
-        try:
-            raw = dc.containers.get(name).logs(tail=LOG_TAIL)
-        finally:
-            dc.close()
-    except Exception:  # gone (a hang's stop removed it) or the engine hiccuped: diagnose without it
-        return []
-    return [ln for ln in raw.decode(errors="replace").splitlines() if ln.strip()]
 
 
 def foreground(config: Config, plan: Plan, facts, *, timeout: int | None, keep_on_failure: bool, say: Say,

@@ -76,16 +76,15 @@ def decide(before: Before) -> RefusedError | None:
 
 def observe(cfg, plan, *, hostctl_bin: str) -> Before:
     """The container of the profile's project, hostctl's record of it, and both fingerprints."""
-    from hostctl.service.container import running_fingerprint
     from hostctl.service import saved
-    from hostctl.service.container import container_state
+    from hostctl.facts.container import container_state
     from hostctl.service.lifecycle import container_name, project_dir
 
     name = container_name(plan)
     st = container_state(name)
     last = saved.load_service()
     mine = last is not None and last.container == name
-    running_fp = running_fingerprint(project_dir(cfg), name) if st.running else None
+    running_fp = fingerprint.of_project(project_dir(cfg), st.image_id) if st.running else None
     profile_fp = profile_fingerprint(cfg, plan, hostctl_bin=hostctl_bin) if st.running else None
     diff = fingerprint.differences(running_fp, profile_fp) if running_fp and profile_fp else []
     return Before(container=name, running=st.running, state=last.state if mine else None,
@@ -96,21 +95,11 @@ def observe(cfg, plan, *, hostctl_bin: str) -> Before:
 def profile_fingerprint(cfg, plan, *, hostctl_bin: str) -> ServiceFingerprint | None:
     """What `up` would render from this config now (rendered exactly as `up` renders it), with the
     id the engine resolves the plan's image to (None when the engine does not have it)."""
-    import docker.errors
-
-    from hostctl.service.container import client
+    from hostctl.facts.container import image_id
     from hostctl.service.render import render_files
 
     files = render_files(plan, hostctl_bin=hostctl_bin, config_path=str(Path(cfg.source).resolve()))
-    dc = client()
-    try:
-        try:
-            image_id = dc.images.get(plan.runtime.image).id
-        except docker.errors.ImageNotFound:
-            image_id = None
-    finally:
-        dc.close()
-    return fingerprint.of_files(files["compose.yaml"], files["runtime.env"], image_id)
+    return fingerprint.of_files(files["compose.yaml"], files["runtime.env"], image_id(plan.runtime.image))
 
 
 def bring_back(before: Before, cfg, plan, facts, *, why: str, say: Say, hostctl_bin: str, up=None,

@@ -208,7 +208,7 @@ def test_store_directory_missing(demo_image, host_factory, tmp_path):
 
 def test_events_of_an_earlier_container_with_the_same_name_are_ignored(demo_image):
     from hostctl import images
-    from hostctl.service.container import Feed, container_state
+    from hostctl.facts.container import Feed, container_state
 
     name = "hc5-feed-runtime"
     base = images.base_tag()
@@ -235,7 +235,7 @@ def test_a_container_started_again_in_place_feeds_only_its_new_run(demo_image):
     # compose starts an ended container again with the same id and its old log: a supervised
     # restart after `docker kill` once read that kill (exit 137) as its own death during load.
     from hostctl import images
-    from hostctl.service.container import Feed, container_state
+    from hostctl.facts.container import Feed, container_state
 
     name = "hc5-feed-again-runtime"
     try:

@@ -4,7 +4,7 @@ exists, and a look that finds none verifies it."""
 
 from __future__ import annotations
 
-from hostctl.service.container import ContainerState
+from hostctl.facts.container import ContainerState
 from hostctl.service.runtime_part import Look, decide
 
 GONE, RUNNING = ContainerState(exists=False), ContainerState(exists=True, status="running")
@@ -51,7 +51,8 @@ def test_up_dry_run_shows_the_files_and_the_compose_command_and_changes_nothing(
 def _engine(monkeypatch, *, removes: bool, returncode: int = 0):
     """A container that `compose down` removes (or does not), seen through the part's own reads."""
     from hostctl.runner import Result
-    from hostctl.service import compose, container
+    from hostctl.facts import container
+    from hostctl.service import compose
 
     there = {"c": True}
     calls: list[tuple] = []

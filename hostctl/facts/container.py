@@ -1,5 +1,8 @@
-"""The runtime container as the Docker engine sees it (docker SDK): its state, and a live feed
-of its engine events (`oom`, `die` with the exit code) and log lines for the watcher.
+"""The runtime container as the Docker engine sees it (docker SDK), for the commands that act on
+it (up's watch, the supervisor, down, status, bench, tune): its state, a local image's id, its
+log (a tail, or the whole of it for `hostctl logs`), and a live feed of its engine events (`oom`,
+`die` with the exit code) and log lines for the watcher. The engine facts doctor judges are
+facts/engine.py's.
 
 Events and log lines are read from the moment `docker compose up` was asked, so a container that
 dies at once is still seen; the container's state is polled as well, in case the event stream
@@ -15,14 +18,9 @@ import re
 import threading
 import time
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING
-
 from pydantic import ConfigDict
 
 from hostctl.data import Data
-
-if TYPE_CHECKING:
-    from hostctl.service import fingerprint
 
 API_TIMEOUT_S = 10
 
@@ -46,6 +44,7 @@ class ContainerState(Data):
     exists: bool
     id: str | None = None
     status: str | None = None  # created, running, exited, ...
+    image_id: str | None = None  # the image it was created from, as the engine's id
     exit_code: int | None = None
     oom_killed: bool | None = None
     started_at: datetime | None = None
@@ -77,7 +76,8 @@ def container_state(name: str, dc=None) -> ContainerState:
     try:
         c = dc.containers.get(name)
         s = c.attrs.get("State", {})
-        return ContainerState(exists=True, id=c.id, status=s.get("Status"), exit_code=s.get("ExitCode"),
+        return ContainerState(exists=True, id=c.id, status=s.get("Status"), image_id=c.attrs.get("Image") or None,
+                              exit_code=s.get("ExitCode"),
                               oom_killed=s.get("OOMKilled"), started_at=parse_timestamp(s.get("StartedAt")),
                               finished_at=parse_timestamp(s.get("FinishedAt")), error=s.get("Error") or None,
                               rw_binds=tuple(m["Source"] for m in c.attrs.get("Mounts") or ()
@@ -188,22 +188,49 @@ class Feed:
             pass
 
 
-def running_fingerprint(project_dir, container: str) -> fingerprint.ServiceFingerprint | None:
-    """The fingerprint of the service running now: the project `up` rendered, and the image id
-    of its container (None when it is not running)."""
+def image_id(ref: str) -> str | None:
+    """The id of the local image `ref` names; None when the engine does not have it (hostctl never pulls)."""
     import docker.errors
 
-    from hostctl.service import fingerprint
+    dc = client()
+    try:
+        return dc.images.get(ref).id
+    except docker.errors.ImageNotFound:
+        return None
+    finally:
+        dc.close()
+
+
+def log_tail(name: str, lines: int) -> list[str]:
+    """The container's last log lines (a dead or paused one still has its log); [] when it is gone
+    or the engine hiccuped: callers diagnose without it."""
+    try:
+        dc = client()
+        try:
+            raw = dc.containers.get(name).logs(tail=lines)
+        finally:
+            dc.close()
+    except Exception:
+        return []
+    return [ln for ln in raw.decode(errors="replace").splitlines() if ln.strip()]
+
+
+def stream_logs(name: str, follow: bool, write) -> None:
+    """The container's log, whole or followed (`hostctl logs`), handed to write() as it comes."""
+    import docker.errors
+
+    from hostctl.errors import FailedError
 
     dc = client()
     try:
         try:
-            c = dc.containers.get(container)
+            c = dc.containers.get(name)
         except docker.errors.NotFound:
-            return None
-        if c.status != "running":
-            return None
-        image_id = c.attrs.get("Image")
+            raise FailedError(f"no runtime container {name}", fix="start it with `hostctl up`") from None
+        if follow:
+            for chunk in c.logs(stream=True, follow=True):
+                write(chunk)
+        else:
+            write(c.logs())
     finally:
         dc.close()
-    return fingerprint.of_project(project_dir, image_id)
