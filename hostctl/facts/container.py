@@ -69,7 +69,9 @@ def parse_timestamp(text: str | None) -> datetime | None:
 
 
 def container_state(name: str, dc=None) -> ContainerState:
+    """The container's state; an engine that fails to answer is a FailedError naming the container."""
     import docker.errors
+    import requests.exceptions
 
     own = dc is None
     dc = dc or client()
@@ -84,6 +86,11 @@ def container_state(name: str, dc=None) -> ContainerState:
                                              if m.get("Type") == "bind" and m.get("RW") and m.get("Source")))
     except docker.errors.NotFound:
         return ContainerState(exists=False)
+    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+        from hostctl.errors import FailedError
+
+        raise FailedError(f"the engine did not say how container {name} is: {exc.__class__.__name__}: {exc}",
+                          fix="check the engine (`systemctl status docker`, `docker ps`) and run the command again") from exc
     finally:
         if own:
             dc.close()

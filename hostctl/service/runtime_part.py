@@ -31,17 +31,21 @@ NAME = "runtime"
 class Look(Data):
     state: ContainerState
     started: bool  # this run's compose up already ran
+    down_owed: bool = False  # a take-down runs `compose down` once even when no container is seen
 
 
 class RuntimePart:
     record = False
 
     def __init__(self, goal: Literal["start", "stop"], *, project_dir: Path | None, project: str, container: str,
-                 new_session: bool = False, stop_timeout_s: int = 30) -> None:
+                 new_session: bool = False, stop_timeout_s: int = 30, down_even_if_gone: bool = False) -> None:
         self.name = NAME
         self.goal, self.project_dir, self.project, self.container = goal, project_dir, project, container
         self.new_session, self.stop_timeout_s = new_session, stop_timeout_s
         self.started = False
+        # An interrupt can land while `compose up` is still creating the container: the look finds
+        # none yet, and the one the engine creates a moment later would be left running.
+        self.down_owed = down_even_if_gone
         self.before: ContainerState | None = None  # the first look (down says what it stopped)
 
     def read(self, ctx: Context) -> Any:
@@ -49,7 +53,7 @@ class RuntimePart:
 
         state = container_state(self.container)
         self.before = self.before or state
-        return Look(state=state, started=self.started)
+        return Look(state=state, started=self.started, down_owed=self.down_owed)
 
     def decide(self, look: Any) -> Assessment:
         return decide(self.goal, look, container=self.container, up=self._up, down=self._down)
@@ -68,6 +72,7 @@ class RuntimePart:
     def _down(self) -> None:
         from hostctl.service.compose import compose_down
 
+        self.down_owed = False
         target = self.project_dir if self.project_dir is not None and self.project_dir.is_dir() else None
         res = compose_down(target, self.project, stop_timeout_s=self.stop_timeout_s, new_session=self.new_session)
         if not res.ok:
@@ -88,15 +93,15 @@ class RuntimePart:
 
 def take_down(project_dir: Path | None, project: str, container: str, *, command: str, schema: str,
               say: Callable[[str], None], stop_timeout_s: int = 30, new_session: bool = False) -> str | None:
-    """`compose down` of the project through the executor, verified by a fresh look at the engine:
-    None when the container is gone, else why not. For a command taking its runtime down on its way
+    """`compose down` of the project through the executor (run once even when no container is seen
+    yet), verified by a fresh look at the engine: None when the container is gone, else why not. For a command taking its runtime down on its way
     out (a failed start, an interrupt, a hang): the caller reports the reason beside its own cause
     rather than raising over it. A second signal (interrupt.Hurry) passes through to the caller."""
     from hostctl.act.inline import run_inline
 
     try:
         run_inline([RuntimePart("stop", project_dir=project_dir, project=project, container=container,
-                                new_session=new_session, stop_timeout_s=stop_timeout_s)],
+                                new_session=new_session, stop_timeout_s=stop_timeout_s, down_even_if_gone=True)],
                    command=command, schema=schema, say=say)
     except HostctlError as exc:
         return f"{exc.message}: {exc.details[0]}" if exc.details else exc.message
@@ -113,7 +118,7 @@ def decide(goal: str, look: Look, *, container: str, up, down) -> Assessment:
                          changes=container, why="start the runtime from the rendered project"))
         else:
             d.add(Settled(id=NAME, what=f"{container} created ({st.status})"))
-    elif st.exists:
+    elif st.exists or look.down_owed:
         d.add(Action(step=f"{NAME}/down", describe=f"docker compose down {container} (caches stay)", run=down,
                      changes=container, why="`down`: stop and remove the runtime"))
     else:

@@ -66,7 +66,9 @@ def status(rt: identity.RuntimeIdentity) -> dict:
     last = saved.load_service()
     if last is not None and last.container == rt.container:
         doc["last_up"] = last.model_dump(mode="json", exclude_none=True, include={
-            "state", "ready_at", "failed_at", "interrupted_at", "signal", "down_at", "cause", "kv"})
+            "state", "ready_at", "failed_at", "interrupted_at", "signal", "down_at", "cause"})
+        if last.kv is not None:  # every key, as the runtime reported it or null
+            doc["last_up"]["kv"] = last.kv.model_dump(mode="json")
     from hostctl.service import restarts
 
     supervised = restarts.status_part()

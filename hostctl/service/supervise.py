@@ -213,9 +213,11 @@ def supervise(config: Config, plan: Plan, stop: Stop, say: Say, notify=sdnotify.
     uptime0 = uptime_s()
     st = container_state(name)
     watcher = Watcher(hang_timeout_s=hang_s, started_at=t0)
-    # This run's events only: compose restarts an ended container in place (same id), so the
-    # death that led to this restart is an earlier event of the same container.
-    feed = Feed(name, st.started_at.timestamp() if st.started_at else time.time() - 1, st.id)
+    # From just before supervision began (the watch saw what came before), and never before this
+    # run's start: compose restarts an ended container in place (same id), so the death that led to
+    # this restart is an earlier event of the same container.
+    since = time.time() - 1
+    feed = Feed(name, max(since, st.started_at.timestamp()) if st.started_at else since, st.id)
     obs: queue.Queue[Observation] = queue.Queue()
     quit_health = threading.Event()
     feed.start_events()

@@ -91,10 +91,18 @@ def test_take_down_says_why_when_compose_fails_or_the_container_stays(monkeypatc
     assert why is not None and why.startswith("runtime did not converge")
 
 
-def test_take_down_of_a_container_already_gone_runs_nothing(monkeypatch, tmp_path):
+def test_take_down_runs_compose_down_once_even_when_no_container_is_seen_yet(monkeypatch, tmp_path):
+    # an interrupt during `compose up` can look before the engine has created the container
     from hostctl.service.runtime_part import take_down
 
     calls = _engine(monkeypatch, removes=True)
     take_down(tmp_path, "p", "c", command="hostctl up", schema="s", say=lambda line: None)
     assert take_down(tmp_path, "p", "c", command="hostctl up", schema="s", say=lambda line: None) is None
-    assert len(calls) == 1
+    assert len(calls) == 2  # once each, and the fresh look after it verifies the container gone
+    # `down` itself (no debt) runs nothing for a container that does not exist
+    from hostctl.act.inline import run_inline
+    from hostctl.service.runtime_part import RuntimePart
+
+    run_inline([RuntimePart("stop", project_dir=tmp_path, project="p", container="c")], command="hostctl down",
+               schema="s", say=lambda line: None)
+    assert len(calls) == 2
