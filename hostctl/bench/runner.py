@@ -75,8 +75,7 @@ def ready_service(config: Config, plan: Plan) -> Service:
     last = saved.load_service()
     fix = "start it with `hostctl up` (bench measures the service `up` declared ready)"
     st = container_state(name)
-    running, image_id = st.running, st.image_id
-    if not running:
+    if not st.running:
         raise FailedError(f"no ready service to measure: {name} is not running", fix=fix)
     if last is None or last.container != name or last.state != "ready":
         raise FailedError(f"{name} is running, but the last `hostctl up` for it did not declare it ready "
@@ -90,7 +89,7 @@ def ready_service(config: Config, plan: Plan) -> Service:
     if not healthy:
         raise FailedError(f"{name} is running but {ep}/health does not answer", fix="see `hostctl status` and "
                           "`hostctl logs`; restart it with `hostctl down` and `hostctl up`")
-    return Service(endpoint=ep, container=name, image_id=image_id, kv=last.kv,
+    return Service(endpoint=ep, container=name, image_id=st.image_id, kv=last.kv,
                    project_dir=Path(last.project_dir or project_dir(config)))
 
 

@@ -18,6 +18,7 @@ import re
 import threading
 import time
 from datetime import datetime, timezone
+
 from pydantic import ConfigDict
 
 from hostctl.data import Data

@@ -12,7 +12,6 @@ runtime can print forever while doing nothing.
 from __future__ import annotations
 
 import re
-
 from typing import TYPE_CHECKING
 
 from pydantic import ConfigDict

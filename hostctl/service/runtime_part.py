@@ -94,9 +94,10 @@ class RuntimePart:
 def take_down(project_dir: Path | None, project: str, container: str, *, command: str, schema: str,
               say: Callable[[str], None], stop_timeout_s: int = 30, new_session: bool = False) -> str | None:
     """`compose down` of the project through the executor (run once even when no container is seen
-    yet), verified by a fresh look at the engine: None when the container is gone, else why not. For a command taking its runtime down on its way
-    out (a failed start, an interrupt, a hang): the caller reports the reason beside its own cause
-    rather than raising over it. A second signal (interrupt.Hurry) passes through to the caller."""
+    yet), verified by a fresh look at the engine: None when the container is gone, else why not.
+    For a command taking its runtime down on its way out (a failed start, an interrupt, a hang):
+    the caller reports the reason beside its own cause rather than raising over it. A second signal
+    (interrupt.Hurry) passes through to the caller."""
     from hostctl.act.inline import run_inline
 
     try:

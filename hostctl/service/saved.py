@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from hostctl import paths
+from hostctl.data import Data
 from hostctl.facts.records import LastUp, QualifyVerdict
 from hostctl.safefs import write_file
 
@@ -20,6 +21,8 @@ if TYPE_CHECKING:
 SERVICE_FILE = "service.json"
 SMOKE_FILE = "last-smoke.json"
 QUALIFY_FILE = "qualify.json"  # read back by hostctl.facts.state
+
+R = TypeVar("R", bound=Data)
 
 
 def _write(name: str, doc: dict) -> Path:
@@ -36,19 +39,24 @@ def _read(name: str) -> dict | None:
         return None
 
 
+def _load_record(name: str, record: type[R]) -> R | None:
+    """The file as its record; None when there is none, or the file is damaged or not hostctl's."""
+    from pydantic import ValidationError
+
+    doc = _read(name)
+    try:
+        return record.model_validate(doc, strict=True) if doc is not None else None
+    except ValidationError:
+        return None
+
+
 def save_service(last: LastUp) -> Path:
     return write_file(paths.state_dir() / SERVICE_FILE, last.model_dump_json(indent=2, exclude_none=True) + "\n")
 
 
 def load_service() -> LastUp | None:
-    """The last up's record; None when there is none, or the file is damaged or not hostctl's."""
-    from pydantic import ValidationError
-
-    doc = _read(SERVICE_FILE)
-    try:
-        return LastUp.model_validate(doc, strict=True) if doc is not None else None
-    except ValidationError:
-        return None
+    """The last up's record (None: none, or not one)."""
+    return _load_record(SERVICE_FILE, LastUp)
 
 
 def save_smoke(report: SmokeReport) -> Path:
@@ -76,12 +84,6 @@ def save_qualify(verdict: QualifyVerdict) -> Path:
 
 
 def load_qualify() -> QualifyVerdict | None:
-    """The stored qualify verdict; None when there is none, or the file is damaged or not hostctl's
-    (the facts read the same file the same way: hostctl.facts.state)."""
-    from pydantic import ValidationError
-
-    doc = _read(QUALIFY_FILE)
-    try:
-        return QualifyVerdict.model_validate(doc, strict=True) if doc is not None else None
-    except ValidationError:
-        return None
+    """The stored qualify verdict (None: none, or not one); the facts read the same file as the
+    same record (hostctl.facts.state)."""
+    return _load_record(QUALIFY_FILE, QualifyVerdict)
