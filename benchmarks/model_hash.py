@@ -5,9 +5,9 @@ What is timed, over the same bytes, alternating within every run so a change in 
 load hits all of them alike:
   plain: a plain read: one thread, `readinto` a 16 MiB buffer in a loop, nothing else (what
          `cat` or `dd bs=16M` do): the baseline the target is measured against;
-  read:  hostctl.model.hashing.read_only: hostctl's reader (a reader thread, reused 16 MiB
+  read:  hostctl.facts.hashing.read_only: hostctl's reader (a reader thread, reused 16 MiB
          buffers, POSIX_FADV_SEQUENTIAL) with nothing done to the bytes;
-  hash:  hostctl.model.hashing.digests: the same reader, each chunk's sha256 computed while the
+  hash:  hostctl.facts.hashing.digests: the same reader, each chunk's sha256 computed while the
          next one is read: what the full verify does per file.
 Cache states, both in one run:
   cold: every file's pages are dropped from the page cache before each timed pass (fdatasync +
@@ -45,8 +45,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hostctl.model import hashing  # noqa: E402  (stdlib only: runs where hostctl's dependencies are absent)
-from hostctl.model.hashing import hash_jobs  # noqa: E402
+from hostctl.facts import hashing  # noqa: E402  (stdlib only: runs where hostctl's dependencies are absent)
+from hostctl.facts.hashing import hash_jobs  # noqa: E402
 
 GIB = 1024**3
 TARGET = 0.90

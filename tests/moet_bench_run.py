@@ -67,7 +67,7 @@ def extract_model(image: str, dest: Path) -> Path:
 
 def write_snapshot_marker(model_dir: Path, repo: str, revision: str) -> Path:
     """vLLM-MoET's snapshot marker, written by hostctl's writer from a manifest of the files' hashes."""
-    from hostctl.model.hashing import digests
+    from hostctl.facts.hashing import digests
     from hostctl.facts.manifest import Manifest, ManifestFile
     from hostctl.model.manifest import write_marker
 

@@ -16,13 +16,11 @@ from pydantic import Field
 from hostctl.data import Data
 from hostctl import safefs
 from hostctl.cache.decide import Generation, PlanKey, generations
-from hostctl.facts.caches import CacheFacts, Root, scan
+from hostctl.facts.caches import CacheFacts, Root, first_difference, rank_store_dirs, scan
 from hostctl.config import Config
-from hostctl.safepaths import relative_name_problem
 from hostctl.bytesizes import fmt_bytes
 
 CACHE_SCHEMA = "hostctl.cache/v1"
-CHUNK = 16 * 1024 * 1024
 
 
 # ---------------------------------------------------------------- where the caches are
@@ -56,13 +54,8 @@ def cache_roots(config: Config, storage) -> list[Root]:
     for d in config.profile.drives:
         for role, kind in kinds.items():
             add(kind, f"{d.mount}/{ROLE_DIRS[role]}", d.name)
-        try:
-            names = sorted(os.listdir(d.mount))
-        except OSError:
-            names = []
-        for n in names:
-            if n.startswith(ROLE_DIRS["expert_store"] + "-rank") and relative_name_problem(n) is None:
-                add("rank_store", f"{d.mount}/{n}", d.name)
+        for n in rank_store_dirs(d.mount, ROLE_DIRS["expert_store"] + "-rank"):
+            add("rank_store", f"{d.mount}/{n}", d.name)
     return roots
 
 
@@ -70,11 +63,12 @@ def plan_key_for(config: Config, usage_doc: dict | None = None) -> tuple[PlanKey
     """The current plan's cache key (reads the storage facts, the checkpoint's stats and the usage
     record) and the directories to scan."""
     from hostctl.cache import usage
-    from hostctl.cache.identity import runtime_ckpt_id, runtime_inputs
+    from hostctl.facts.checkpoint_identity import runtime_ckpt_id, runtime_inputs
     from hostctl.facts import collect_storage
     from hostctl.plan import path_requests
     from hostctl.plan.storage import plan_storage
     from hostctl.plan.requests import tensor_parallel
+    from hostctl.plan.runtime import MODEL_IN_CONTAINER
 
     world = tensor_parallel(config.recipe)
     storage = plan_storage(config, collect_storage(path_requests(config)), world)
@@ -84,12 +78,12 @@ def plan_key_for(config: Config, usage_doc: dict | None = None) -> tuple[PlanKey
         from hostctl.facts.checkpoint import probe_checkpoint
 
         override, revision = runtime_inputs(config.recipe.env, config.recipe.serve_args)
-        ckpt_id, why = runtime_ckpt_id(rt.model_dir, revision=revision, override=override)
+        ckpt_id, why = runtime_ckpt_id(rt.model_dir, MODEL_IN_CONTAINER, revision=revision, override=override)
         m = probe_checkpoint(rt.model_dir).manifest
         label = f"{rt.model_dir} ({m.repo}@{m.revision})" if m else f"{rt.model_dir} (no hostctl manifest)"
     else:
         override, _ = runtime_inputs(config.recipe.env, config.recipe.serve_args)
-        ckpt_id, why = (runtime_ckpt_id("", override=override) if override else
+        ckpt_id, why = (runtime_ckpt_id("", MODEL_IN_CONTAINER, override=override) if override else
                         (None, f"the checkpoint ({config.recipe.model}) is inside the runtime image"))
     key = PlanKey(world=world, roots={t.role: os.path.normpath(t.host_path) for t in storage.roles},
                   ckpt_id=ckpt_id, ckpt_reason=why, conversion_layers=config.recipe.conversion.layers,
@@ -185,26 +179,6 @@ def list_text(v: CacheView) -> str:
 
 
 # ---------------------------------------------------------------- verify
-
-
-def first_difference(a: str, b: str, progress=None) -> int | None:
-    """The offset of the first differing byte of two files (or of the shorter's end), None if equal."""
-    offset = 0
-    with open(a, "rb", buffering=0) as fa, open(b, "rb", buffering=0) as fb:
-        for f in (fa, fb):
-            try:
-                os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
-            except OSError:
-                pass
-        while True:
-            x, y = fa.read(CHUNK), fb.read(CHUNK)
-            if x != y:
-                return offset + next((i for i, (p, q) in enumerate(zip(x, y)) if p != q), min(len(x), len(y)))
-            if not x:
-                return None
-            offset += len(x)
-            if progress is not None:
-                progress(len(x))
 
 
 class CacheVerifyReport(Data):

@@ -4,11 +4,16 @@ judgement here: decide.py turns these into generations, completeness and use.
 
 Sizes are blocks allocated (what removing a file frees); packs are sparse files whose apparent
 size counts rows never written.
+
+Also what `hostctl store split` and `cache verify` read: the shared expert store's folder and
+the rank folders it copies into (names, sizes, room, whether a copy is already there) and, for
+verify, where a copy first differs from its original.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 from typing import Literal
 
@@ -20,6 +25,7 @@ from hostctl.safefs import TEMP_MARK
 from hostctl.safepaths import relative_name_problem
 
 RootKind = Literal["planes", "store", "rank_store", "compile"]
+CHUNK = 16 * 1024 * 1024  # the compare's read size
 REMOVING_WHAT = "left by an interrupted `hostctl cache prune`: the next prune finishes removing it"
 
 
@@ -299,6 +305,72 @@ def scan(roots: list[Root]) -> CacheFacts:
         except OSError as exc:
             out.errors.append(f"{root.path}: {exc.strerror or exc}")
     return out
+
+
+def folder_names(path: str | Path) -> list[str] | None:
+    """The sorted names in a folder, or None when it is not one (or cannot be read)."""
+    try:
+        return sorted(os.listdir(path)) if os.path.isdir(path) else None
+    except OSError:
+        return None
+
+
+class FolderRoom(Data):
+    dev: int  # the filesystem it is on
+    free: int  # bytes an unprivileged writer may still use
+
+
+def folder_room(path: str | Path) -> FolderRoom | None:
+    try:
+        st, vfs = os.stat(path), os.statvfs(path)
+    except OSError:
+        return None
+    return FolderRoom(dev=st.st_dev, free=vfs.f_bavail * vfs.f_frsize)
+
+
+def file_sizes(folder: Path, names: list[str]) -> dict[str, int]:
+    return {n: os.stat(folder / n).st_size for n in names}
+
+
+def same_copy(src: Path, dst: Path) -> bool:
+    """Whether dst is a copy of src as a copy is judged without reading it: a regular file (a link
+    in the rank folder is never "the copy") of the same size and modification time."""
+    try:
+        s, d = src.stat(), dst.lstat()
+    except FileNotFoundError:
+        return False
+    return stat.S_ISREG(d.st_mode) and s.st_size == d.st_size and s.st_mtime_ns == d.st_mtime_ns
+
+
+def rank_store_dirs(mount: str, prefix: str) -> list[str]:
+    """The names under a drive's mount point that start with prefix (the rank stores `hostctl store
+    split` made there, also those the current plan no longer names); a name that is not a plain
+    folder name is left out."""
+    try:
+        names = sorted(os.listdir(mount))
+    except OSError:
+        return []
+    return [n for n in names if n.startswith(prefix) and relative_name_problem(n) is None]
+
+
+def first_difference(a: str, b: str, progress=None) -> int | None:
+    """The offset of the first differing byte of two files (or of the shorter's end), None if equal."""
+    offset = 0
+    with open(a, "rb", buffering=0) as fa, open(b, "rb", buffering=0) as fb:
+        for f in (fa, fb):
+            try:
+                os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
+            except OSError:
+                pass
+        while True:
+            x, y = fa.read(CHUNK), fb.read(CHUNK)
+            if x != y:
+                return offset + next((i for i, (p, q) in enumerate(zip(x, y)) if p != q), min(len(x), len(y)))
+            if not x:
+                return None
+            offset += len(x)
+            if progress is not None:
+                progress(len(x))
 
 
 class RunningRuntime(Data):

@@ -1,12 +1,13 @@
 """Checkpoint facts: what a checkpoint directory holds, read without hashing anything (a stat per
 file and three small JSON files). The quick verify, `up`'s preflight and doctor's model.checkpoint
-check judge these; only the full verify reads file contents (hashing.py).
+check judge these; only the full verify reads file contents (full_hashes, through hashing.py).
 """
 
 from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import Field, ValidationError
@@ -15,7 +16,7 @@ from hostctl.facts.manifest import (INDEX_NAME, MANIFEST_NAME, MARKER_NAME, SMAL
                                     Manifest, UnsafeIndexName, weight_files)
 from hostctl.data import Data
 from hostctl.errors import InputError
-from hostctl.safefs import TooLargeError, UntrustedPathError, closing_fd, open_below, read_below
+from hostctl.safefs import TooLargeError, UntrustedPathError, closing_fd, open_below, open_file_below, read_below
 from hostctl.safeload import parse_json
 
 
@@ -140,3 +141,33 @@ def _probe(base: int, root: Path, path: str) -> CheckpointFacts:
             facts.sizes[name] = size
     return facts
 
+
+def full_hashes(cp: CheckpointFacts, progress: Callable[[str, int], None] | None = None,
+                start: Callable[[str, int], None] | None = None, jobs: int | None = None) -> dict[str, str]:
+    """The content sha256 of every file that the manifest lists with a hash and that has the
+    expected size (a file of the wrong size is already known to be wrong), several at once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from hostctl.facts.hashing import digests, hash_jobs
+
+    m = cp.manifest
+    if m is None:
+        return {}
+    todo = sorted((f for f in m.files if f.sha256 is not None and cp.sizes.get(f.name) == f.size),
+                  key=lambda f: -f.size)  # largest first: the last one to finish is a small one
+
+    root = Path(cp.path)
+
+    def one(f) -> tuple[str, str]:
+        if start is not None:
+            start(f.name, f.size)
+        cb = (lambda n, name=f.name: progress(name, n)) if progress is not None else None
+        # opened as the probe looked it up: no link followed below the folder
+        return f.name, digests(open_file_below(base, f.name, shown=root, owners=False), cb).sha256
+
+    workers = jobs or hash_jobs()
+    with closing_fd(os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)) as base:
+        if workers == 1 or len(todo) <= 1:
+            return dict(one(f) for f in todo)
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="hostctl-hash") as pool:
+            return dict(pool.map(one, todo))

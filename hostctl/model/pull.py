@@ -32,7 +32,7 @@ from hostctl.config import Config
 from hostctl.errors import FailedError, HostctlError, InputError
 from hostctl.facts.checkpoint import CheckpointFacts, probe_checkpoint
 from hostctl.facts.free_space import free_space
-from hostctl.model.hashing import digests
+from hostctl.facts.hashing import digests
 from hostctl.facts.manifest import MARKER_NAME, Manifest, ManifestFile
 from hostctl.model.manifest import now_iso, write_manifest, write_marker
 from hostctl.model.progress import Progress

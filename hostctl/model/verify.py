@@ -2,20 +2,17 @@
 
 quick: config.json is there; every shard the safetensors index names is there; every file the
 manifest lists has the manifest's size; the manifest's revision is the pinned one and its pull
-finished. full: additionally every file's content sha256 is recomputed (hashing.py) and compared
+finished. full: additionally every file's content sha256 is recomputed (facts/hashing.py) and compared
 with the manifest's, which the pull checked against the hub's own metadata.
 
-judge() is pure (CheckpointFacts + the hashes read so far -> a CheckpointVerdict); full_hashes() is the
-reading. A checkpoint hostctl did not pull has no manifest: presence is still checked, sizes and
+judge() is pure (CheckpointFacts + the hashes read so far -> a CheckpointVerdict); the reading is
+facts.checkpoint's (probe_checkpoint, and full_hashes for the full level). A checkpoint hostctl did not pull has no manifest: presence is still checked, sizes and
 hashes cannot be, and the verdict says so (a warning: `hostctl model pull` adopts it, hashing
 every file against the hub's metadata and keeping what matches).
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Literal
 
@@ -23,10 +20,8 @@ from pydantic import Field
 
 from hostctl.data import Data
 from hostctl.facts.checkpoint import CheckpointFacts
-from hostctl.model.hashing import digests, hash_jobs
 from hostctl.facts.manifest import MANIFEST_NAME, Manifest
 from hostctl.model.resolve import ModelRef
-from hostctl.safefs import closing_fd, open_file_below
 
 Level = Literal["quick", "full"]
 FileStatus = Literal["ok", "missing", "wrong_size", "corrupt", "unchecked"]
@@ -153,33 +148,6 @@ def judge(ref: ModelRef, cp: CheckpointFacts, level: Level, hashes: dict[str, st
     return v
 
 
-def full_hashes(cp: CheckpointFacts, progress: Callable[[str, int], None] | None = None,
-                start: Callable[[str, int], None] | None = None, jobs: int | None = None) -> dict[str, str]:
-    """The content sha256 of every file that the manifest lists with a hash and that has the
-    expected size (a file of the wrong size is already known to be wrong), several at once."""
-    m = cp.manifest
-    if m is None:
-        return {}
-    todo = sorted((f for f in m.files if f.sha256 is not None and cp.sizes.get(f.name) == f.size),
-                  key=lambda f: -f.size)  # largest first: the last one to finish is a small one
-
-    root = Path(cp.path)
-
-    def one(f) -> tuple[str, str]:
-        if start is not None:
-            start(f.name, f.size)
-        cb = (lambda n, name=f.name: progress(name, n)) if progress is not None else None
-        # opened as the probe looked it up: no link followed below the folder
-        return f.name, digests(open_file_below(base, f.name, shown=root, owners=False), cb).sha256
-
-    workers = jobs or hash_jobs()
-    with closing_fd(os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)) as base:
-        if workers == 1 or len(todo) <= 1:
-            return dict(one(f) for f in todo)
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="hostctl-hash") as pool:
-            return dict(pool.map(one, todo))
-
-
 def recorded(manifest: Manifest, level: Level, when: str, verdict: CheckpointVerdict | None = None) -> Manifest:
     """The manifest after a verify: its date when it passed; after a full verify, each file whose
     content differs marked corrupt (so the quick verify, `up`'s preflight and the next pull know,
@@ -200,7 +168,7 @@ def recorded(manifest: Manifest, level: Level, when: str, verdict: CheckpointVer
 def run_verify(ref: ModelRef, level: Level, err=None) -> CheckpointVerdict:
     """Read the checkpoint (and at the full level every hash, with progress on `err`), judge it,
     and on a pass record the date in the manifest (doctor shows the last full verify)."""
-    from hostctl.facts.checkpoint import probe_checkpoint
+    from hostctl.facts.checkpoint import full_hashes, probe_checkpoint
     from hostctl.model.manifest import now_iso, write_manifest
     from hostctl.model.progress import Progress
 

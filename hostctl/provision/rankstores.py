@@ -36,6 +36,7 @@ from hostctl.act.report import Report
 from hostctl.config import Config
 from hostctl.data import Data
 from hostctl.errors import FailedError, HostctlError, InputError, RefusedError
+from hostctl.facts.caches import file_sizes, folder_names, folder_room, same_copy
 from hostctl.facts.records import HostFacts
 from hostctl.plan.storage import RANK_FILE_EXTS, plan_storage, rank_files
 from hostctl.plan.requests import tensor_parallel
@@ -79,14 +80,6 @@ class SplitRead(Data):
     ranks: list[RankRead] = []
 
 
-def _same_copy(src: Path, dst: Path) -> bool:
-    try:
-        s, d = src.stat(), dst.lstat()  # a link in the rank folder is never "the copy"
-    except FileNotFoundError:
-        return False
-    return stat.S_ISREG(d.st_mode) and s.st_size == d.st_size and s.st_mtime_ns == d.st_mtime_ns
-
-
 def read_split(config: Config, facts: HostFacts) -> SplitRead:
     """What the plan made from these facts says, and what the store and rank directories hold."""
     profile = config.profile
@@ -98,11 +91,11 @@ def read_split(config: Config, facts: HostFacts) -> SplitRead:
     if store is None or not snap.rank_stores:
         return snap
     source = Path(store.host_path)
-    snap.store_is_dir = source.is_dir()
-    if not snap.store_is_dir:
+    names = folder_names(source)
+    source_room = folder_room(source) if names is not None else None
+    snap.store_is_dir = source_room is not None
+    if names is None or source_room is None:
         return snap
-    names = sorted(os.listdir(source))
-    source_dev = os.stat(source).st_dev
     for rs in storage.rank_stores:
         r = RankRead(rank=rs.rank, drive=rs.drive, host_dir=rs.host_dir, shared=rs.shared, bound=list(rs.files),
                      status=rs.status)
@@ -110,17 +103,17 @@ def read_split(config: Config, facts: HostFacts) -> SplitRead:
         if rs.shared:
             continue
         r.files = rank_files(names, rs.rank, world)
-        r.sizes = {n: os.stat(source / n).st_size for n in r.files}
+        r.sizes = file_sizes(source, r.files)
         drive = profile.drive(rs.drive)
         pf = facts.path(rs.host_dir)
         target = Path(rs.host_dir)
         r.drive_mount = drive.mount if drive else None
         r.mount_target = pf.mount_target if pf and pf.exists else None
-        r.is_dir = target.is_dir()
-        if r.is_dir:
-            st, vfs = os.stat(target), os.statvfs(target)
-            r.dev, r.free, r.same_fs = st.st_dev, vfs.f_bavail * vfs.f_frsize, st.st_dev == source_dev
-            r.same = [n for n in r.files if _same_copy(source / n, target / n)]
+        room = folder_room(target) if target.is_dir() else None
+        r.is_dir = room is not None
+        if room is not None:
+            r.dev, r.free, r.same_fs = room.dev, room.free, room.dev == source_room.dev
+            r.same = [n for n in r.files if same_copy(source / n, target / n)]
     return snap
 
 

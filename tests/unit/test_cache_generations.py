@@ -15,7 +15,8 @@ import cachelayout as cl
 from hostctl.cache import usage
 from hostctl.cache.decide import PlanKey, generations, plan_prune
 from hostctl.facts.caches import Root, scan
-from hostctl.cache.identity import runtime_ckpt_id, runtime_inputs
+from hostctl.facts.checkpoint_identity import runtime_ckpt_id, runtime_inputs
+from hostctl.plan.runtime import MODEL_IN_CONTAINER as MODEL
 
 
 @pytest.fixture
@@ -128,14 +129,14 @@ def test_compile_hashes_are_read_from_the_runtimes_log():
 
 def test_the_runtimes_checkpoint_identity(tmp_path):
     ckpt = cl.checkpoint(tmp_path / "ckpt")
-    got, _ = runtime_ckpt_id(str(ckpt))
+    got, _ = runtime_ckpt_id(str(ckpt), MODEL)
     assert got == cl.ckpt_id(ckpt)
-    assert runtime_ckpt_id(str(ckpt), served_path="/elsewhere")[0] != got  # the path the server is given counts
+    assert runtime_ckpt_id(str(ckpt), "/elsewhere")[0] != got  # the path the server is given counts
     shard = ckpt / "model-00001-of-00002.safetensors"
     st = shard.stat()
     os.utime(shard, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
-    assert runtime_ckpt_id(str(ckpt))[0] not in (None, got)  # a touched shard is another checkpoint to the runtime
-    assert runtime_ckpt_id(str(tmp_path / "nowhere"))[0] is None
+    assert runtime_ckpt_id(str(ckpt), MODEL)[0] not in (None, got)  # a touched shard is another checkpoint to the runtime
+    assert runtime_ckpt_id(str(tmp_path / "nowhere"), MODEL)[0] is None
 
 
 def test_things_that_are_not_generations_are_listed_and_left_alone(dirs):
@@ -177,18 +178,18 @@ def test_the_identity_of_an_hf_cache_snapshot_with_the_servers_revision_and_over
     # name, the revision the server is given (`--revision`, not the snapshot's directory name) and,
     # when VLLM_MOE_W2_CKPT_ID is set, uses that value alone (vLLM-MoET's `_ckpt_id`).
     snap = cl.hf_snapshot(tmp_path / "hub")
-    plain, _ = runtime_ckpt_id(str(snap))
+    plain, _ = runtime_ckpt_id(str(snap), MODEL)
     assert plain == cl.ckpt_id(snap)
     blob = os.path.basename(os.path.realpath(snap / "model-00001-of-00002.safetensors"))
     assert len(blob) == 64 and plain != cl.ckpt_id(snap, revision="x")
     rev = "9e165c30e2704aec5d9d593cce3eebd58bbef1cb"
     override, revision = runtime_inputs({"VLLM_MOE_W2_CKPT_ID": "  "}, ["--enforce-eager", f"--revision {rev}"])
     assert (override, revision) == (None, rev)  # a blank override is no override, as in the runtime
-    pinned, _ = runtime_ckpt_id(str(snap), revision=revision, override=override)
+    pinned, _ = runtime_ckpt_id(str(snap), MODEL, revision=revision, override=override)
     assert pinned == cl.ckpt_id(snap, revision=rev) != plain
     assert runtime_inputs({}, ["--revision=abc"]) == (None, "abc")
     override, _ = runtime_inputs({"VLLM_MOE_W2_CKPT_ID": " snapshot-2026-07 "}, [])
-    given, why = runtime_ckpt_id(str(tmp_path / "nowhere"), override=override)
+    given, why = runtime_ckpt_id(str(tmp_path / "nowhere"), MODEL, override=override)
     assert given == "snapshot-2026-07" and "VLLM_MOE_W2_CKPT_ID" in why
     # planes built under the served revision's identity are the plan's; those of the plain one are not
     cl.planes(dirs["planes"], pinned, world=1, layers=2)

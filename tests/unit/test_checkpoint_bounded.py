@@ -9,7 +9,8 @@ import os
 
 import pytest
 
-from hostctl.cache.identity import runtime_ckpt_id
+from hostctl.facts.checkpoint_identity import runtime_ckpt_id
+from hostctl.plan.runtime import MODEL_IN_CONTAINER as MODEL
 from hostctl.cluster.doctor import LocalMemberReader
 from hostctl.facts.manifest import SMALL_FILE_MAX
 
@@ -37,21 +38,21 @@ def model_dir(tmp_path):
 def test_ckpt_id_refuses_a_sparse_index_unread(model_dir):
     index = model_dir / "model.safetensors.index.json"
     _sparse(index, 4 * SMALL_FILE_MAX)
-    ckpt, why = runtime_ckpt_id(str(model_dir))
+    ckpt, why = runtime_ckpt_id(str(model_dir), MODEL)
     assert ckpt is None
     assert str(index) in why and str(SMALL_FILE_MAX) in why
 
 
 def test_ckpt_id_refuses_a_sparse_config_unread(model_dir):
     _sparse(model_dir / "config.json", 4 * SMALL_FILE_MAX)
-    ckpt, why = runtime_ckpt_id(str(model_dir))
+    ckpt, why = runtime_ckpt_id(str(model_dir), MODEL)
     assert ckpt is None and "config.json" in why and "larger than" in why
 
 
 def test_ckpt_id_of_a_normal_folder_still_computed(model_dir):
     (model_dir / "model.safetensors.index.json").write_text(
         json.dumps({"weight_map": {"a": "model-00001-of-00001.safetensors"}}))
-    ckpt, _ = runtime_ckpt_id(str(model_dir))
+    ckpt, _ = runtime_ckpt_id(str(model_dir), MODEL)
     assert ckpt and len(ckpt) == 64
 
 

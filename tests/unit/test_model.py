@@ -19,7 +19,7 @@ from hostctl.doctor.checks.model import checkpoint as checkpoint_check
 from hostctl.doctor.registry import CheckContext
 from hostctl.errors import InputError
 from hostctl.facts import load_snapshot
-from hostctl.model import hashing
+from hostctl.facts import hashing
 from hostctl.facts.checkpoint import probe_checkpoint
 from hostctl.model.hub import RemoteFile, RemoteSnapshot
 from hostctl.facts.manifest import Manifest, ManifestFile

@@ -1,5 +1,5 @@
-"""The checkpoint identity the runtime keys its planes cache and packs by (their `ckpt_id`),
-computed the way the runtime computes it, from the host's checkpoint directory. It reads no
+"""Checkpoint identity facts: the identity the runtime keys its planes cache and packs by (their
+`ckpt_id`), computed the way the runtime computes it, from the host's checkpoint directory. It reads no
 shard contents: the model path the server is given, the revision (none for a local directory),
 the sha256 of config.json and of the index, and for every indexed shard its name, the name it
 resolves to, its size and its modification and change times in nanoseconds
@@ -26,7 +26,6 @@ import shlex
 
 from hostctl.errors import InputError, UntrustedPathError
 from hostctl.facts.manifest import SMALL_FILE_MAX, TOO_LARGE_FIX
-from hostctl.plan.runtime import MODEL_IN_CONTAINER
 from hostctl.safefs import TooLargeError, read_bounded
 from hostctl.safeload import parse_json
 from hostctl.safepaths import relative_name_problem
@@ -68,10 +67,10 @@ def _read_small(host_dir: str, name: str) -> tuple[bytes | None, str | None]:
         return None, f"{name}: {getattr(exc, 'strerror', None) or exc}"
 
 
-def runtime_ckpt_id(host_dir: str, served_path: str = MODEL_IN_CONTAINER, revision: str | None = None,
+def runtime_ckpt_id(host_dir: str, served_path: str, revision: str | None = None,
                     override: str | None = None) -> tuple[str | None, str]:
     """(the identity, or None, and why not). `served_path` is the model path the server is
-    started with; the runtime hashes that string, not the host path. `override`: the value of
+    started with (the plan's MODEL_IN_CONTAINER); the runtime hashes that string, not the host path. `override`: the value of
     VLLM_MOE_W2_CKPT_ID in the runtime's environment (the runtime then uses it as it is)."""
     if override and override.strip():
         return override.strip(), f"{OVERRIDE_ENV} is set in the runtime's environment: the runtime uses it as given"
