@@ -108,10 +108,3 @@ def hosts_dir() -> Path:
 
 def golden_dir() -> Path:
     return resource_root() / "compose"
-
-
-def user_cache_dir() -> Path:
-    """What hostctl may forget at any time and learn again (the XDG base directory spec's cache):
-    $XDG_CACHE_HOME/hostctl, else ~/.cache/hostctl. Per user, so a non-root doctor can keep one."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "hostctl"

@@ -238,14 +238,57 @@ def test_no_import_climbs_a_floor():
     assert not climbs, "\n".join(climbs)
 
 
+WRITES = {"write_file", "write_text", "write_bytes", "rename", "replace", "unlink", "remove", "mkdir", "makedirs",
+          "rmdir", "rmtree", "chmod", "chown", "symlink", "link", "truncate", "copy", "copy2", "copyfile", "move"}
+WRITE_FLAGS = {"O_WRONLY", "O_RDWR", "O_CREAT", "O_TRUNC", "O_APPEND"}
+
+
+def writes_in(source: str) -> list[str]:
+    """Each call in source that changes a file (by the called name: os.rename, Path.write_text,
+    safefs.write_file, shutil.copy...), each open flag that asks for writing, and each open() with
+    a writing mode."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+            if name in WRITES and not (name == "replace" and isinstance(f, ast.Attribute)
+                                       and not (isinstance(f.value, ast.Name) and f.value.id == "os")):
+                found.append((node.lineno, node.col_offset, f"{name}()"))
+            mode = node.args[1] if name == "open" and len(node.args) > 1 else next(
+                (k.value for k in node.keywords if k.arg == "mode"), None) if name == "open" else None
+            if isinstance(mode, ast.Constant) and isinstance(mode.value, str) and set(mode.value) & set("wax+"):
+                found.append((node.lineno, node.col_offset, f"open(..., {mode.value!r})"))
+        elif isinstance(node, ast.Attribute) and node.attr in WRITE_FLAGS:
+            found.append((node.lineno, node.col_offset, node.attr))
+    return [f"line {line}: {what}" for line, _, what in sorted(found)]
+
+
+def test_the_write_finder_sees_each_kind_of_write():
+    source = ("import os, shutil\nos.rename(a, b)\np.write_text('x')\nsafefs.write_file(p, 'x')\n"
+              "shutil.rmtree(d)\nfd = os.open(p, os.O_WRONLY | os.O_CREAT)\nopen(p, 'a')\n"
+              "text.replace('a', 'b')\nopen(p)\nos.stat(p)\n")
+    assert [w.split(": ")[1] for w in writes_in(source)] == [
+        "rename()", "write_text()", "write_file()", "rmtree()", "O_WRONLY", "O_CREAT", "open(..., 'a')"]
+
+
+@pytest.mark.parametrize("floor_room", ["hostctl.facts", "hostctl.plan"])
+def test_reading_and_deciding_write_nothing(floor_room):
+    """facts/ reads and plan/ decides: neither changes a file (a change goes through hostctl.act)."""
+    hits = [f"{MODULE_FILES[name].relative_to(ROOT.parent)} {w}" for name in sorted(MODULE_FILES)
+            if room(name) == floor_room for w in writes_in(MODULE_FILES[name].read_text())]
+    assert not hits, "\n".join(hits)
+
+
 # ---------------------------------------------------------------- one data layer (docs/house.md)
 
 
 # Replaced by the libraries' own means (issue 28): pydantic for records and their strictness and
 # start-up (defer_build), typer and rich for the console, the docker SDK for the engine, the
-# executor's test hook for the kill points, secrets.py for redaction.
+# executor's test hook for the kill points, secrets.py for redaction; and the compose version memo,
+# the one file a reader wrote (facts/ reads and never writes).
 REPLACED = ("hostctl.record", "hostctl.strict_record", "hostctl.config_cache", "hostctl.noplugins",
-            "hostctl.http10", "hostctl.testhooks", "hostctl.doctor.redact")
+            "hostctl.http10", "hostctl.testhooks", "hostctl.doctor.redact", "hostctl.facts.compose_cache")
 
 
 @pytest.mark.parametrize("gone", REPLACED)
