@@ -469,9 +469,15 @@ class Recipe(Written):
     watchdog_s: int | None = Field(default=None, ge=1, le=MAX_TIMEOUT_S,
                                    description="hostctl: seconds without log progress before "
                                    "`up` calls the runtime stuck (default: min(load_timeout_s, 600))")
-    hang_timeout_s: int = Field(default=60, ge=1, le=MAX_TIMEOUT_S,
-                                description="hostctl: seconds /health may fail while the container lives before "
-                                "`up --foreground` calls the ready runtime hung (README \"Supervision\")")
+    # 16 s: twice the longest engine step the field reports imply (a 1M-token prefill at ~1,000
+    # tokens/s in 8K chunks: ~8 s a step; 1-2.4 s at 4K chunks and 1,100-1,700 tokens/s), so a
+    # working engine always moves a counter within it, and a freeze is judged within 16-24 s
+    # (README "Supervision"). A host with slower steps sets it higher.
+    hang_timeout_s: int = Field(default=16, ge=1, le=MAX_TIMEOUT_S,
+                                description="hostctl: seconds the ready runtime may go without progress (requests "
+                                "in flight and the engine's counters still, or idle and a canary request not "
+                                "completing) or without answering /health before `up --foreground` and `status` "
+                                "call it hung (README \"Supervision\")")
     env: EnvMap = Field(default_factory=dict, max_length=500)
     serve_args: list[Printable] = Field(default_factory=list, max_length=500)
     warmup: dict[str, Any] = Field(default_factory=dict)

@@ -73,10 +73,12 @@ def up(
         lifecycle.preview(cfg, plan, say=say, hostctl_bin=hostctl_for_units())
         return
     if foreground:
+        from hostctl.provision.power_watch import PowerWatch
         from hostctl.service import supervise
 
         raise typer.Exit(supervise.foreground(cfg, plan, host, timeout=timeout, keep_on_failure=keep_on_failure,
-                                              say=say, hostctl_bin=hostctl_for_units(), print_endpoint=print))
+                                              say=say, hostctl_bin=hostctl_for_units(), print_endpoint=print,
+                                              power=PowerWatch(cfg, plan.power.gpus, say)))
     outcome = lifecycle.up(cfg, plan, host, timeout=timeout, keep_on_failure=keep_on_failure, say=say,
                            hostctl_bin=hostctl_for_units())
     if not outcome.ready:
@@ -112,7 +114,8 @@ def status(ctx: typer.Context, json_: JsonOpt = False, config: ConfigOpt = None,
            cluster: ClusterOpt = None, member: MemberOpt = None) -> None:
     """State, health, endpoint, uptime and the last smoke result of the runtime.
 
-    Exits 0 when the runtime is running and /health answers, 1 otherwise. Reads the profile and
+    Exits 0 when the runtime is running and healthy (/health answers and the engine works: a
+    busy one moves its counters, an idle one completes a canary), 1 otherwise. Reads the profile and
     the engine's view of its container, nothing else of the host.
 
     With --cluster: each member this machine reaches (--member: that one), and the router's

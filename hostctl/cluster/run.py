@@ -184,15 +184,23 @@ def up(cluster_path: Path, member: str, *, timeout: int | None, keep_on_failure:
     with member_state(mp.state_dir):
         try:
             if foreground:
+                from hostctl.provision.power_watch import PowerWatch
                 from hostctl.service import supervise
 
                 stop, began = supervise.starting(say)
                 endpoint = _up_serving(cp, mp, timeout=timeout, keep_on_failure=keep_on_failure, say=say,
                                        hostctl_bin=hostctl_bin)
-                code = supervise.supervise_ready(mp.config, mp.plan, endpoint, stop, began,
-                                                 lambda m: say(f"{me.name}: {m}"), print_endpoint)
-                leave_router(cp, mp, say)  # stopped (0): its project is down; the router forgets it
-                return code
+                try:
+                    member_say = lambda m: say(f"{me.name}: {m}")  # noqa: E731
+                    return supervise.supervise_ready(mp.config, mp.plan, endpoint, stop, began, member_say,
+                                                     print_endpoint,
+                                                     power=PowerWatch(mp.config, mp.plan.power.gpus, member_say))
+                finally:
+                    # Stopped (0): its project is down. Died or hung (FailedError): out of the
+                    # router before the unit's restart, which joins it again once its gate passed.
+                    # A frozen engine still answers the router's /health: only hostctl's verdict
+                    # takes it out of the pool.
+                    leave_router(cp, mp, say)
             if me.role == "router":
                 endpoint = _up_router(cp, mp, say)
             elif me.role == "follower":

@@ -26,9 +26,9 @@ class Reading(Data):
 
     reached: bool
     state: str | None = None  # docker's state (running, exited, ...), "absent", or "unknown"
-    reason: str | None = None  # why the state is unknown (the engine cannot be asked)
+    reason: str | None = None  # why the state is unknown (the engine cannot be asked), or why it is not healthy
     exit_code: int | None = None
-    healthy: bool | None = None  # /health of its endpoint (the router's /liveness); None: not asked
+    healthy: bool | None = None  # /health of its endpoint and its engine working (the router's /liveness); None: not asked
     backends: list | None = None  # the router's: run.Backend rows, None when /workers did not answer
 
 
@@ -56,6 +56,16 @@ def read_member(cp: ClusterPlan, mp: MemberPlan) -> Reading:
         r.backends = router_backends(cp) if r.healthy else None
     elif running and mp.endpoint:
         r.healthy = answers_health(mp.endpoint)
+        if r.healthy and mp.config is not None:
+            # healthy means its engine works, as one host's status judges it (hostctl.service.liveness):
+            # a frozen engine answers /health, and the router keeps it in its pool
+            from hostctl.service import liveness
+
+            key_env = mp.plan.runtime.api_key_env if mp.plan is not None else mp.config.profile.runtime.api_key_env
+            check = liveness.check_once(mp.endpoint, mp.config.recipe.served_name, key_env,
+                                        mp.config.recipe.hang_timeout_s)
+            if check.working is False:
+                r.healthy, r.reason = False, f"its engine does not work: {check.why}"
     return r
 
 

@@ -286,6 +286,28 @@ class _Prober:
         )
 
 
+def read_power_limits_w(adapter: NvmlAdapter, indices: list[int]) -> dict[int, float | None]:
+    """Each GPU's configured power limit in watts (None: NVML has no answer for it, or no driver):
+    the supervisor's check for limits lost to a driver reload (provision/power_watch.py)."""
+    try:
+        adapter.init()
+    except NvmlUnavailable:
+        return {i: None for i in indices}
+    out: dict[int, float | None] = {}
+    try:
+        for i in indices:
+            try:
+                out[i] = adapter.power_limit_mw(adapter.handle(i)) / 1000
+            except adapter.errors:
+                out[i] = None
+    finally:
+        try:
+            adapter.shutdown()
+        except adapter.errors:
+            pass
+    return out
+
+
 def probe_gpus(
     adapter: NvmlAdapter | None = None,
     *,

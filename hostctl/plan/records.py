@@ -179,7 +179,7 @@ class RuntimeSpec(Section):
     labels: dict[str, str] = Field(default_factory=dict)
     required_mounts: list[str] = Field(default_factory=list)
     load_timeout_s: int
-    hang_timeout_s: int = 60  # the recipe's; the unit's WatchdogSec= is set above it
+    hang_timeout_s: int = 16  # the recipe's (config.Recipe's default); the unit's WatchdogSec= is set above it
 
 
 class BoxPlan(Section):

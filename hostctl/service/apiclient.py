@@ -5,6 +5,7 @@ hostctl.safeload.parse_json.
 
 Why caps: the answer comes from whatever holds the port, and `r.json()` reads it whole. What a
 real answer can be: /health is empty and /v1/models lists a few served names (SMALL_CAP);
+/metrics is the Prometheus text of a few dozen metrics (METRICS_CAP);
 a completion is bounded by its max_tokens (completion_cap); /tokenize returns at most one id
 per byte of the prompt (tokenize_cap). Past a cap the read stops (AnswerTooLarge), so an
 endless body costs at most the cap in memory and time. Bodies are asked for and read
@@ -25,6 +26,9 @@ from hostctl.safeload import parse_json
 from hostctl.service import apipeer
 
 SMALL_CAP = 1024 * 1024
+# vLLM's /metrics: ~40 families, histograms with ~20 buckets per engine and model; tens of KiB for
+# one engine, room for many.
+METRICS_CAP = 8 * 1024 * 1024
 # A generated token is a few bytes of text; JSON escapes (\uXXXX) and the per-chunk envelope of
 # a stream (~200 bytes per token) stay far below 2 KiB a token.
 PER_TOKEN = 2048

@@ -1,5 +1,6 @@
 """The runtime as the profile alone names it: the Compose project, the container, the endpoint,
-the API key's variable, the image and the rendered project's directory.
+the API key's variable, the served name, the hang bound, the image and the rendered project's
+directory.
 
 `down`, `status`, `logs` and `smoke` need nothing else, so they read no facts: learning a
 container's name needs no probe of GPUs, drives or memory. These are the values the plan's
@@ -47,6 +48,8 @@ class RuntimeIdentity(Data):
     container: str
     endpoint: str
     api_key_env: str | None
+    served_name: str
+    hang_timeout_s: int  # the recipe's: how long the engine may show no progress (hostctl.service.liveness)
     image: str  # "" when neither the profile nor the recipe names one (the plan reports that error)
     project_dir: Path  # under the sysroot, as `up` renders it
 
@@ -55,4 +58,5 @@ def of_config(config: Config) -> RuntimeIdentity:
     rt = config.profile.runtime
     return RuntimeIdentity(project=rt.project, container=container_name(rt.project),
                            endpoint=endpoint_url(rt.api_host, rt.api_port), api_key_env=rt.api_key_env,
+                           served_name=config.recipe.served_name, hang_timeout_s=config.recipe.hang_timeout_s,
                            image=rt.image or config.recipe.image or "", project_dir=paths.system_path(rt.project_dir))

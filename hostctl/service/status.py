@@ -1,6 +1,11 @@
 """`hostctl status`: the runtime's state, health, endpoint, uptime, and the last `up`, smoke and
 qualify results.
 
+Healthy means requests complete, not just that /health answers: a running runtime whose /health
+answers is asked once whether its engine works (hostctl.service.liveness.check_once: the counters
+of a busy server must move within a few seconds, an idle one must complete one canary request), so
+a frozen engine shows as not healthy without the supervisor running.
+
 It reads the runtime's names (hostctl.service.identity, from the profile and recipe), the engine's
 view of that one container (hostctl.facts.engine.probe_container, through the docker SDK) and
 hostctl's state files; it collects no other facts and builds no plan, so it answers at once
@@ -60,9 +65,19 @@ def status(rt: identity.RuntimeIdentity) -> dict:
             doc["exit_code"], doc["oom_killed"] = found["exit_code"], found["oom_killed"]
     doc["healthy"] = None
     if running:
-        doc["healthy"], refused = _healthy(rt.endpoint)
+        # "health": /health answered; "healthy": that, and the engine works (a frozen engine's API
+        # server still answers /health)
+        doc["health"], refused = _healthy(rt.endpoint)
+        doc["healthy"] = doc["health"]
         if refused:
             doc["health_refused"] = refused
+        if doc["health"]:
+            from hostctl.service import liveness
+
+            check = liveness.check_once(rt.endpoint, rt.served_name, rt.api_key_env, rt.hang_timeout_s)
+            doc["progress"] = check.model_dump(mode="json")
+            if check.working is False:
+                doc["healthy"] = False
     last = saved.load_service()
     if last is not None and last.container == rt.container:
         doc["last_up"] = last.model_dump(mode="json", exclude_none=True, include={
@@ -93,9 +108,14 @@ def status_text(doc: dict) -> str:
              + (f", exit code {doc.get('exit_code')}" + (", OOM-killed" if doc.get("oom_killed") else "")
                 if doc["state"] not in ("running", "down", "unknown") else "")]
     lines.append(f"  endpoint: {doc['endpoint']}  health: "
-                 + {True: "ok", False: "not answering", None: "-"}[doc["healthy"]])
+                 + {True: "ok", False: "not answering", None: "-"}[doc.get("health")])
     if doc.get("health_refused"):
         lines.append(f"  health: {doc['health_refused']}")
+    progress = doc.get("progress")
+    if progress:
+        lines.append("  engine: " + ({True: f"working: {progress['evidence']}",
+                                      False: f"NOT WORKING: {progress.get('why')}",
+                                      None: f"not judged: {progress.get('why')}"}[progress.get("working")]))
     lines.append(f"  image: {doc['image']}")
     last = doc.get("last_up")
     if last:

@@ -3,15 +3,18 @@ smoke gate as `up`, then READY=1 to systemd (Type=notify) and supervision of the
 until it dies, hangs or is stopped (README "Supervision").
 
 While supervising it watches the engine's events for this one container (`die`, `oom`), its
-state (polled, in case the event stream hiccups) and /health every HEALTH_EVERY_S. Watcher (pure)
-turns that sequence into a verdict:
+state (polled, in case the event stream hiccups), /health and the engine's counters (/metrics)
+every HEALTH_EVERY_S, and sends a canary request while idle (hostctl.service.liveness). Watcher
+(pure) turns that sequence into a verdict:
 
 - a death: the cause is classified against the failure catalogue (hostctl.failures) on the
   container's log, the kernel log and its exit/OOM state, recorded (hostctl.service.restarts) and
   the command fails (exit 1) naming it, so the unit's Restart=on-failure starts it again through
   the whole gate; the unit's StartLimitBurst/StartLimitIntervalSec stop a crash loop;
-- a hang: /health failing for hang_timeout_s (the recipe's) while the container lives (running
-  or paused): the container is stopped, then it is handled as a death (cause `runtime-hang`);
+- a hang: for hang_timeout_s (the recipe's) while the container lives (running or paused),
+  either /health failing or no progress (requests in flight and the counters still, or idle and
+  the canary not completing): the container is stopped, then it is handled as a death (cause
+  `runtime-hang`, or `engine-frozen` when the API server answered while the engine did nothing);
 - SIGTERM/SIGINT (`systemctl stop`, `hostctl down`): STOPPING=1, the project is taken down and
   the command exits 0, so systemd does not restart it.
 
@@ -27,6 +30,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
+from typing import Protocol
 
 import httpx
 
@@ -38,12 +42,13 @@ from hostctl.facts.kernel_log import uptime_s
 from hostctl.facts.records import SupervisedEnding
 from hostctl.failures import StartEvidence, Finding, classify
 from hostctl.plan.records import Plan
-from hostctl.service import apiclient, apipeer, restarts, sdnotify, saved, supervisor
+from hostctl.service import apiclient, apipeer, liveness, restarts, sdnotify, saved, supervisor
 
 Say = Callable[[str], None]
 HEALTH_EVERY_S = 2.0
 HEALTH_TIMEOUT_S = 2.0
 STATE_EVERY_S = 5.0
+POWER_EVERY_S = 30.0  # the GPU power limits (hostctl.provision.power_watch): a few NVML reads
 POLL_S = 0.2
 HANG_STOP_S = 5  # a hung runtime has nothing to finish gracefully
 LOG_TAIL = 2000  # log lines read from the dead container for the diagnosis
@@ -56,9 +61,12 @@ ALIVE = ("running", "paused", "restarting", "created")
 class Observation(Data):
     model_config = ConfigDict(frozen=True, defer_build=False)
 
-    kind: str  # "die" | "oom" | "health" | "state" | "stop"
+    kind: str  # "die" | "oom" | "health" | "counters" | "canary" | "state" | "stop"
     at: float  # monotonic seconds
     ok: bool | None = None  # health: /health answered 200
+    counters: liveness.EngineCounters | None = None  # counters: None when /metrics could not be read
+    outcome: str | None = None  # canary: "completed" | "refused" | "failed"
+    detail: str = ""  # canary: what happened
     exit_code: int | None = None  # die; state when not alive
     status: str | None = None  # state: the engine's status, None when the container is gone
     oom_killed: bool | None = None  # state
@@ -72,9 +80,13 @@ class Verdict(Data):
     pet: bool = False  # send WATCHDOG=1: the runtime just answered
     exit_code: int | None = None
     oom: bool = False
-    failing_s: float | None = None  # hung: how long /health has failed
+    failing_s: float | None = None  # hung: how long /health has failed, or the engine made no progress
+    evidence: str = "health"  # hung: "health" (/health failing) or "progress" (answering, but no work done)
     status: str | None = None
     signal: str | None = None
+    counters: liveness.EngineCounters | None = None  # hung: the last counters read
+    last_progress: str = ""  # hung on progress: what last showed the engine worked
+    canary: str = ""  # hung on progress while idle: what became of the canary
 
 
 class Watcher:
@@ -89,6 +101,7 @@ class Watcher:
         self.oom = False
         self.status: str | None = "running"
         self.done: Verdict | None = None
+        self.progress = liveness.EngineProgress(hang_timeout_s=hang_timeout_s, started_at=started_at)
 
     def feed(self, obs: Observation) -> Verdict:
         if self.done is not None:
@@ -114,18 +127,39 @@ class Watcher:
         if o.kind == "health":
             if o.ok:
                 self.last_ok, self.failing_since = o.at, None
-                return Verdict(action="watch", pet=True)
+                hung = self._hang_check(o.at)
+                return hung if hung.action != "watch" else Verdict(action="watch", pet=True)
             if self.failing_since is None:
                 self.failing_since = o.at
             return self._hang_check(o.at)
+        if o.kind == "counters":
+            self.progress.counters(o.at, o.counters)
+            return self._hang_check(o.at)
+        if o.kind == "canary":
+            self.progress.canary(o.at, o.outcome or "failed", o.detail)
+            return self._hang_check(o.at)
         return Verdict(action="watch")
 
+    def canary_due(self, now: float) -> bool:
+        return self.done is None and self.progress.canary_due(now)
+
+    def canary_sent(self, now: float) -> None:
+        self.progress.canary_sent(now)
+
     def _hang_check(self, now: float) -> Verdict:
-        if self.failing_since is None:
+        if self.failing_since is not None:
+            # /health failing: the runtime answers nothing at all (paused, wedged); judged on that alone
+            failing = now - self.failing_since
+            if failing >= self.hang_timeout_s:
+                return Verdict(action="hung", failing_s=failing, status=self.status, counters=self.progress.last)
             return Verdict(action="watch")
-        failing = now - self.failing_since
-        if failing >= self.hang_timeout_s:
-            return Verdict(action="hung", failing_s=failing, status=self.status)
+        stalled = self.progress.stalled_s(now)
+        if stalled is not None:
+            p = self.progress
+            canary = "" if p.canary_sent_at is None else (
+                f"sent {now - p.canary_sent_at:.1f} s before, " + (p.canary_failure or "no answer yet"))
+            return Verdict(action="hung", failing_s=stalled, evidence="progress", status=self.status,
+                           counters=p.last, last_progress=p.evidence, canary=canary)
         return Verdict(action="watch")
 
 
@@ -134,6 +168,20 @@ def death_finding(verdict: Verdict, ev: StartEvidence, hang_timeout_s: float) ->
     found = classify(ev)
     if found:
         return found[0], found[1:]
+    if verdict.action == "hung" and verdict.evidence == "progress":
+        c = verdict.counters
+        return Finding(id="engine-frozen", title=f"the engine did no work for {verdict.failing_s:.0f} s while its API "
+                       "server answered /health",
+                       cause="requests were in flight and the engine's counters did not move, or the server was idle "
+                       f"and a one-token canary request did not complete (hang_timeout_s {hang_timeout_s:g} s): the "
+                       "engine core is frozen or wedged (a hung collective, a stuck grammar, a stopped process) "
+                       "while the API server still answers",
+                       fix="the container was stopped and the service restarts through the gate; if it recurs, read "
+                       "`hostctl logs` around the time and the GPU's state (`hostctl doctor`)",
+                       lines=[f"engine: status {verdict.status}",
+                              f"counters: {c.brief() if c else 'not readable (/metrics)'}",
+                              f"last progress: {verdict.last_progress}, {verdict.failing_s:.1f} s before"]
+                       + ([f"canary: {verdict.canary}"] if verdict.canary else [])), []
     if verdict.action == "hung":
         return Finding(id="runtime-hang", title=f"/health failed for {verdict.failing_s:.0f} s while the container was "
                        f"{verdict.status or 'alive'}",
@@ -173,7 +221,8 @@ def _now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
-def _health_thread(url: str, out: Callable[[Observation], None], stop: threading.Event) -> threading.Thread:
+def _health_thread(endpoint: str, out: Callable[[Observation], None], stop: threading.Event) -> threading.Thread:
+    """/health, then the engine's counters (/metrics), every HEALTH_EVERY_S."""
     def run() -> None:
         # apiclient: a port another user holds is not the runtime's health (ListenerRefused, exit 3
         # elsewhere), so here it counts as unhealthy; the answer is read up to a cap.
@@ -181,15 +230,28 @@ def _health_thread(url: str, out: Callable[[Observation], None], stop: threading
             while not stop.is_set():
                 t = time.monotonic()
                 try:
-                    ok = apiclient.request(c, "GET", url, cap=apiclient.SMALL_CAP, what="/health").status_code == 200
+                    ok = apiclient.request(c, "GET", f"{endpoint}/health", cap=apiclient.SMALL_CAP,
+                                           what="/health").status_code == 200
                 except (httpx.HTTPError, apiclient.BadAnswer, apipeer.ListenerRefused):
                     ok = False
                 out(Observation(kind="health", at=time.monotonic(), ok=ok))
+                if ok:
+                    counters = liveness.read_counters(c, endpoint)
+                    out(Observation(kind="counters", at=time.monotonic(), counters=counters))
                 stop.wait(max(0.0, HEALTH_EVERY_S - (time.monotonic() - t)))
 
     th = threading.Thread(target=run, name="hostctl-health", daemon=True)
     th.start()
     return th
+
+
+def _canary_thread(endpoint: str, served_name: str, api_key_env: str | None, timeout_s: float,
+                   out: Callable[[Observation], None]) -> None:
+    def run() -> None:
+        outcome, detail = liveness.send_canary(endpoint, served_name, api_key_env, timeout_s)
+        out(Observation(kind="canary", at=time.monotonic(), outcome=outcome, detail=detail))
+
+    threading.Thread(target=run, name="hostctl-canary", daemon=True).start()
 
 
 class Ended(Data):
@@ -199,8 +261,18 @@ class Ended(Data):
     log_tail: list[str] = Field(default_factory=list)
 
 
-def supervise(config: Config, plan: Plan, stop: Stop, say: Say, notify=sdnotify.notify) -> Ended:
-    """Watch the ready runtime until a verdict; take it down on stop, stop it on a hang."""
+class PowerCheck(Protocol):
+    """What supervise() asks of the power check its caller hands it (hostctl.provision.power_watch)."""
+
+    active: bool
+
+    def check(self) -> list[str]: ...
+
+
+def supervise(config: Config, plan: Plan, stop: Stop, say: Say, notify=sdnotify.notify,
+              power: PowerCheck | None = None) -> Ended:
+    """Watch the ready runtime until a verdict; take it down on stop, stop it on a hang. `power`:
+    the GPU power limits' check, every POWER_EVERY_S (None, or not active: the plan sets none)."""
     import queue
 
     from hostctl.service import lifecycle, preflight
@@ -221,14 +293,17 @@ def supervise(config: Config, plan: Plan, stop: Stop, say: Say, notify=sdnotify.
     obs: queue.Queue[Observation] = queue.Queue()
     quit_health = threading.Event()
     feed.start_events()
-    _health_thread(f"{preflight.endpoint(plan)}/health", obs.put, quit_health)
+    endpoint = preflight.endpoint(plan)
+    _health_thread(endpoint, obs.put, quit_health)
     verdict = watcher.feed(Observation(kind="state", at=t0, status=st.status if st.exists else None,
                                        exit_code=st.exit_code, oom_killed=st.oom_killed))
     next_state = t0 + STATE_EVERY_S
+    next_power = t0 + POWER_EVERY_S if power is not None and power.active else None
     wd = sdnotify.watchdog_interval_s()
-    say(f"supervising {name}: engine events, /health every {HEALTH_EVERY_S:g} s, "
-        f"a hang after {hang_s:g} s without an answer"
-        + (f"; systemd watchdog {wd:g} s, fed while /health answers" if wd else ""))
+    say(f"supervising {name}: engine events, /health and the engine's counters every {HEALTH_EVERY_S:g} s, "
+        f"a canary request when idle, a hang after {hang_s:g} s without an answer or progress"
+        + (f"; systemd watchdog {wd:g} s, fed while /health answers" if wd else "")
+        + (f"; the GPU power limits every {POWER_EVERY_S:g} s" if next_power is not None else ""))
     notify(f"STATUS=supervising {name}")
     try:
         while verdict.action == "watch":
@@ -244,10 +319,21 @@ def supervise(config: Config, plan: Plan, stop: Stop, say: Say, notify=sdnotify.
                 verdict = watcher.feed(o)
                 if verdict.pet:
                     notify("WATCHDOG=1")
+                if o.kind == "canary" and o.outcome == "refused":
+                    say(f"canary refused ({o.detail}): judging the engine by its counters only")
+            if verdict.action == "watch" and watcher.canary_due(time.monotonic()):
+                watcher.canary_sent(time.monotonic())
+                _canary_thread(endpoint, config.recipe.served_name, plan.runtime.api_key_env, hang_s, obs.put)
             if stop.event.is_set() and verdict.action == "watch":
                 verdict = watcher.feed(Observation(kind="stop", at=time.monotonic(),
                                                    signal=signal.Signals(stop.signum).name if stop.signum else None))
             now = time.monotonic()
+            if verdict.action == "watch" and next_power is not None and now >= next_power:
+                next_power = now + POWER_EVERY_S
+                try:
+                    power.check()  # type: ignore[union-attr]  (next_power is set only with a power check)
+                except Exception as exc:  # noqa: BLE001  (a failing side check must not end a serving runtime)
+                    say(f"the power limit check failed: {type(exc).__name__}: {exc}")
             if verdict.action == "watch" and now >= next_state:
                 next_state = now + STATE_EVERY_S
                 s = container_state(name)
@@ -269,7 +355,9 @@ def supervise(config: Config, plan: Plan, stop: Stop, say: Say, notify=sdnotify.
     log = log_tail(name, LOG_TAIL)  # before a hang's stop removes the container (a paused one still has its log)
     s = container_state(name)
     if verdict.action == "hung":
-        say(f"/health has failed for {verdict.failing_s:.0f} s while {name} is {verdict.status}: stopping it")
+        say((f"/health has failed for {verdict.failing_s:.0f} s" if verdict.evidence == "health" else
+             f"the engine has done no work for {verdict.failing_s:.0f} s ({verdict.counters.brief() if verdict.counters else 'no counters'}; "
+             f"last progress: {verdict.last_progress})") + f" while {name} is {verdict.status}: stopping it")
         problem = take_down(target, plan.runtime.project, name, command="hostctl up --foreground",
                             schema=lifecycle.SCHEMA, say=say, stop_timeout_s=HANG_STOP_S, new_session=True)
         say(f"stopped {name} ({problem or 'ok'})")
@@ -283,7 +371,8 @@ def supervise(config: Config, plan: Plan, stop: Stop, say: Say, notify=sdnotify.
 
 
 def foreground(config: Config, plan: Plan, facts, *, timeout: int | None, keep_on_failure: bool, say: Say,
-               hostctl_bin: str, print_endpoint: Callable[[str], None], notify=sdnotify.notify) -> int:
+               hostctl_bin: str, print_endpoint: Callable[[str], None], notify=sdnotify.notify,
+               power: PowerCheck | None = None) -> int:
     """`up --foreground`: the gate, READY=1, supervision. Returns 0 after a stop; raises FailedError
     (exit 1) for a failed gate or an ending that should be restarted."""
     from hostctl.service import lifecycle
@@ -295,7 +384,7 @@ def foreground(config: Config, plan: Plan, facts, *, timeout: int | None, keep_o
         raise lifecycle.failure_error(outcome)
     t = outcome.timings
     say(f"ready in {t.get('total_s', 0):.1f} s (smoke {t.get('smoke_s', 0):.1f} s)")
-    return supervise_ready(config, plan, outcome.endpoint, stop, began, say, print_endpoint, notify=notify)
+    return supervise_ready(config, plan, outcome.endpoint, stop, began, say, print_endpoint, notify=notify, power=power)
 
 
 def starting(say: Say, notify=sdnotify.notify) -> tuple[Stop, SupervisedEnding | None]:
@@ -311,7 +400,8 @@ def starting(say: Say, notify=sdnotify.notify) -> tuple[Stop, SupervisedEnding |
 
 
 def supervise_ready(config: Config, plan: Plan, endpoint: str, stop: Stop, began: SupervisedEnding | None, say: Say,
-                    print_endpoint: Callable[[str], None], notify=sdnotify.notify) -> int:
+                    print_endpoint: Callable[[str], None], notify=sdnotify.notify,
+                    power: PowerCheck | None = None) -> int:
     """After the gate passed (one host's `up`, or a cluster replica's `up` and its join): READY=1,
     then supervision until a stop (0) or a death or hang (FailedError naming the cause)."""
     from hostctl.service import lifecycle
@@ -322,7 +412,7 @@ def supervise_ready(config: Config, plan: Plan, endpoint: str, stop: Stop, began
     notify("READY=1\nSTATUS=ready: " + endpoint)
     supervisor.save(lifecycle.container_name(plan), _now_iso())
     try:
-        ended = supervise(config, plan, stop, say, notify=notify)
+        ended = supervise(config, plan, stop, say, notify=notify, power=power)
     finally:
         supervisor.clear()
     last = saved.load_service() or lifecycle._last_up(config, plan, "ready")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -44,6 +45,41 @@ def build_demo_image() -> str:
         if IN_CI:
             raise
         missing(f"cannot build the CPU demo image: {exc}")
+
+
+def engine_cores(container: str) -> list[int]:
+    """The host pids of the runtime's engine core processes (vLLM names them VLLM::EngineCore;
+    the comm is cut at 15 bytes): what a test freezes to stand in for a wedged engine."""
+    import psutil
+
+    top = int(subprocess.check_output(["docker", "inspect", "-f", "{{.State.Pid}}", container], text=True).strip())
+    cores = [p.pid for p in psutil.Process(top).children(recursive=True)
+             if p.name().startswith("VLLM::EngineCor") or "EngineCore" in " ".join(p.cmdline())]
+    assert cores, f"no VLLM::EngineCore process in {container}"
+    return cores
+
+
+class Frozen:
+    """SIGSTOP of the runtime's engine cores, SIGCONT when the block ends (also after a failure):
+    its API server goes on answering /health while no request completes."""
+
+    def __init__(self, container: str) -> None:
+        self.pids = engine_cores(container)
+
+    def __enter__(self) -> Frozen:
+        for pid in self.pids:
+            os.kill(pid, signal.SIGSTOP)
+        return self
+
+    def thaw(self) -> None:
+        for pid in self.pids:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:  # stopped with its container meanwhile
+                pass
+
+    def __exit__(self, *exc) -> None:
+        self.thaw()
 
 
 def demo_recipe(**changes) -> dict:

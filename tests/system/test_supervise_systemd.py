@@ -3,9 +3,10 @@ runs `hostctl up --foreground` in a box whose PID 1 is systemd (tests/system/sdb
 the host's engine and the real demo runtime.
 
 One scenario, because each runtime boot costs ~40 s: start (READY=1 only after the smoke gate)
--> `docker kill` -> restarted through the gate, ready again, the restart recorded -> `docker pause`
-(the container lives, /health hangs) -> a hang after hang_timeout_s, stopped and restarted ->
-`docker kill` a third time -> StartLimitBurst=3 stops the loop and `status` shows the last cause
+-> the engine frozen (SIGSTOP of VLLM::EngineCore: /health still answers) -> `engine-frozen` within
+the bound, restarted through the gate, ready again, the restart recorded -> `docker pause` (the
+container lives, /health hangs) -> a hang after hang_timeout_s, stopped and restarted ->
+`docker kill` -> a death, and StartLimitBurst=3 stops the loop; `status` shows the last cause
 -> started again by hand -> `hostctl down` ends the supervisor cleanly (exit 0, no restart).
 The test's drop-in shortens only StartLimitIntervalSec and hang_timeout_s; Burst, Restart= and
 RestartSec= are the rendered unit's own. It boots its own runtime, so it runs after the tests
@@ -23,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from conftest import needs_compose, needs_root
-from runtime_fixtures import ROOT, Host, demo_recipe
+from runtime_fixtures import ROOT, Frozen, Host, demo_recipe
 from sdbox import SystemdBox, python_mounts
 
 pytestmark = [pytest.mark.system, needs_root, needs_compose]
@@ -102,22 +103,27 @@ def test_supervised_runtime_restarts_through_the_gate_and_the_start_limit_stops_
     journal = box.journal(UNIT)
     assert journal.index("ok   arithmetic") < journal.index(f"supervising {h.container}"), journal[-3000:]
 
-    # 1. A death after ready: restarted through the whole gate, ready again, recorded.
-    t_kill = time.time()
-    subprocess.run(["docker", "kill", h.container], check=True, capture_output=True)
-    _wait("the first restart to be ready", _ready_again(box, 1), 300, box)
+    # 1. A frozen engine after ready (its API server still answers /health): judged within the
+    # bound, stopped, restarted through the whole gate, ready again, recorded.
+    t_freeze = time.time()
+    with Frozen(h.container):
+        _wait("the first restart to be ready", _ready_again(box, 1), 300, box)
     (entry,) = _history(h)
-    assert entry["kind"] == "died" and entry["cause"] == "runtime-died" and entry["exit_code"] == 137, entry
+    assert entry["kind"] == "hung" and entry["cause"] == "engine-frozen", entry
     assert entry["restart_at"] and entry["ready_again_at"], entry
-    assert any("exit code 137" in line for line in entry["lines"]), entry
+    assert any(line.startswith("counters: ") for line in entry["lines"]), entry
     journal = box.journal(UNIT)
-    assert "the runtime died after it was ready [runtime-died]" in journal
+    assert "the runtime hung after it was ready [engine-frozen]" in journal
     assert journal.count("ok   arithmetic") >= 2, "the restart did not pass the smoke gate again"
     assert json.loads((h.state / "last-smoke.json").read_text())["started_at"] > smoke["started_at"]
     from datetime import datetime
 
+    ended = datetime.fromisoformat(entry["ended_at"]).timestamp()
     restart_at = datetime.fromisoformat(entry["restart_at"]).timestamp()
-    assert restart_at - t_kill < 10, f"the restart began {restart_at - t_kill:.1f} s after the kill"
+    # judged between hang_timeout_s and 1.5x it after the freeze (a canary goes out at half the
+    # bound), plus a 2 s poll and the container's stop
+    assert ended - t_freeze < 1.5 * HANG_S + 2 + 30, f"the ending was recorded {ended - t_freeze:.1f} s after the freeze"
+    assert restart_at - ended < 10, f"the restart began {restart_at - ended:.1f} s after the ending"
 
     # 2. A hang: the container lives (paused) but /health does not answer: stopped, then restarted.
     t_pause = time.monotonic()
@@ -130,7 +136,7 @@ def test_supervised_runtime_restarts_through_the_gate_and_the_start_limit_stops_
     assert ended - (time.time() - (time.monotonic() - t_pause)) >= HANG_S, "called a hang before hang_timeout_s"
     assert "the runtime hung after it was ready [runtime-hang]" in box.journal(UNIT)
 
-    # 3. A third ending within StartLimitIntervalSec: StartLimitBurst=3 refuses the fourth start.
+    # 3. A death, the third ending within StartLimitIntervalSec: StartLimitBurst=3 refuses the fourth start.
     subprocess.run(["docker", "kill", h.container], check=True, capture_output=True)
     s = _wait("the start limit to stop the loop", lambda: (lambda s: s if s.get("ActiveState") == "failed" else None)(
         box.show(UNIT, "ActiveState", "Result", "NRestarts")), 60, box)
@@ -140,8 +146,12 @@ def test_supervised_runtime_restarts_through_the_gate_and_the_start_limit_stops_
     time.sleep(3)  # RestartSec=1: nothing starts it again
     assert box.show(UNIT, "ActiveState")["ActiveState"] == "failed"
     assert len(_history(h)) == 3 and not _history(h)[-1].get("restart_at")
+    died = _history(h)[-1]
+    assert died["kind"] == "died" and died["cause"] == "runtime-died" and died["exit_code"] == 137, died
+    assert any("exit code 137" in line for line in died["lines"]), died
+    assert "the runtime died after it was ready [runtime-died]" in box.journal(UNIT)
     rc, out, err, _ = h.run("status", timeout=60)
-    assert "supervision: restarted 2 times in the last hour: runtime-died at" in out, out + err
+    assert "supervision: restarted 2 times in the last hour: engine-frozen at" in out, out + err
     assert "runtime-hang at" in out and "last ended: runtime-died" in out and "not restarted since" in out, out
     assert "last up: failed" in out and "(runtime-died)" in out, out
     rc, out, err, _ = h.run("status", "--json", timeout=60)

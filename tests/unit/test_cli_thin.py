@@ -49,6 +49,8 @@ def test_the_profile_names_the_runtime_as_the_plan_does(name):
     assert rt.endpoint == preflight.endpoint(plan)
     assert rt.image == plan.runtime.image and rt.api_key_env == plan.runtime.api_key_env
     assert rt.project_dir == lifecycle.project_dir(config)
+    assert rt.hang_timeout_s == plan.runtime.hang_timeout_s
+    assert f"--served-model-name {rt.served_name}" in " ".join(plan.runtime.command)
 
 
 @pytest.fixture

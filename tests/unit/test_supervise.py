@@ -27,7 +27,12 @@ DATA = yaml.safe_load((Path(__file__).parent / "data" / "supervise.yaml").read_t
 @pytest.mark.parametrize("case", DATA["cases"], ids=[c["name"] for c in DATA["cases"]])
 def test_watcher_verdict_from_recorded_sequences(case):
     w = Watcher(hang_timeout_s=DATA["hang_timeout_s"], started_at=0.0)
-    verdicts = [w.feed(Observation(**o)) for o in case["observations"]]
+    verdicts, canaries = [], 0
+    for o in case["observations"]:
+        verdicts.append(w.feed(Observation(**o)))
+        if w.canary_due(o["at"]):  # what the loop does after each observation
+            w.canary_sent(o["at"])
+            canaries += 1
     want = case["expect"]
     final = verdicts[-1]
     assert final.action == want["action"]
@@ -35,7 +40,8 @@ def test_watcher_verdict_from_recorded_sequences(case):
     assert first_end == want.get("at_index")
     # WATCHDOG=1 only after an answer, never once the verdict is in.
     assert sum(v.pet for v in verdicts[:first_end]) == want["pets"]
-    for key in ("exit_code", "oom", "status"):
+    assert canaries == want.get("canaries", canaries)
+    for key in ("exit_code", "oom", "status", "evidence"):
         if key in want:
             assert getattr(final, key) == want[key]
     if final.action == "hung":

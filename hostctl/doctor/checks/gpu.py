@@ -143,8 +143,17 @@ def power_limit(ctx: CheckContext) -> CheckResult:
     wrong = [s for s in settings if s.action == "set"]
     expected = "; ".join(f"GPU {s.index}: {s.desired_w:g} W" for s in settings if s.desired_w is not None) or None
     if wrong:
-        return failed(", ".join(f"GPU {s.index} at {s.current_w:g} W" if s.current_w is not None else f"GPU {s.index} unknown"
-                                for s in wrong) + f"; the profile asks for {expected}",
+        defaults = {g.index: g.power.default_w for g in _gpus(ctx)}
+        # a limit back at the GPU's default was set once and lost: a driver reload (nvidia-smi -r,
+        # the module reloaded by an update) or a boot before hostctl-power.service ran resets it
+        drifted = [s.index for s in wrong if s.current_w is not None and defaults.get(s.index) is not None
+                   and abs(s.current_w - defaults[s.index]) <= 0.5]
+        return failed(", ".join(f"GPU {s.index} at {s.current_w:g} W" + (" (its default)" if s.index in drifted else "")
+                                if s.current_w is not None else f"GPU {s.index} unknown" for s in wrong)
+                      + f"; the profile asks for {expected}"
+                      + ("; a limit back at the default drifted: a driver reload or a boot before "
+                         "hostctl-power.service ran resets it (`up --foreground` puts it back within 30 s)"
+                         if drifted else ""),
                       fix="hostctl provision --only gpu (sets the limits and installs the unit that re-applies them at boot)",
                       observed=current, expected=expected, source=source)
     throttled = [g for g in _gpus(ctx) if g.power.enforced_w is not None and g.power.limit_w is not None

@@ -1,0 +1,223 @@
+"""Is the engine making progress, not just answering (README "Supervision"): the runtime's own
+counters from vLLM's /metrics, and a canary request when nothing else moves them.
+
+Why /health is not enough: vLLM's API server answers /health and /v1/models from its own process;
+an engine core that is frozen (a wedged collective, a stuck grammar, a core process stopped)
+leaves both answering 200 in a millisecond while every completion hangs. What only a working
+engine does is advance its counters: tokens generated and prompt tokens computed, requests
+finished, and engine steps (`vllm:iteration_tokens_total`, one observation per step). Any of
+them moving is progress.
+
+When requests are in flight (running or waiting), the counters must move; hostctl sends nothing
+then, so a busy server is never disturbed. When nothing is in flight the counters stay still by
+design, so hostctl asks the engine itself: one canary completion of one token (max_tokens=1, the
+prompt ".", temperature 0) on the loopback, with the API key, once the last evidence is half
+hang_timeout_s old; a canary not answered within hang_timeout_s is a hang.
+
+A canary the server refuses (HTTP 4xx: a key hostctl lacks, a name the server does not serve) is
+not evidence of a hang: the canary is given up, the reason said, and only the counters are judged.
+"""
+
+from __future__ import annotations
+
+from pydantic import ConfigDict
+
+from hostctl.data import Data
+
+# Counter samples (summed over their labels: one per engine, one per model): any increase is work done.
+PROGRESS_SAMPLES = ("vllm:generation_tokens_total", "vllm:prompt_tokens_total", "vllm:request_success_total",
+                    "vllm:iteration_tokens_total_count")
+RUNNING = "vllm:num_requests_running"
+WAITING = "vllm:num_requests_waiting"
+CANARY_BODY = {"prompt": ".", "max_tokens": 1, "temperature": 0}
+CANARY_ID = "hostctl-canary"  # the X-Request-Id it carries: the runtime's log names it
+
+
+class EngineCounters(Data):
+    model_config = ConfigDict(frozen=True)
+
+    running: float = 0.0
+    waiting: float = 0.0
+    work: float = 0.0  # the sum of PROGRESS_SAMPLES: it only grows while the engine works
+
+    @property
+    def in_flight(self) -> bool:
+        return self.running + self.waiting > 0
+
+    def brief(self) -> str:
+        return f"running {self.running:g}, waiting {self.waiting:g}, work counter {self.work:g}"
+
+
+def parse_metrics(text: str) -> EngineCounters | None:
+    """The engine's counters from a Prometheus exposition (prometheus_client's parser), or None
+    when it holds none of vLLM's (another server, or metrics turned off)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    sums = {name: 0.0 for name in (*PROGRESS_SAMPLES, RUNNING, WAITING)}
+    seen = False
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in sums:
+                sums[sample.name] += sample.value
+                seen = True
+    if not seen:
+        return None
+    return EngineCounters(running=sums[RUNNING], waiting=sums[WAITING],
+                          work=sum(sums[n] for n in PROGRESS_SAMPLES))
+
+
+class EngineProgress:
+    """When the engine last showed it works, from counter readings and canary results (pure: the
+    caller's clock; a plain class, state the readings advance).
+
+    Stalled means: requests in flight and the counters still for hang_timeout_s, or idle and a
+    canary out for hang_timeout_s without completing. A canary is sent once the last evidence is
+    half the bound old, so a freeze is judged between hang_timeout_s and 1.5x it after it began."""
+
+    def __init__(self, *, hang_timeout_s: float, started_at: float) -> None:
+        self.hang_timeout_s = hang_timeout_s
+        self.last_progress = started_at  # supervision starts right after the smoke gate passed
+        self.last: EngineCounters | None = None
+        self.canary_sent_at: float | None = None  # a canary is out since then
+        self.canary_given_up: str | None = None
+        self.canary_failure = ""  # how the last canary failed
+        self.evidence = "the smoke gate"
+
+    def counters(self, now: float, c: EngineCounters | None) -> None:
+        """A reading of /metrics; None when it could not be read (then only a canary can tell)."""
+        if c is not None and self.last is not None and c.work > self.last.work:
+            self.last_progress, self.evidence = now, "the engine's counters moved"
+            self.canary_sent_at, self.canary_failure = None, ""  # progress answers for an unanswered canary
+        self.last = c
+
+    def canary_sent(self, now: float) -> None:
+        self.canary_sent_at = now
+
+    def canary(self, now: float, outcome: str, detail: str = "") -> None:
+        """outcome: "completed", "refused" (the server said no: 4xx) or "failed" (no answer in time,
+        a 5xx). A failed canary stays out: the clock runs from when it was sent, and no other is sent."""
+        if outcome == "failed":
+            self.canary_failure = detail
+            return
+        self.canary_sent_at = None
+        if outcome == "completed":
+            self.last_progress, self.evidence = now, "a canary request completed"
+        else:
+            self.canary_given_up = detail or "the server refused the canary"
+
+    def busy(self) -> bool:
+        return self.last is not None and self.last.in_flight
+
+    def canary_due(self, now: float) -> bool:
+        """Idle (nothing in flight, or no counters to tell), no canary out, and no evidence for half the bound."""
+        return (self.canary_sent_at is None and self.canary_given_up is None and not self.busy()
+                and now - self.last_progress >= self.hang_timeout_s / 2)
+
+    def stalled_s(self, now: float) -> float | None:
+        """Seconds since the last progress once the engine counts as stalled, else None."""
+        if self.busy():
+            stalled = now - self.last_progress >= self.hang_timeout_s
+        else:
+            stalled = self.canary_sent_at is not None and now - self.canary_sent_at >= self.hang_timeout_s
+        return now - self.last_progress if stalled else None
+
+
+# ---------------------------------------------------------------- asking the runtime
+
+
+def read_counters(client, endpoint: str) -> EngineCounters | None:
+    """GET {endpoint}/metrics through the supervisor's checked client; None when it cannot be read."""
+    import httpx
+
+    from hostctl.service import apiclient, apipeer
+
+    try:
+        answer = apiclient.request(client, "GET", endpoint.rstrip("/") + "/metrics", cap=apiclient.METRICS_CAP,
+                                   what="/metrics")
+    except (httpx.HTTPError, apiclient.BadAnswer, apipeer.ListenerRefused):
+        return None
+    if answer.status_code != 200:
+        return None
+    try:
+        return parse_metrics(answer.text)
+    except ValueError:  # not the exposition format
+        return None
+
+
+def send_canary(endpoint: str, served_name: str, api_key_env: str | None, timeout_s: float) -> tuple[str, str]:
+    """One canary completion: ("completed" | "refused" | "failed", what happened)."""
+    import os
+    import time
+
+    import httpx
+
+    from hostctl.service import apiclient, apipeer
+
+    key = os.environ.get(api_key_env) if api_key_env else None
+    headers = {"X-Request-Id": CANARY_ID, **({"Authorization": f"Bearer {key}"} if key else {})}
+    t = time.monotonic()
+    try:
+        with apiclient.client(timeout=timeout_s, headers=headers) as c:
+            answer = apiclient.request(c, "POST", endpoint.rstrip("/") + "/v1/completions",
+                                       cap=apiclient.completion_cap(1), what="canary completion",
+                                       json={"model": served_name, **CANARY_BODY})
+    except apipeer.ListenerRefused as exc:
+        return "refused", exc.message
+    except (httpx.HTTPError, apiclient.BadAnswer) as exc:
+        return "failed", f"no answer in {time.monotonic() - t:.1f} s ({type(exc).__name__})"
+    took = f"{(time.monotonic() - t) * 1000:.0f} ms"
+    if answer.status_code == 200:
+        return "completed", took
+    if 400 <= answer.status_code < 500:
+        return "refused", f"HTTP {answer.status_code} in {took}: {answer.text[:200]}"
+    return "failed", f"HTTP {answer.status_code} in {took}"
+
+
+# How long `hostctl status` (no supervisor needed) looks: the counters of a busy server for up to
+# WATCH_S, or one canary of an idle one for up to CANARY_S; each bounded by hang_timeout_s too.
+STATUS_WATCH_S = 3.0
+STATUS_CANARY_S = 5.0
+STATUS_POLL_S = 0.25
+
+
+class ProgressCheck(Data):
+    """What `status` found when it asked the engine once."""
+
+    working: bool | None  # None: it could not be judged (why says it)
+    evidence: str
+    why: str = ""
+    seconds: float = 0.0  # how long the check took
+    counters: EngineCounters | None = None
+
+
+def check_once(endpoint: str, served_name: str, api_key_env: str | None, hang_timeout_s: float) -> ProgressCheck:
+    """Does the engine work right now: while requests are in flight, do its counters move within
+    STATUS_WATCH_S; while idle, does one canary complete within STATUS_CANARY_S."""
+    import time
+
+    from hostctl.service import apiclient
+
+    t0 = time.monotonic()
+    watch_s = min(STATUS_WATCH_S, hang_timeout_s)
+    with apiclient.client(timeout=watch_s) as c:
+        first = read_counters(c, endpoint)
+        if first is not None and first.in_flight:
+            while time.monotonic() - t0 < watch_s:
+                time.sleep(STATUS_POLL_S)
+                now = read_counters(c, endpoint)
+                if now is not None and now.work > first.work:
+                    return ProgressCheck(working=True, evidence="the engine's counters moved", counters=now,
+                                         seconds=round(time.monotonic() - t0, 3))
+            return ProgressCheck(working=False, evidence="the engine's counters",
+                                 why=f"requests in flight and the engine's counters did not move in {watch_s:g} s",
+                                 counters=first, seconds=round(time.monotonic() - t0, 3))
+    outcome, detail = send_canary(endpoint, served_name, api_key_env, min(STATUS_CANARY_S, hang_timeout_s))
+    seconds = round(time.monotonic() - t0, 3)
+    if outcome == "completed":
+        return ProgressCheck(working=True, evidence=f"a canary request completed ({detail})", counters=first,
+                             seconds=seconds)
+    if outcome == "refused":
+        return ProgressCheck(working=None, evidence="a canary request", why=f"the canary was refused: {detail}",
+                             counters=first, seconds=seconds)
+    return ProgressCheck(working=False, evidence="a canary request", why=f"the canary did not complete: {detail}",
+                         counters=first, seconds=seconds)
