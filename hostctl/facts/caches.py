@@ -321,11 +321,12 @@ class FolderRoom(Data):
 
 
 def folder_room(path: str | Path) -> FolderRoom | None:
+    """The filesystem a folder is on and its room; None when path is not a folder (or cannot be read)."""
     try:
         st, vfs = os.stat(path), os.statvfs(path)
     except OSError:
         return None
-    return FolderRoom(dev=st.st_dev, free=vfs.f_bavail * vfs.f_frsize)
+    return FolderRoom(dev=st.st_dev, free=vfs.f_bavail * vfs.f_frsize) if stat.S_ISDIR(st.st_mode) else None
 
 
 def file_sizes(folder: Path, names: list[str]) -> dict[str, int]:

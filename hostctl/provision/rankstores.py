@@ -91,11 +91,10 @@ def read_split(config: Config, facts: HostFacts) -> SplitRead:
     if store is None or not snap.rank_stores:
         return snap
     source = Path(store.host_path)
-    names = folder_names(source)
-    source_room = folder_room(source) if names is not None else None
-    snap.store_is_dir = source_room is not None
+    names, source_room = folder_names(source), folder_room(source)
     if names is None or source_room is None:
-        return snap
+        return snap  # store_is_dir stays False: decide() says the store is not there
+    snap.store_is_dir = True
     for rs in storage.rank_stores:
         r = RankRead(rank=rs.rank, drive=rs.drive, host_dir=rs.host_dir, shared=rs.shared, bound=list(rs.files),
                      status=rs.status)
@@ -109,7 +108,7 @@ def read_split(config: Config, facts: HostFacts) -> SplitRead:
         target = Path(rs.host_dir)
         r.drive_mount = drive.mount if drive else None
         r.mount_target = pf.mount_target if pf and pf.exists else None
-        room = folder_room(target) if target.is_dir() else None
+        room = folder_room(target)
         r.is_dir = room is not None
         if room is not None:
             r.dev, r.free, r.same_fs = room.dev, room.free, room.dev == source_room.dev
