@@ -473,7 +473,8 @@ class Recipe(Written):
     # tokens/s in 8K chunks: ~8 s a step; 1-2.4 s at 4K chunks and 1,100-1,700 tokens/s), so a
     # working engine always moves a counter within it, and a freeze is judged within 16-24 s
     # (README "Supervision"). A host with slower steps sets it higher.
-    hang_timeout_s: int = Field(default=16, ge=1, le=MAX_TIMEOUT_S,
+    # at least 5 s: 2.5 of the supervisor's 2 s polls, so one poll whose counters did not move is never a hang
+    hang_timeout_s: int = Field(default=16, ge=5, le=MAX_TIMEOUT_S,
                                 description="hostctl: seconds the ready runtime may go without progress (requests "
                                 "in flight and the engine's counters still, or idle and a canary request not "
                                 "completing) or without answering /health before `up --foreground` and `status` "

@@ -26,9 +26,10 @@ class Reading(Data):
 
     reached: bool
     state: str | None = None  # docker's state (running, exited, ...), "absent", or "unknown"
-    reason: str | None = None  # why the state is unknown (the engine cannot be asked), or why it is not healthy
+    reason: str | None = None  # why the state is unknown (the engine cannot be asked), or why its engine does not work
     exit_code: int | None = None
     healthy: bool | None = None  # /health of its endpoint and its engine working (the router's /liveness); None: not asked
+    engine_working: bool | None = None  # its engine, judged once (hostctl.service.liveness); None: not judged
     backends: list | None = None  # the router's: run.Backend rows, None when /workers did not answer
 
 
@@ -64,6 +65,7 @@ def read_member(cp: ClusterPlan, mp: MemberPlan) -> Reading:
             key_env = mp.plan.runtime.api_key_env if mp.plan is not None else mp.config.profile.runtime.api_key_env
             check = liveness.check_once(mp.endpoint, mp.config.recipe.served_name, key_env,
                                         mp.config.recipe.hang_timeout_s)
+            r.engine_working = check.working
             if check.working is False:
                 r.healthy, r.reason = False, f"its engine does not work: {check.why}"
     return r
@@ -85,6 +87,8 @@ def document(cp: ClusterPlan, readings: dict[str, Reading], cluster_arg: str) ->
                            f"--member {mp.member.name}` there")
         else:
             doc["state"], doc["healthy"] = r.state, r.healthy
+            if r.engine_working is not None:
+                doc["engine_working"] = r.engine_working
             if r.reason:
                 doc["reason"] = r.reason
             if r.exit_code is not None:
@@ -120,7 +124,8 @@ def text(doc: dict) -> str:
             continue
         state = m["state"] + (f" ({m['reason']})" if m.get("reason") else "") + \
             (f", exit code {m['exit_code']}" if m.get("exit_code") is not None else "")
-        health = {True: "ok", False: "not answering", None: "-"}[m["healthy"]]
+        health = ("ok, engine NOT WORKING" if m.get("engine_working") is False
+                  else {True: "ok", False: "not answering", None: "-"}[m["healthy"]])
         lines.append(f"{head}  {state}  " + (f"{m['endpoint']} health: {health}" if m["endpoint"] else "headless"))
         if m["role"] == "router" and m["state"] == "running":
             if m["backends"] is None:

@@ -5,8 +5,9 @@ the plan sets every 30 s (supervise.POWER_EVERY_S) and, when one differs, puts t
 (`provision --only gpu --boot`: through the executor, each limit checked against the GPU's own
 range, set and read back) and says what it found and did.
 
-A put-back that fails (the supervisor is not root, the driver refuses) is said once and not
-tried again until the limits come back by other means; the runtime keeps serving either way.
+A put-back that fails (the supervisor is not root, the driver refuses, another provision holds
+the lock) is said once and tried again every RETRY_S while the drift lasts; the runtime keeps
+serving either way.
 hostctl.service.supervise is handed a PowerWatch by its caller (the CLI, a cluster replica's
 `up`): provision's parts stand beside service on the same floor, and neither imports the other.
 """
@@ -14,6 +15,7 @@ hostctl.service.supervise is handed a PowerWatch by its caller (the CLI, a clust
 from __future__ import annotations
 
 import io
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -21,6 +23,7 @@ from hostctl.config import Config
 from hostctl.plan.records import PowerSetting
 
 TOLERANCE_W = 1.0  # NVML reports milliwatts; the profile names watts
+RETRY_S = 300.0  # a failed put-back reads the host and runs the executor: not every 30 s
 
 
 def watched(settings: list[PowerSetting]) -> list[PowerSetting]:
@@ -48,6 +51,7 @@ class PowerWatch:
         self.config, self.settings, self.say = config, watched(settings), say
         self.adapter, self.facts = adapter, facts
         self.failed: str | None = None  # the last put-back's failure, said once
+        self.failed_at = 0.0  # monotonic
 
     @property
     def active(self) -> bool:
@@ -63,16 +67,19 @@ class PowerWatch:
         if not found:
             self.failed = None
             return found
-        if self.failed is not None:
+        if self.failed is not None and time.monotonic() - self.failed_at < RETRY_S:
             return found
-        self.say("power limits drifted (a driver reload resets them to the default): " + "; ".join(found)
-                 + "; putting them back as hostctl-power.service does")
+        if self.failed is None:
+            self.say("power limits drifted (a driver reload resets them to the default): " + "; ".join(found)
+                     + "; putting them back as hostctl-power.service does")
         problem = self._put_back()
         if problem is None:
+            self.failed = None
             self.say("power limits put back: " + ", ".join(f"GPU {s.index} {s.desired_w:g} W" for s in self.settings))
         else:
-            self.failed = problem
-            self.say(f"power limits NOT put back: {problem} (run `sudo hostctl provision --only gpu`)")
+            if problem != self.failed:
+                self.say(f"power limits NOT put back: {problem} (run `sudo hostctl provision --only gpu`)")
+            self.failed, self.failed_at = problem, time.monotonic()
         return found
 
     def _put_back(self) -> str | None:

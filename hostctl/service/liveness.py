@@ -14,8 +14,8 @@ design, so hostctl asks the engine itself: one canary completion of one token (m
 prompt ".", temperature 0) on the loopback, with the API key, once the last evidence is half
 hang_timeout_s old; a canary not answered within hang_timeout_s is a hang.
 
-A canary the server refuses (HTTP 4xx: a key hostctl lacks, a name the server does not serve) is
-not evidence of a hang: the canary is given up, the reason said, and only the counters are judged.
+A canary the server refuses (a key hostctl lacks, a name it does not serve: REFUSED) is not
+evidence of a hang: the canary is given up, the reason said, and only the counters are judged.
 """
 
 from __future__ import annotations
@@ -31,6 +31,9 @@ RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"
 CANARY_BODY = {"prompt": ".", "max_tokens": 1, "temperature": 0}
 CANARY_ID = "hostctl-canary"  # the X-Request-Id it carries: the runtime's log names it
+# What the server says to a canary it will never accept: a key hostctl lacks (401, 403), a name it
+# does not serve (404), a body it rejects (400, 422). A 408 or 429 is the engine busy, not a no.
+REFUSED = frozenset({400, 401, 403, 404, 422})
 
 
 class EngineCounters(Data):
@@ -77,33 +80,46 @@ class EngineProgress:
     def __init__(self, *, hang_timeout_s: float, started_at: float) -> None:
         self.hang_timeout_s = hang_timeout_s
         self.last_progress = started_at  # supervision starts right after the smoke gate passed
-        self.last: EngineCounters | None = None
+        self.last: EngineCounters | None = None  # the last reading that could be read
+        self.canary_id = 0  # the canary out (or the last one sent)
         self.canary_sent_at: float | None = None  # a canary is out since then
         self.canary_given_up: str | None = None
-        self.canary_failure = ""  # how the last canary failed
+        self.canary_failure = ""  # how the canary out failed
         self.evidence = "the smoke gate"
 
     def counters(self, now: float, c: EngineCounters | None) -> None:
-        """A reading of /metrics; None when it could not be read (then only a canary can tell)."""
-        if c is not None and self.last is not None and c.work > self.last.work:
+        """A reading of /metrics; None when it could not be read, which keeps the last one (a slow
+        /metrics on a loaded server is not an idle engine)."""
+        if c is None:
+            return
+        if self.last is not None and c.work > self.last.work:
             self.last_progress, self.evidence = now, "the engine's counters moved"
             self.canary_sent_at, self.canary_failure = None, ""  # progress answers for an unanswered canary
         self.last = c
 
-    def canary_sent(self, now: float) -> None:
-        self.canary_sent_at = now
+    def canary_sent(self, now: float) -> int:
+        """A canary goes out: its id, which its outcome carries back."""
+        self.canary_id += 1
+        self.canary_sent_at, self.canary_failure = now, ""
+        return self.canary_id
 
-    def canary(self, now: float, outcome: str, detail: str = "") -> None:
-        """outcome: "completed", "refused" (the server said no: 4xx) or "failed" (no answer in time,
-        a 5xx). A failed canary stays out: the clock runs from when it was sent, and no other is sent."""
+    def canary(self, now: float, outcome: str, detail: str = "", canary_id: int | None = None) -> None:
+        """outcome: "completed", "refused" (the server said no: a 4xx that retrying cannot change) or
+        "failed" (no answer in time, a 5xx). A failed canary stays out: the clock runs from when it
+        was sent, and no other is sent. A completion is progress whichever canary it was; a late
+        failure or refusal of an earlier one changes nothing."""
+        if outcome == "completed":
+            self.last_progress, self.evidence = now, "a canary request completed"
+            if canary_id is None or canary_id == self.canary_id:
+                self.canary_sent_at, self.canary_failure = None, ""
+            return
+        if canary_id is not None and canary_id != self.canary_id:
+            return
         if outcome == "failed":
             self.canary_failure = detail
             return
         self.canary_sent_at = None
-        if outcome == "completed":
-            self.last_progress, self.evidence = now, "a canary request completed"
-        else:
-            self.canary_given_up = detail or "the server refused the canary"
+        self.canary_given_up = detail or "the server refused the canary"
 
     def busy(self) -> bool:
         return self.last is not None and self.last.in_flight
@@ -168,14 +184,16 @@ def send_canary(endpoint: str, served_name: str, api_key_env: str | None, timeou
     took = f"{(time.monotonic() - t) * 1000:.0f} ms"
     if answer.status_code == 200:
         return "completed", took
-    if 400 <= answer.status_code < 500:
+    if answer.status_code in REFUSED:
         return "refused", f"HTTP {answer.status_code} in {took}: {answer.text[:200]}"
     return "failed", f"HTTP {answer.status_code} in {took}"
 
 
 # How long `hostctl status` (no supervisor needed) looks: the counters of a busy server for up to
-# WATCH_S, or one canary of an idle one for up to CANARY_S; each bounded by hang_timeout_s too.
-STATUS_WATCH_S = 3.0
+# WATCH_S (it stops at the first move: most steps take well under a second; 8 s is the longest
+# step the field reports imply, README "Supervision"), or one canary of an idle one for up to
+# CANARY_S; each at most half hang_timeout_s.
+STATUS_WATCH_S = 8.0
 STATUS_CANARY_S = 5.0
 STATUS_POLL_S = 0.25
 
@@ -198,7 +216,7 @@ def check_once(endpoint: str, served_name: str, api_key_env: str | None, hang_ti
     from hostctl.service import apiclient
 
     t0 = time.monotonic()
-    watch_s = min(STATUS_WATCH_S, hang_timeout_s)
+    watch_s = min(STATUS_WATCH_S, hang_timeout_s / 2)
     with apiclient.client(timeout=watch_s) as c:
         first = read_counters(c, endpoint)
         if first is not None and first.in_flight:
@@ -211,7 +229,7 @@ def check_once(endpoint: str, served_name: str, api_key_env: str | None, hang_ti
             return ProgressCheck(working=False, evidence="the engine's counters",
                                  why=f"requests in flight and the engine's counters did not move in {watch_s:g} s",
                                  counters=first, seconds=round(time.monotonic() - t0, 3))
-    outcome, detail = send_canary(endpoint, served_name, api_key_env, min(STATUS_CANARY_S, hang_timeout_s))
+    outcome, detail = send_canary(endpoint, served_name, api_key_env, min(STATUS_CANARY_S, hang_timeout_s / 2))
     seconds = round(time.monotonic() - t0, 3)
     if outcome == "completed":
         return ProgressCheck(working=True, evidence=f"a canary request completed ({detail})", counters=first,

@@ -67,6 +67,7 @@ class Observation(Data):
     counters: liveness.EngineCounters | None = None  # counters: None when /metrics could not be read
     outcome: str | None = None  # canary: "completed" | "refused" | "failed"
     detail: str = ""  # canary: what happened
+    canary_id: int | None = None  # canary: which one (Watcher.canary_sent's id)
     exit_code: int | None = None  # die; state when not alive
     status: str | None = None  # state: the engine's status, None when the container is gone
     oom_killed: bool | None = None  # state
@@ -126,9 +127,10 @@ class Watcher:
             return self._hang_check(o.at)
         if o.kind == "health":
             if o.ok:
+                # progress is judged on the counters read right after this answer, not on this one:
+                # after an outage the last counters are as old as the outage
                 self.last_ok, self.failing_since = o.at, None
-                hung = self._hang_check(o.at)
-                return hung if hung.action != "watch" else Verdict(action="watch", pet=True)
+                return Verdict(action="watch", pet=True)
             if self.failing_since is None:
                 self.failing_since = o.at
             return self._hang_check(o.at)
@@ -136,15 +138,17 @@ class Watcher:
             self.progress.counters(o.at, o.counters)
             return self._hang_check(o.at)
         if o.kind == "canary":
-            self.progress.canary(o.at, o.outcome or "failed", o.detail)
+            self.progress.canary(o.at, o.outcome or "failed", o.detail, o.canary_id)
             return self._hang_check(o.at)
         return Verdict(action="watch")
 
     def canary_due(self, now: float) -> bool:
-        return self.done is None and self.progress.canary_due(now)
+        """A canary is due: no verdict yet, /health answering (an outage is judged on its own), and
+        the engine's progress asks for one."""
+        return self.done is None and self.failing_since is None and self.progress.canary_due(now)
 
-    def canary_sent(self, now: float) -> None:
-        self.progress.canary_sent(now)
+    def canary_sent(self, now: float) -> int:
+        return self.progress.canary_sent(now)
 
     def _hang_check(self, now: float) -> Verdict:
         if self.failing_since is not None:
@@ -245,13 +249,27 @@ def _health_thread(endpoint: str, out: Callable[[Observation], None], stop: thre
     return th
 
 
-def _canary_thread(endpoint: str, served_name: str, api_key_env: str | None, timeout_s: float,
+def _canary_thread(canary_id: int, endpoint: str, served_name: str, api_key_env: str | None, timeout_s: float,
                    out: Callable[[Observation], None]) -> None:
     def run() -> None:
         outcome, detail = liveness.send_canary(endpoint, served_name, api_key_env, timeout_s)
-        out(Observation(kind="canary", at=time.monotonic(), outcome=outcome, detail=detail))
+        out(Observation(kind="canary", at=time.monotonic(), outcome=outcome, detail=detail, canary_id=canary_id))
 
     threading.Thread(target=run, name="hostctl-canary", daemon=True).start()
+
+
+def _power_thread(power: PowerCheck, say: Say) -> threading.Thread:
+    """The power check, beside the loop: a put-back reads the host and runs the executor (seconds),
+    and NVML may block during a driver reset; the loop goes on judging the runtime meanwhile."""
+    def run() -> None:
+        try:
+            power.check()
+        except Exception as exc:  # noqa: BLE001  (a failing side check must not end a serving runtime)
+            say(f"the power limit check failed: {type(exc).__name__}: {exc}")
+
+    th = threading.Thread(target=run, name="hostctl-power", daemon=True)
+    th.start()
+    return th
 
 
 class Ended(Data):
@@ -299,6 +317,7 @@ def supervise(config: Config, plan: Plan, stop: Stop, say: Say, notify=sdnotify.
                                        exit_code=st.exit_code, oom_killed=st.oom_killed))
     next_state = t0 + STATE_EVERY_S
     next_power = t0 + POWER_EVERY_S if power is not None and power.active else None
+    power_thread: threading.Thread | None = None
     wd = sdnotify.watchdog_interval_s()
     say(f"supervising {name}: engine events, /health and the engine's counters every {HEALTH_EVERY_S:g} s, "
         f"a canary request when idle, a hang after {hang_s:g} s without an answer or progress"
@@ -322,18 +341,16 @@ def supervise(config: Config, plan: Plan, stop: Stop, say: Say, notify=sdnotify.
                 if o.kind == "canary" and o.outcome == "refused":
                     say(f"canary refused ({o.detail}): judging the engine by its counters only")
             if verdict.action == "watch" and watcher.canary_due(time.monotonic()):
-                watcher.canary_sent(time.monotonic())
-                _canary_thread(endpoint, config.recipe.served_name, plan.runtime.api_key_env, hang_s, obs.put)
+                _canary_thread(watcher.canary_sent(time.monotonic()), endpoint, config.recipe.served_name,
+                               plan.runtime.api_key_env, hang_s, obs.put)
             if stop.event.is_set() and verdict.action == "watch":
                 verdict = watcher.feed(Observation(kind="stop", at=time.monotonic(),
                                                    signal=signal.Signals(stop.signum).name if stop.signum else None))
             now = time.monotonic()
             if verdict.action == "watch" and next_power is not None and now >= next_power:
                 next_power = now + POWER_EVERY_S
-                try:
-                    power.check()  # type: ignore[union-attr]  (next_power is set only with a power check)
-                except Exception as exc:  # noqa: BLE001  (a failing side check must not end a serving runtime)
-                    say(f"the power limit check failed: {type(exc).__name__}: {exc}")
+                if power_thread is None or not power_thread.is_alive():
+                    power_thread = _power_thread(power, say)  # type: ignore[arg-type]  (set only with a check)
             if verdict.action == "watch" and now >= next_state:
                 next_state = now + STATE_EVERY_S
                 s = container_state(name)

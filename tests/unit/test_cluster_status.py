@@ -79,3 +79,21 @@ def test_a_follower_without_an_api_is_ok_when_running(tmp_path):
 def test_status_cluster_names_a_wrong_member(tmp_path, capsys):
     code = cli.main(["status", "--cluster", str(write_cluster(tmp_path, replicas())), "--member", "nope"])
     assert code == 2 and "--member: 'nope' is not a host" in capsys.readouterr().err
+
+
+def test_a_replica_whose_engine_does_not_work_is_not_ok_though_it_answers(tmp_path):
+    """A frozen engine answers /health (and so stays in vllm-router's pool): status judges its
+    engine and says so, not "not answering"."""
+    cp = plan_of(write_cluster(tmp_path, replicas()))
+    backends = [Backend(url=b.url, healthy=True) for b in parse_backends(WORKERS)]
+    readings = {"gw": Reading(reached=True, state="running", healthy=True, backends=backends),
+                "r1": Reading(reached=True, state="running", healthy=True, engine_working=True),
+                "r2": Reading(reached=True, state="running", healthy=False, engine_working=False,
+                              reason="its engine does not work: the canary did not complete")}
+    doc = document(cp, readings, "cluster.toml")
+    assert doc["ok"] is False
+    _, r1, r2 = doc["members"]
+    assert r1["engine_working"] is True and (r2["healthy"], r2["engine_working"]) == (False, False)
+    words = text(doc)
+    assert "health: ok, engine NOT WORKING" in words and "the canary did not complete" in words
+    assert "not answering" not in words

@@ -18,7 +18,7 @@ from hostctl.doctor.checks.gpu import power_limit
 from hostctl.facts.gpu import probe_gpus, read_power_limits_w
 from hostctl.plan import build_plan
 from hostctl.plan.records import PowerSetting
-from hostctl.provision.power_watch import PowerWatch, drift
+from hostctl.provision.power_watch import RETRY_S, PowerWatch, drift
 
 
 @pytest.fixture(autouse=True)
@@ -72,7 +72,7 @@ def test_limits_lost_to_a_driver_reload_are_put_back(tmp_path):
     assert watch.check() == [] and len(said) == 2
 
 
-def test_a_put_back_that_fails_is_said_once(tmp_path):
+def test_a_put_back_that_fails_is_said_once_and_tried_again_later(tmp_path):
     config, host, fake, read = _host(tmp_path, 280)
     said: list[str] = []
     watch = PowerWatch(config, build_plan(config, read()).power.gpus, said.append, adapter=fake, facts=read)
@@ -81,6 +81,12 @@ def test_a_put_back_that_fails_is_said_once(tmp_path):
     assert [line.split(":")[0] for line in said] == ["power limits drifted (a driver reload resets them to the default)",
                                                     "power limits NOT put back"]
     assert "needs root" in said[1] and fake.sets == []
+    # tried again once RETRY_S has passed (not at every check): now as root, it is put back
+    host.root = True
+    assert watch.check() and fake.sets == [] and len(said) == 2
+    watch.failed_at -= RETRY_S
+    assert watch.check() and len(fake.sets) == 2
+    assert said[2] == "power limits put back: GPU 0 280 W, GPU 1 280 W" and watch.check() == []
 
 
 def test_a_profile_without_limits_is_not_watched(tmp_path):
