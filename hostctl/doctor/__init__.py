@@ -62,6 +62,24 @@ def _boot_code():
     return read_exec_chain(paths.INSTALLED_HOSTCTL), installed
 
 
+def _engine_progress(config, facts):
+    """The profile's runtime, running and not reported unhealthy by its healthcheck, asked once
+    whether its engine works (hostctl.service.liveness.check_once: a frozen engine answers
+    /health); None when there is nothing to ask."""
+    if config is None or not facts.engine.available:
+        return None
+    from hostctl.service import identity
+
+    rt = identity.of_config(config)
+    running = [c for c in facts.engine.containers if c.name == rt.container and c.state == "running"
+               and c.health not in ("starting", "unhealthy")]
+    if not running:
+        return None
+    from hostctl.service import liveness
+
+    return liveness.check_once(rt.endpoint, rt.served_name, rt.api_key_env, rt.hang_timeout_s)
+
+
 def build_report(opts: DoctorOptions, err: TextIO | None = None):
     """Everything but printing: (report, config, facts, plan)."""
     from hostctl.doctor.checks import all_checks
@@ -105,6 +123,7 @@ def build_report(opts: DoctorOptions, err: TextIO | None = None):
 
         checkpoint = probe_checkpoint(config.profile.runtime.model_dir)
     boot_code, boot_units = _boot_code() if opts.facts_path is None else (None, ())
+    engine_progress = _engine_progress(config, facts) if opts.facts_path is None else None
     t2 = time.perf_counter()
     timings["facts"] = t2 - t1
     plan = None
@@ -120,7 +139,7 @@ def build_report(opts: DoctorOptions, err: TextIO | None = None):
     timings["plan"] = t3 - t2
     ctx = CheckContext(facts=facts, config=config, plan=plan, level=opts.level, facts_source=source,
                   no_config_reason=why or "no host profile", checkpoint=checkpoint, boot_code=boot_code,
-                  boot_units=boot_units)
+                  boot_units=boot_units, engine_progress=engine_progress)
     outcomes = run_checks(ctx, all_checks())
     t4 = time.perf_counter()
     timings["checks"] = t4 - t3

@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # annotations only: importing config, plan and the model mani
     from hostctl.facts.records import ContainerFacts, HostFacts
     from hostctl.facts.checkpoint import CheckpointFacts
     from hostctl.plan.records import Plan, Problem
+    from hostctl.service.liveness import ProgressCheck
 
 Status = Literal["pass", "warn", "fail", "skip"]
 Level = Literal["quick", "full"]
@@ -77,7 +78,7 @@ class CheckContext:
     def __init__(self, *, facts: HostFacts, config: Config | None = None, plan: Plan | None = None,
                  level: Level = "quick", facts_source: str = "live", no_config_reason: str = "no host profile",
                  checkpoint: CheckpointFacts | None = None, boot_code: ExecChain | None = None,
-                 boot_units: tuple[str, ...] = ()) -> None:
+                 boot_units: tuple[str, ...] = (), engine_progress: ProgressCheck | None = None) -> None:
         self.facts = facts
         self.config = config
         self.plan = plan
@@ -87,6 +88,8 @@ class CheckContext:
         self.checkpoint = checkpoint  # runtime.model_dir read live (not part of a facts snapshot)
         self.boot_code = boot_code  # the code behind the units' hostctl, read live (None: a snapshot)
         self.boot_units = boot_units  # the hostctl units installed on this host (host paths)
+        # the running runtime's engine asked once (hostctl.service.liveness), read live; None: not asked
+        self.engine_progress = engine_progress
 
     @property
     def live(self) -> bool:

@@ -340,9 +340,11 @@ def supervise(config: Config, plan: Plan, stop: Stop, say: Say, notify=sdnotify.
                     notify("WATCHDOG=1")
                 if o.kind == "canary" and o.outcome == "refused":
                     say(f"canary refused ({o.detail}): judging the engine by its counters only")
-            if verdict.action == "watch" and watcher.canary_due(time.monotonic()):
-                _canary_thread(watcher.canary_sent(time.monotonic()), endpoint, config.recipe.served_name,
-                               plan.runtime.api_key_env, hang_s, obs.put)
+                # decided on the counters just read, never between a /health answer and its counters:
+                # a loaded server can answer /metrics slowly, and its last reading may look idle
+                if o.kind == "counters" and verdict.action == "watch" and watcher.canary_due(o.at):
+                    _canary_thread(watcher.canary_sent(time.monotonic()), endpoint, config.recipe.served_name,
+                                   plan.runtime.api_key_env, hang_s, obs.put)
             if stop.event.is_set() and verdict.action == "watch":
                 verdict = watcher.feed(Observation(kind="stop", at=time.monotonic(),
                                                    signal=signal.Signals(stop.signum).name if stop.signum else None))

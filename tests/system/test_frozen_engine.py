@@ -2,8 +2,8 @@
 runtime, the engine core stopped with SIGSTOP (a stand-in for a wedged collective or a stuck
 grammar) while vLLM's API server goes on answering /health.
 
-- `status` without a supervisor: not healthy while frozen, healthy again once thawed (the shared
-  runtime, no boot of its own);
+- `status` and doctor without a supervisor: not healthy (doctor's logs.runtime fails) while
+  frozen, healthy again once thawed (the shared runtime, no boot of its own);
 - `up --foreground` (the supervisor, outside systemd; the systemd restart is
   test_supervise_systemd.py's): a busy server is never judged hung and gets no canary, a freeze
   shorter than the bound is forgiven, `status` beside the supervisor says not healthy, and a
@@ -48,6 +48,9 @@ def test_status_says_a_frozen_engine_is_not_healthy_without_a_supervisor(shared_
         assert took < 30, f"status took {took:.1f} s to say so"
         rc, out, _, _ = h.run("status", timeout=60)
         assert "engine: NOT WORKING" in out and "health: ok" in out, out
+        rc, out, err, _ = h.run("doctor", "--json", timeout=120)
+        runtime = {c["id"]: c for c in json.loads(out)["checks"]}["logs.runtime"]
+        assert runtime["status"] == "fail" and "its engine does not work" in runtime["summary"], runtime
     deadline = time.monotonic() + 30
     while True:  # thawed: the canary status sent meanwhile completes, and the next one at once
         rc, doc, _ = _status(h)

@@ -549,6 +549,31 @@ def test_runtime_container_state():
     assert result("logs.runtime", plain()).summary == "no hostctl runtime container on this engine"
 
 
+def test_a_running_runtime_whose_engine_does_not_work_fails():
+    """The engine asked once (hostctl.service.liveness.check_once, live only): a frozen engine's
+    container runs and its healthcheck (/health) passes; only its progress tells."""
+    from hostctl.service.liveness import ProgressCheck
+
+    config, facts = desktop()
+    facts.engine.containers = [OURS.model_copy(update={"health": "healthy"})]
+    check = next(c for c in all_checks() if c.id == "logs.runtime")
+
+    def judged(progress):
+        ctx = CheckContext(facts=facts, config=config, plan=build_plan(config, facts), facts_source="snapshot",
+                           engine_progress=progress)
+        return run_checks(ctx, [check])[0].result
+
+    frozen = judged(ProgressCheck(working=False, evidence="a canary request",
+                                  why="the canary did not complete: no answer in 5.0 s (ReadTimeout)"))
+    assert frozen.status == "fail" and "answers /health, but its engine does not work" in frozen.summary
+    assert "no answer in 5.0 s" in frozen.evidence.observed and "up --foreground" in frozen.fix
+    working = judged(ProgressCheck(working=True, evidence="a canary request completed (41 ms)"))
+    assert working.status == "pass" and working.summary.endswith("engine working (a canary request completed (41 ms))")
+    # not judged (the canary refused: no key), or not asked: the container's own state decides
+    assert judged(ProgressCheck(working=None, evidence="a canary request", why="refused")).status == "pass"
+    assert judged(None).summary == "hostctl-runtime running (healthy)"
+
+
 def test_virtualisation_matters_only_with_gpus():
     assert result("system.virtualization", h200()).status == "warn"
     assert result("system.virtualization", plain()).status == "pass"  # kvm, but no GPU readings

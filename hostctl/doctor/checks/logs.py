@@ -93,7 +93,7 @@ def kernel_xid(ctx: CheckContext) -> CheckResult:
                   observed=observed, source=source)
 
 
-@check("logs.runtime", "the runtime container did not die")
+@check("logs.runtime", "the runtime container did not die, and its engine works")
 def runtime(ctx: CheckContext) -> CheckResult:
     e = ctx.facts.engine
     if not e.available:
@@ -119,7 +119,17 @@ def runtime(ctx: CheckContext) -> CheckResult:
         if c.health == "unhealthy":
             return warned(f"{c.name} is running but unhealthy", fix="hostctl logs; hostctl doctor --log FILE classifies "
                           "a saved log", observed=observed, source=source)
-        return passed(f"{c.name} running" + (f" ({c.health})" if c.health else ""), observed=observed, source=source)
+        progress = ctx.engine_progress
+        if progress is not None and progress.working is False:
+            # its API server answers /health (the container's healthcheck says so), its engine does nothing
+            return failed(f"{c.name} is running and answers /health, but its engine does not work: {progress.why}",
+                          fix="a frozen engine: `hostctl up --foreground` (the unit) restarts it after hang_timeout_s; "
+                          "by hand `hostctl down` then `hostctl up`; read `hostctl logs` for the cause",
+                          observed=observed + f"; engine: {progress.why}",
+                          source=source + "; the runtime's /metrics and a canary request (hostctl.service.liveness)")
+        return passed(f"{c.name} running" + (f" ({c.health})" if c.health else "")
+                      + (f", engine working ({progress.evidence})" if progress is not None and progress.working else ""),
+                      observed=observed, source=source)
     from hostctl.failures import StartEvidence, classify
 
     findings = classify(StartEvidence(log="", kernel_log="\n".join(ev.line for ev in host_kills),
