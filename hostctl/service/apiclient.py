@@ -15,6 +15,7 @@ any cap in one chunk.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -82,6 +83,12 @@ class _Transport(httpx.HTTPTransport):
                                              max_keepalive_connections=limits.max_keepalive_connections,
                                              keepalive_expiry=limits.keepalive_expiry,
                                              network_backend=_CheckedBackend())
+
+
+def key_headers(api_key_env: str | None) -> dict[str, str]:
+    """The Authorization header for the key in the variable api_key_env names (none when unset)."""
+    key = os.environ.get(api_key_env) if api_key_env else None
+    return {"Authorization": f"Bearer {key}"} if key else {}
 
 
 def client(*, timeout: float, headers: dict[str, str] | None = None,

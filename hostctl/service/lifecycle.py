@@ -41,7 +41,7 @@ from hostctl.act.inline import run_inline
 from hostctl.facts.container import Feed, container_state
 from hostctl.act.lock import HostLock
 from hostctl.service.progress import Tracker
-from hostctl.service.smoke import _headers, check_models, run_suite
+from hostctl.service.smoke import check_models, run_suite
 from hostctl.service.smoke_report import SmokeReport
 
 Say = Callable[[str], None]
@@ -295,7 +295,7 @@ def _watch(config: Config, plan: Plan, name: str, since: float, timeout: int, sa
     outcome = StartOutcome(ready=False, endpoint=ep)
     # With an API key the runtime answers /v1/models only with it (401 without). apiclient: the key
     # goes only to a listener proved to be root's (the runtime), never to whoever binds the port first.
-    client = apiclient.client(timeout=3.0, headers=_headers(plan.runtime.api_key_env))
+    client = apiclient.client(timeout=3.0, headers=apiclient.key_headers(plan.runtime.api_key_env))
 
     log_ended = False
 

@@ -162,15 +162,13 @@ def read_counters(client, endpoint: str) -> EngineCounters | None:
 
 def send_canary(endpoint: str, served_name: str, api_key_env: str | None, timeout_s: float) -> tuple[str, str]:
     """One canary completion: ("completed" | "refused" | "failed", what happened)."""
-    import os
     import time
 
     import httpx
 
     from hostctl.service import apiclient, apipeer
 
-    key = os.environ.get(api_key_env) if api_key_env else None
-    headers = {"X-Request-Id": CANARY_ID, **({"Authorization": f"Bearer {key}"} if key else {})}
+    headers = {"X-Request-Id": CANARY_ID, **apiclient.key_headers(api_key_env)}
     t = time.monotonic()
     try:
         with apiclient.client(timeout=timeout_s, headers=headers) as c:

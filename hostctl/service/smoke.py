@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import os
 import time
 from datetime import datetime, timezone
 from urllib.parse import urlparse
@@ -46,11 +45,6 @@ def check_loopback(url: str) -> str:
         raise InputError(f"--url {display(url)}: hostctl sends requests to loopback addresses only (127.0.0.0/8, ::1)",
                          fix="run hostctl on the machine that serves the model and use http://127.0.0.1:PORT")
     return url.rstrip("/")
-
-
-def _headers(api_key_env: str | None) -> dict[str, str]:
-    key = os.environ.get(api_key_env) if api_key_env else None
-    return {"Authorization": f"Bearer {key}"} if key else {}
 
 
 def check_models(client: httpx.Client, base: str, served_name: str, context: int) -> tuple[bool, str, str]:
@@ -154,7 +148,7 @@ def run_suite(base_url: str, recipe: Recipe, *, api_key_env: str | None = None,
     report = SmokeReport(url=base, served_name=recipe.served_name,
                          started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
     tests = list(recipe.smoke) or [SmokeTest(name="models", kind="models")]
-    with apiclient.client(timeout=timeout_s, headers=_headers(api_key_env)) as client:
+    with apiclient.client(timeout=timeout_s, headers=apiclient.key_headers(api_key_env)) as client:
         for test in tests:
             report.results.append(run_test(client, base, recipe, test))
     return report

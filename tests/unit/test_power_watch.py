@@ -6,10 +6,6 @@ names the drift."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import pytest
-
 from fake_nvml import FakeNvml, pro6000x2_phb, write_sysfs
 from hostctl import examples
 from hostctl.config import Config
@@ -19,14 +15,6 @@ from hostctl.facts.gpu import probe_gpus, read_power_limits_w
 from hostctl.plan import build_plan
 from hostctl.plan.records import PowerSetting
 from hostctl.provision.power_watch import RETRY_S, PowerWatch, drift
-
-
-@pytest.fixture(autouse=True)
-def sysroot(tmp_path, monkeypatch) -> Path:
-    root = tmp_path / "sysroot"
-    root.mkdir()
-    monkeypatch.setenv("HOSTCTL_SYSROOT", str(root))
-    return root
 
 
 def _host(tmp_path, watts: float):
