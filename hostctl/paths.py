@@ -8,6 +8,9 @@ import sys
 from pathlib import Path
 
 STATE_DIR = Path("/var/lib/hostctl")
+# node_exporter's textfile folder as Debian's prometheus-node-exporter package makes it: where
+# `hostctl metrics` and hostctl-metrics.service write hostctl.prom by default.
+TEXTFILE_DIR = Path("/var/lib/prometheus/node-exporter")
 PROFILE_SEARCH = (Path("hostctl.toml"), Path("/etc/hostctl/hostctl.toml"))
 # Tests point this at a temporary directory so files hostctl writes under /etc and /var/lib
 # land there; devices, mounts and swap are still the real ones.
@@ -83,6 +86,11 @@ def templates_dir() -> Path:
 def systemd_dir() -> Path:
     """The unit templates (hostctl-*.service.j2): top-level, so a reader finds the units hostctl writes."""
     return resource_root() / "systemd"
+
+
+def alert_rules_path() -> Path:
+    """The Prometheus alerting rules for `hostctl metrics`' series (`hostctl metrics --alert-rules`)."""
+    return resource_root() / "prometheus" / "hostctl-alerts.yml"
 
 
 def template_dirs() -> list[Path]:

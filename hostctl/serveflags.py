@@ -1,5 +1,6 @@
-"""The vLLM serve flags hostctl owns, and how argparse would read a token as one of them; and
-the runtime environment variables a recipe may not set (OWNED_ENV, env_refusal).
+"""The vLLM serve flags hostctl owns, and how argparse would read a token as one of them; the few
+a recipe sets that hostctl reads (READ, last: tool calling, the output cap); and the runtime
+environment variables a recipe may not set (OWNED_ENV, env_refusal).
 
 hostctl decides where the server listens and what credentials it holds (DESIGN.md "Trust model
 (root)"): a recipe, a tuning axis or anything else that contributes serve arguments may not set
@@ -226,6 +227,43 @@ def effective(argv: list[str]) -> dict[str, str | None]:
                 i += 1
         i += 1
     return out
+
+
+# ---------------------------------------------------------------- options hostctl only reads
+
+class ReadOption(NamedTuple):
+    shortest: str      # the shortest prefix vLLM's parser takes as the option: no other option begins with it
+    takes_value: bool  # False: a switch (argparse's BooleanOptionalAction, `--x` / `--no-x`)
+
+
+# vLLM 0.32 options a recipe may set that hostctl reads (hostctl.service.clientconfig tells clients
+# what the server does). The prefixes are checked against vLLM's own parser, as is what `last`
+# reads (tests/system/test_serveflags_vllm.py).
+READ: dict[str, ReadOption] = {
+    "--enable-auto-tool-choice": ReadOption("--enable-a", False),
+    "--no-enable-auto-tool-choice": ReadOption("--no-enable-a", False),
+    "--override-generation-config": ReadOption("--override-g", True),
+}
+
+
+def last(argv: list[str], flags: tuple[str, ...]) -> tuple[str, str | None] | None:
+    """The last of `flags` (keys of READ) that vLLM's parser reads in argv, in any spelling it
+    accepts (after vllm_argv: underscores, dotted keys, a prefix no shorter than READ's), with its
+    value (after `=` or the next token; None for a switch); None when none is given. argparse keeps
+    the last occurrence of an option, and of a `--x` / `--no-x` pair, the last of the two."""
+    found: tuple[str, str | None] | None = None
+    argv = vllm_argv(argv)
+    i = 0
+    while i < len(argv):
+        name, value = normalise(argv[i])
+        flag = next((f for f in flags if name.startswith(READ[f].shortest) and f.startswith(name)), None)
+        if flag is not None:
+            if READ[flag].takes_value and value is None:
+                value = argv[i + 1] if i + 1 < len(argv) else ""
+                i += 1
+            found = (flag, value)
+        i += 1
+    return found
 
 
 # ---------------------------------------------------------------- the runtime's environment

@@ -52,6 +52,12 @@ class FakeGpu:
     bar1_bytes: int = 128 * 1024**3
     numa_node: int = -1  # what sysfs would say
     local_cpus: list[int] = field(default_factory=lambda: list(range(16)))
+    # live readings (None: NVML answers NotSupported, as in some VMs)
+    draw_mw: int | None = 90_000
+    temperature_c: int | None = 41
+    utilization_percent: int | None = 0
+    memory_used_bytes: int | None = 512 * 1024**2
+    clocks_event_reasons: int | None = 0x1  # idle
 
 
 @dataclass
@@ -148,6 +154,27 @@ class FakeNvml(NvmlAdapter):
 
     def bar1_total(self, h: FakeGpu) -> int:
         return h.bar1_bytes
+
+    # ---- live readings
+    def _live(self, value: Any) -> Any:
+        if value is None:
+            raise FakeNvmlError("NotSupported")
+        return value
+
+    def power_usage_mw(self, h: FakeGpu) -> int:
+        return self._live(h.draw_mw)
+
+    def temperature_c(self, h: FakeGpu) -> int:
+        return self._live(h.temperature_c)
+
+    def utilization_percent(self, h: FakeGpu) -> int:
+        return self._live(h.utilization_percent)
+
+    def memory_used(self, h: FakeGpu) -> int:
+        return self._live(h.memory_used_bytes)
+
+    def clocks_event_reasons(self, h: FakeGpu) -> int:
+        return self._live(h.clocks_event_reasons)
 
     # ---- pairs
     def topology_common_ancestor(self, h1: FakeGpu, h2: FakeGpu) -> int:

@@ -19,7 +19,7 @@ from typing import Annotated
 import typer
 
 from hostctl import __version__
-from hostctl.cli import cache, check, measure, model, prepare, runtime, store
+from hostctl.cli import cache, check, client, measure, model, observe, prepare, runtime, store
 from hostctl.cli.options import ConfigOpt, FactsOpt, GlobalOptions, say
 from hostctl.errors import EXIT_FAILED, EXIT_SIGINT, EXIT_SOFTWARE, HostctlError
 
@@ -33,7 +33,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 # Added without a name, a module's commands are the root's own; --help lists them in this order.
-for commands in (prepare, runtime, measure, check):
+for commands in (prepare, runtime, measure, check, observe, client):
     app.add_typer(commands.app)
 app.add_typer(store.app, name="store")
 app.add_typer(model.app, name="model")  # README "model"

@@ -110,17 +110,29 @@ def down(ctx: typer.Context, config: ConfigOpt = None, facts: FactsOpt = None, c
 
 
 @app.command()
-def status(ctx: typer.Context, json_: JsonOpt = False, config: ConfigOpt = None, facts: FactsOpt = None,
+def status(ctx: typer.Context, json_: JsonOpt = False,
+           watch: Annotated[bool, typer.Option("--watch", help="A live view, redrawn every --interval seconds until "
+                                               "Ctrl-C: GPU power, temperature, utilisation, memory and what holds "
+                                               "the clocks down; requests, KV cache, tokens per second, prefix-cache "
+                                               "hits and spec-decode acceptance; restarts and the last smoke. Only "
+                                               "reads (no canary). Not a terminal: one view is printed.")] = False,
+           interval: Annotated[float, typer.Option("--interval", min=0.2, help="With --watch: seconds between "
+                                                   "redraws.")] = 1.0,
+           config: ConfigOpt = None, facts: FactsOpt = None,
            cluster: ClusterOpt = None, member: MemberOpt = None) -> None:
     """State, health, endpoint, uptime and the last smoke result of the runtime.
 
     Exits 0 when the runtime is running and healthy (/health answers and the engine works: a
     busy one moves its counters, an idle one completes a canary), 1 otherwise. Reads the profile and
-    the engine's view of its container, nothing else of the host.
+    the engine's view of its container, nothing else of the host. With --watch: 0 when the watch
+    ends (Ctrl-C, or the one view printed when the output is not a terminal).
 
     With --cluster: each member this machine reaches (--member: that one), and the router's
     backends, healthy or not (hostctl.cluster-status/v1); 0 when all of them serve.
     """
+    if watch and (json_ or cluster is not None):
+        raise InputError("--watch is a view for a terminal: it cannot be combined with --json or --cluster",
+                         fix="use `hostctl metrics` for machines, `hostctl status --cluster` for a cluster")
     if cluster is not None:
         from hostctl.cluster.status import status as cluster_status, text
 
@@ -134,6 +146,11 @@ def status(ctx: typer.Context, json_: JsonOpt = False, config: ConfigOpt = None,
 
     c = global_options(ctx, config, facts)
     c.refuse_snapshot("status")
+    if watch:
+        from hostctl.metrics import watch as live
+
+        live.run(c.identity(), interval, interactive=sys.stdout.isatty())
+        return
     doc = read_status(c.identity())
     if json_:
         print_json(doc)

@@ -156,6 +156,24 @@ class NvmlAdapter:
     def p2p_status(self, h1: Any, h2: Any, caps_index: int) -> int:
         return self._nvml.nvmlDeviceGetP2PStatus(h1, h2, caps_index)
 
+    # ---- live readings (hostctl.facts.gpu_telemetry: `status --watch`, `hostctl metrics`)
+
+    def power_usage_mw(self, h: Any) -> int:
+        return self._nvml.nvmlDeviceGetPowerUsage(h)
+
+    def temperature_c(self, h: Any) -> int:
+        return self._nvml.nvmlDeviceGetTemperature(h, self._nvml.NVML_TEMPERATURE_GPU)
+
+    def utilization_percent(self, h: Any) -> int:
+        return self._nvml.nvmlDeviceGetUtilizationRates(h).gpu
+
+    def memory_used(self, h: Any) -> int:
+        return self._nvml.nvmlDeviceGetMemoryInfo(h).used
+
+    def clocks_event_reasons(self, h: Any) -> int:
+        """Why the clocks are held down now, a bitmask (NVML's "clocks event reasons", formerly throttle reasons)."""
+        return self._nvml.nvmlDeviceGetCurrentClocksEventReasons(h)
+
     # ---- the write side (provision only; never called by facts or tests on a real GPU)
 
     def set_power_limit_mw(self, h: Any, milliwatts: int) -> None:

@@ -51,22 +51,32 @@ def alias_requests(config: Config) -> list[str]:
     return [d.identity.value for d in config.profile.drives if d.identity.kind == "path"]
 
 
-def path_requests(config: Config) -> list[tuple[str, bool]]:
-    """Directories the plan reads facts about: (path, list its files?)."""
-    from hostctl.plan.storage import DEFAULT_COMPILE_CACHE, ROLE_DIRS, rank_store_dir
+def role_paths(config: Config) -> list[tuple[str, str]]:
+    """(role, directory) of each storage role the profile places: in its drive's folder, or the
+    directory it names (hostctl metrics reports each one's free space)."""
+    from hostctl.plan.storage import DEFAULT_COMPILE_CACHE, ROLE_DIRS
+    from hostctl.storage_roles import ROLES
 
     profile = config.profile
-    out: list[tuple[str, bool]] = []
-    roles = profile.storage
-    for role in ("planes_cache", "expert_store", "compile_cache"):
-        target = getattr(roles, role)
+    out: list[tuple[str, str]] = []
+    for role in ROLES:
+        target = getattr(profile.storage, role)
         if target is None and role == "compile_cache":
             target = DEFAULT_COMPILE_CACHE  # the plan keeps it in the state directory when no drive is named
         if target is None:
             continue
         drive = profile.drive(target)
-        path = f"{drive.mount}/{ROLE_DIRS[role]}" if drive else target
-        out.append((path, role == "expert_store"))
+        out.append((role, f"{drive.mount}/{ROLE_DIRS[role]}" if drive else target))
+    return out
+
+
+def path_requests(config: Config) -> list[tuple[str, bool]]:
+    """Directories the plan reads facts about: (path, list its files?)."""
+    from hostctl.plan.storage import rank_store_dir
+
+    profile = config.profile
+    out = [(path, role == "expert_store") for role, path in role_paths(config)]
+    roles = profile.storage
     for rank, name in enumerate(roles.rank_stores):
         drive = profile.drive(name)
         if drive is not None:

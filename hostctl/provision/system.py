@@ -4,7 +4,7 @@ reboot. In the act protocol: read_system() reads what is there, decide() is pure
 
 Owned here: /etc/hostctl/hostctl.toml (plus a recipe the profile names by a relative path,
 at the same place beside it), /etc/systemd/system/hostctl-runtime.service, its enablement,
-and the daemon-reload that makes a running systemd see it. The unit calls the profile at its
+hostctl-metrics.service and .timer (installed, left for the user to enable), and the daemon-reload that makes a running systemd see it. The unit calls the profile at its
 installed path, so what runs at boot does not depend on where provision was started from.
 The GPU power unit belongs to the gpu part (hostctl/provision/gpu.py), which runs after this
 one and reads the installed profile too.
@@ -35,8 +35,10 @@ from hostctl.service.render import INSTALLED_HOSTCTL, INSTALLED_PROFILE, render_
 
 UNIT_DIR = PurePosixPath("/etc/systemd/system")
 PROFILE_DIR = PurePosixPath(INSTALLED_PROFILE).parent
-# The units this part installs (hostctl-power.service is the gpu part's).
+# The units this part installs and enables (hostctl-power.service is the gpu part's).
 UNITS = ("hostctl-runtime.service",)
+# Installed, not enabled: the metrics timer is the user's choice (README "Watching the host").
+INSTALLED_UNITS = ("hostctl-metrics.service", "hostctl-metrics.timer")
 SYSTEMCTL_TIMEOUT = 60
 
 
@@ -60,7 +62,7 @@ def desired_files(config: Config, plan: Plan, *, hostctl_bin: str = INSTALLED_HO
             )
         files[PROFILE_DIR / rel] = read_text(recipe, "recipe").encode()
     rendered = render_files(plan, hostctl_bin=hostctl_bin, config_path=INSTALLED_PROFILE)
-    for unit in UNITS:
+    for unit in UNITS + INSTALLED_UNITS:
         files[UNIT_DIR / unit] = rendered[unit].encode()
     return files
 

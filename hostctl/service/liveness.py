@@ -23,12 +23,9 @@ from __future__ import annotations
 from pydantic import ConfigDict
 
 from hostctl.data import Data
+from hostctl.service import runtime_metrics
+from hostctl.service.runtime_metrics import RuntimeSample
 
-# Counter samples (summed over their labels: one per engine, one per model): any increase is work done.
-PROGRESS_SAMPLES = ("vllm:generation_tokens_total", "vllm:prompt_tokens_total", "vllm:request_success_total",
-                    "vllm:iteration_tokens_total_count")
-RUNNING = "vllm:num_requests_running"
-WAITING = "vllm:num_requests_waiting"
 CANARY_BODY = {"prompt": ".", "max_tokens": 1, "temperature": 0}
 CANARY_ID = "hostctl-canary"  # the X-Request-Id it carries: the runtime's log names it
 # What the server says to a canary it will never accept: a key hostctl lacks (401, 403), a name it
@@ -41,7 +38,7 @@ class EngineCounters(Data):
 
     running: float = 0.0
     waiting: float = 0.0
-    work: float = 0.0  # the sum of PROGRESS_SAMPLES: it only grows while the engine works
+    work: float = 0.0  # tokens generated and computed, requests finished, engine steps: it only grows while the engine works
 
     @property
     def in_flight(self) -> bool:
@@ -51,22 +48,19 @@ class EngineCounters(Data):
         return f"running {self.running:g}, waiting {self.waiting:g}, work counter {self.work:g}"
 
 
-def parse_metrics(text: str) -> EngineCounters | None:
-    """The engine's counters from a Prometheus exposition (prometheus_client's parser), or None
-    when it holds none of vLLM's (another server, or metrics turned off)."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    sums = {name: 0.0 for name in (*PROGRESS_SAMPLES, RUNNING, WAITING)}
-    seen = False
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name in sums:
-                sums[sample.name] += sample.value
-                seen = True
-    if not seen:
+def counters_of(sample: RuntimeSample | None) -> EngineCounters | None:
+    """The progress view of a /metrics sample: any of tokens generated or computed, requests
+    finished and engine steps growing is work done."""
+    if sample is None:
         return None
-    return EngineCounters(running=sums[RUNNING], waiting=sums[WAITING],
-                          work=sum(sums[n] for n in PROGRESS_SAMPLES))
+    work = (sample.generation_tokens, sample.prompt_tokens, sample.requests_finished, sample.engine_steps)
+    return EngineCounters(running=sample.running or 0.0, waiting=sample.waiting or 0.0,
+                          work=sum(v for v in work if v is not None))
+
+
+def parse_metrics(text: str) -> EngineCounters | None:
+    """The engine's counters from a Prometheus exposition, or None when it holds none of vLLM's."""
+    return counters_of(runtime_metrics.parse(text))
 
 
 class EngineProgress:
@@ -143,21 +137,7 @@ class EngineProgress:
 
 def read_counters(client, endpoint: str) -> EngineCounters | None:
     """GET {endpoint}/metrics through the supervisor's checked client; None when it cannot be read."""
-    import httpx
-
-    from hostctl.service import apiclient, apipeer
-
-    try:
-        answer = apiclient.request(client, "GET", endpoint.rstrip("/") + "/metrics", cap=apiclient.METRICS_CAP,
-                                   what="/metrics")
-    except (httpx.HTTPError, apiclient.BadAnswer, apipeer.ListenerRefused):
-        return None
-    if answer.status_code != 200:
-        return None
-    try:
-        return parse_metrics(answer.text)
-    except ValueError:  # not the exposition format
-        return None
+    return counters_of(runtime_metrics.read(client, endpoint))
 
 
 def send_canary(endpoint: str, served_name: str, api_key_env: str | None, timeout_s: float) -> tuple[str, str]:

@@ -35,7 +35,10 @@ FILES = {
     "runtime.env": "runtime.env.j2",
     "hostctl-runtime.service": "hostctl-runtime.service.j2",
     "hostctl-power.service": "hostctl-power.service.j2",
+    "hostctl-metrics.service": "hostctl-metrics.service.j2",
+    "hostctl-metrics.timer": "hostctl-metrics.timer.j2",
 }
+TEXTFILE_DIR = str(paths.TEXTFILE_DIR)
 _PLAIN_ENV = re.compile(r"^[A-Za-z0-9_./:,=+@%-]*$")
 _PLAIN_UNIT_ARG = re.compile(r"^[A-Za-z0-9_./:,=+@-]+$")
 SECRET_MODE, FILE_MODE, DIR_MODE = 0o600, 0o644, 0o700
@@ -121,6 +124,7 @@ def render_files(plan: Plan, *, hostctl_bin: str = INSTALLED_HOSTCTL, config_pat
         "hostctl_bin": hostctl_bin,
         "config_path": config_path,
         "power_summary": ", ".join(limits) if limits else "none set",
+        "textfile_dir": TEXTFILE_DIR,
     }
     out = {}
     for name, template in FILES.items():
@@ -130,6 +134,10 @@ def render_files(plan: Plan, *, hostctl_bin: str = INSTALLED_HOSTCTL, config_pat
                               {"ExecStart": [hostctl_bin, "--config", config_path, "up", "--foreground"]})
     problems += exec_problems("hostctl-power.service", out["hostctl-power.service"],
                               {"ExecStart": [hostctl_bin, "--config", config_path, "provision", "--only", "gpu", "--boot"]})
+    problems += exec_problems("hostctl-metrics.service", out["hostctl-metrics.service"],
+                              {"ExecCondition": ["/bin/test", "-d", TEXTFILE_DIR],
+                               "ExecStart": [hostctl_bin, "--config", config_path, "metrics", "--textfile-dir",
+                                             TEXTFILE_DIR]})
     if problems:
         raise InputError("the rendered project is not what its templates write; nothing was written",
                          details=problems[:10],

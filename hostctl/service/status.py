@@ -26,7 +26,7 @@ SCHEMA = "hostctl.status/v1"
 HEALTH_TIMEOUT_S = 3.0
 
 
-def _healthy(endpoint: str) -> tuple[bool, str | None]:
+def health_of(endpoint: str) -> tuple[bool, str | None]:
     """(whether GET {endpoint}/health answers 200, why not when the port is not the runtime's).
     hostctl.service.apiclient: another user's listener on the port is not the runtime's health,
     whatever it answers, and the answer is read up to a cap."""
@@ -67,7 +67,7 @@ def status(rt: identity.RuntimeIdentity) -> dict:
     if running:
         # "health": /health answered; "healthy": that, and the engine works (a frozen engine's API
         # server still answers /health)
-        doc["health"], refused = _healthy(rt.endpoint)
+        doc["health"], refused = health_of(rt.endpoint)
         doc["healthy"] = doc["health"]
         if refused:
             doc["health_refused"] = refused

@@ -90,3 +90,26 @@ def test_every_pair_has_a_topology(gpus):
     assert len(gpus.pairs) == n * (n - 1) // 2
     for pair in gpus.pairs:
         assert pair.topology is not None and pair.p2p_read is not None
+
+
+def test_live_readings_agree_with_nvidia_smi(smi):
+    """What `status --watch` and `hostctl metrics` show (hostctl.facts.gpu_telemetry) against
+    nvidia-smi's own reading of the same GPUs, a moment apart."""
+    from hostctl.facts.gpu_telemetry import read_telemetry
+
+    t = read_telemetry()
+    assert t.available, t.reason
+    query = "index,uuid,power.limit,enforced.power.limit,memory.total,temperature.gpu"
+    result = runner.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits"], timeout=30)
+    assert result.ok, result.why()
+    rows = [dict(zip(query.split(","), (v.strip() for v in line.split(",")))) for line in result.stdout.strip().splitlines()]
+    assert [g.uuid for g in t.gpus] == [r["uuid"] for r in rows]
+    for g, r in zip(t.gpus, rows):
+        assert g.power_limit_w == pytest.approx(_watts(r["power.limit"]), abs=0.5)
+        assert g.power_enforced_w == pytest.approx(_watts(r["enforced.power.limit"]), abs=0.5)
+        assert g.memory_total_bytes == int(r["memory.total"]) * 1024**2
+        assert g.temperature_c is not None and abs(g.temperature_c - int(r["temperature.gpu"])) <= 5
+        assert g.power_draw_w is not None and 0 < g.power_draw_w <= g.power_enforced_w * 1.2
+        assert g.utilization_percent is not None and 0 <= g.utilization_percent <= 100
+        assert g.memory_used_bytes is not None and 0 <= g.memory_used_bytes <= g.memory_total_bytes
+        assert g.clocks_event_reasons is not None and all(isinstance(n, str) and n for n in g.clocks_event_reasons)

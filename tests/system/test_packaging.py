@@ -54,5 +54,9 @@ def test_installed_wheel_renders_outside_the_checkout(wheel, tmp_path):
                           hosts / "demo-cpu.facts.json", "--out", out], capture_output=True, text=True, cwd=tmp_path,
                          timeout=120)
     assert res.returncode == 0, res.stderr
-    for name in ("compose.yaml", "runtime.env", "hostctl-runtime.service", "hostctl-power.service"):
+    for name in ("compose.yaml", "runtime.env", "hostctl-runtime.service", "hostctl-power.service",
+                 "hostctl-metrics.service", "hostctl-metrics.timer"):
         assert (out / name).read_text() == (ROOT / "compose/demo-cpu" / name).read_text(), name
+    rules = subprocess.run([venv / "bin/hostctl", "metrics", "--alert-rules"], capture_output=True, text=True,
+                           cwd=tmp_path, timeout=60)
+    assert rules.returncode == 0 and rules.stdout == (ROOT / "prometheus/hostctl-alerts.yml").read_text(), rules.stderr

@@ -10,7 +10,9 @@
 - the list holds: every owned flag is one of vLLM's options, no other vLLM option is a prefix of
   an owned one (so refusing every prefix refuses nothing vLLM would read as another flag), and
   no short alias vLLM defines belongs to an owned flag (serveflags.SHORT_ALIASES); the same for
-  the rendezvous flags a cluster plan owns (CLUSTER_FLAGS, serveflags.CLUSTER_ALIASES).
+  the rendezvous flags a cluster plan owns (CLUSTER_FLAGS, serveflags.CLUSTER_ALIASES);
+- what `hostctl client` tells a client the server does is what vLLM's parser reads from the
+  recipe: tool calling and the output cap, in every spelling (serveflags.READ and last).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from hostctl.cluster.plan import CLUSTER_FLAGS
 from hostctl.config import parse_recipe
 from hostctl.errors import InputError
 from hostctl.plan import build_plan
+from hostctl.service import clientconfig
 from hostctl.service.render import render_files
 
 pytestmark = [pytest.mark.system]
@@ -60,7 +63,8 @@ for argv in req["argvs"]:
     handed.clear()
     try:
         ns = parser().parse_args(argv)
-        parsed.append({k: getattr(ns, k, None) for k in ("host", "port", "api_key", "hf_token", "uds")})
+        parsed.append({k: getattr(ns, k, None) for k in ("host", "port", "api_key", "hf_token", "uds",
+                                                         "enable_auto_tool_choice", "override_generation_config")})
     except BaseException as exc:
         parsed.append({"error": type(exc).__name__})
     parsed[-1]["handed"] = handed[0] if handed else None
@@ -82,6 +86,16 @@ REWRITES = [["--api-key.a+", "k1,k2", "--api-key.b", "2"], ["--compilation-confi
             ["--enforce-eager.x", "--host", "0.0.0.0"], ["-O3"], ["-O=2"], ["-O", "1"], ["-O.x"],
             ["--max_num_seqs=2", "--hf_overrides.a_b.c_d", "{\"e\": 1}"], ["--host=1.2.3.4", "--host.x=1.2"],
             ["-tp.x", "2"], ["--served_model_name", "a", "--enable_prefix-caching"]]
+
+# Spellings of the options hostctl reads (serveflags.READ): hostctl.service.clientconfig must read
+# from each what vLLM's parser does.
+READS = [[], ["--enable-auto-tool-choice"], ["--enable_auto_tool_choice"], ["--enable-a"],
+         ["--enable-auto-tool-choice", "--no-enable-auto-tool-choice"], ["--no-enable-a", "--enable-auto-tool"],
+         ["--enable-auto-tool-choice.x", "1"], ["--override-generation-config", '{"max_new_tokens": 300}'],
+         ['--override-g={"max_new_tokens": 300, "temperature": 0.5}'],
+         ["--override_generation_config.max_new_tokens", "300"],
+         ["--override-generation-config", '{"max_new_tokens": 300}', "--override-generation-config.temperature", "0.5"],
+         ["--override-generation-config.max_new_tokens=300", "--override-generation-config", "{}"]]
 
 
 def probe(image: str, argvs: list[list[str]]) -> dict:
@@ -126,3 +140,16 @@ def test_vllms_parser_agrees_with_serveflags(demo_image):
     assert set(CLUSTER_FLAGS) <= options
     assert [o for o in options for f in CLUSTER_FLAGS if f.startswith(o) and o != f] == []
     assert {s: f for s, f in got["aliases"].items() if f in CLUSTER_FLAGS} == serveflags.CLUSTER_ALIASES
+
+
+def test_vllms_parser_reads_what_client_configs_say(demo_image):
+    got = probe(demo_image, [BASE + a for a in READS])
+    options = set(got["options"])
+    for flag, read in serveflags.READ.items():
+        assert flag in options, flag
+        assert [o for o in options if o.startswith(read.shortest) and o != flag] == [], flag
+    for argv, seen in zip(READS, got["parsed"]):
+        assert "error" not in seen, (argv, seen)
+        assert seen["enable_auto_tool_choice"] is clientconfig.tool_calling(argv)[0], (argv, seen)
+        assert (seen["override_generation_config"] or {}).get("max_new_tokens") == clientconfig.output_cap(argv), \
+            (argv, seen)

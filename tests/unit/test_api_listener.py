@@ -128,7 +128,7 @@ def test_smoke_sends_no_key_to_another_users_listener_and_refuses(tmp_path, nobo
 
 def test_status_health_probe_does_not_trust_another_users_listener(nobody_listener):
     port, capture = nobody_listener
-    answer = status._healthy(f"http://127.0.0.1:{port}")
+    answer = status.health_of(f"http://127.0.0.1:{port}")
     assert capture.read_bytes() == b""
     healthy, refused = answer
     assert healthy is False and "uid 65534" in refused

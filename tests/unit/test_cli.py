@@ -100,7 +100,8 @@ def test_render_writes_the_project(tmp_path, capsys):
     code, out, _ = run(["render", "--out", str(tmp_path)] + DESKTOP, capsys)
     assert code == 0
     assert sorted(Path(p).name for p in out.split()) == sorted(
-        ["compose.yaml", "runtime.env", "hostctl-runtime.service", "hostctl-power.service"])
+        ["compose.yaml", "runtime.env", "hostctl-runtime.service", "hostctl-power.service", "hostctl-metrics.service",
+         "hostctl-metrics.timer"])
     assert (tmp_path / "compose.yaml").read_text() == (paths.golden_dir() / "pro6000x2-desktop" / "compose.yaml").read_text()
 
 

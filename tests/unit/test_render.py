@@ -150,6 +150,6 @@ def test_systemd_accepts_every_rendered_unit(name, tmp_path):
     hostctl = shutil.which("hostctl") or shutil.which("python3")
     config, facts = examples.load(name)
     write_files(render_files(build_plan(config, facts), hostctl_bin=hostctl), tmp_path)
-    units = sorted(str(p) for p in tmp_path.glob("*.service"))
+    units = sorted(str(p) for p in tmp_path.glob("*.service")) + sorted(str(p) for p in tmp_path.glob("*.timer"))
     res = subprocess.run(["systemd-analyze", "verify", "--man=no", *units], capture_output=True, text=True)
     assert res.returncode == 0 and res.stderr.strip() == "", res.stderr

@@ -25,7 +25,7 @@ def _expanded(line: str) -> bool:
 def test_a_profile_path_with_dollar_reaches_hostctl_unexpanded():
     config, facts = snapshots.desktop()
     files = render_files(build_plan(config, facts), config_path="/etc/hostctl/p${HOME}.toml")
-    for unit in ("hostctl-runtime.service", "hostctl-power.service"):
+    for unit in ("hostctl-runtime.service", "hostctl-power.service", "hostctl-metrics.service"):
         (start,) = keys(files[unit])["ExecStart"]
         assert not _expanded(start), start
         from hostctl.service.rendercheck import exec_argv
