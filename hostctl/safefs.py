@@ -219,6 +219,42 @@ def open_dir(path: str | Path, *, create: bool = False, mode: int = 0o755,
         raise
 
 
+def open_drop_dir(path: str | Path) -> int:
+    """An fd of a folder root leaves a file in for another program to read (node_exporter's
+    textfile folder), whose ancestors may be another user's: Debian's prometheus-node-exporter
+    makes /var/lib/prometheus the prometheus user's and /var/lib/prometheus/node-exporter root's.
+    Walked from / without following any symlink, so whoever owns an ancestor can neither lead the
+    walk out of their own tree nor swap in a folder of theirs: the folder reached must be a trusted
+    user's and writable by no one else (UntrustedPathError). What they could swap in is another
+    folder root owns inside their tree, which then gets a new file (create_temp: O_EXCL, never a
+    link) and nothing else."""
+    path = Path(path)
+    if not path.is_absolute() or ".." in path.parts:
+        raise UntrustedPathError(path, "the folder must be an absolute path without '..'")
+    fd = os.open("/", _DIR_FLAGS)
+    shown = Path("/")
+    try:
+        for part in path.parts[1:]:
+            shown = shown / part
+            try:
+                new = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR) and stat.S_ISLNK(
+                        os.stat(part, dir_fd=fd, follow_symlinks=False).st_mode):
+                    raise UntrustedPathError(shown, "it is a symlink, and this path must not pass through one") from None
+                raise
+            os.close(fd)
+            fd = new
+        st = os.fstat(fd)
+        if st.st_uid not in trusted_uids() or _swappable(st, fd):
+            raise UntrustedPathError(shown, f"the folder is {describe(st)}; root writes here only into a folder root "
+                                            "or you own that no one else can write")
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def _lstat_below(fd: int, part: str) -> os.stat_result | None:
     try:
         return os.stat(part, dir_fd=fd, follow_symlinks=False)

@@ -37,8 +37,10 @@ def metrics(
     each cache drive's room and the runtime's state as Prometheus metrics.
 
     Without a host profile: the GPUs and what earlier hostctl runs recorded. The runtime's health
-    is judged as `hostctl status` judges it: an idle runtime gets one canary request per reading.
-    Exit 0 when the metrics were written or served; it does not judge them (alerting rules do).
+    is judged as `hostctl status` judges it: an idle runtime gets one canary request per reading
+    (with the key in the variable runtime.api_key_env names). Exit 0 when the metrics were written,
+    or when serving ends on SIGTERM (Ctrl-C: 130, as every command); it does not judge them
+    (alerting rules do).
     """
     chosen = [name for name, given in (("--textfile-dir", textfile_dir is not None), ("--print", print_),
                                        ("--listen", listen is not None), ("--alert-rules", alert_rules)) if given]
@@ -62,18 +64,23 @@ def metrics(
     from hostctl.facts.gpu_telemetry import GpuWatch
     from hostctl.metrics import exposition, reading
 
-    with GpuWatch() as watch:
-        def read() -> reading.HostReading:
+    def read() -> reading.HostReading:
+        # NVML is opened per reading, not held while serving: an open session keeps a driver
+        # reload or a GPU reset waiting
+        with GpuWatch() as watch:
             return reading.read(cfg, watch)
 
-        if address is not None:
-            import threading
+    if address is not None:
+        import signal
+        import threading
 
-            say(f"serving metrics on http://{address[0] if ':' not in address[0] else f'[{address[0]}]'}:"
-                f"{address[1]}/metrics (Ctrl-C stops)")
-            exposition.serve(*address, read, threading.Event())
-            return
-        data = exposition.exposition(read)
+        stop = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())  # systemd's stop: end cleanly, exit 0
+        say(f"serving metrics on http://{address[0] if ':' not in address[0] else f'[{address[0]}]'}:"
+            f"{address[1]}/metrics (Ctrl-C or SIGTERM stops)")
+        exposition.serve(*address, read, stop)
+        return
+    data = exposition.exposition(read)
     if print_:
         sys.stdout.write(data.decode())
         return

@@ -41,12 +41,13 @@ METRICS: dict[str, tuple[str, tuple[str, ...]]] = {
     "hostctl_qualify_passed": ("1 when the stored qualify verdict (bench --suite qualify) passed, else 0.", ()),
     "hostctl_qualify_current": ("1 when the stored qualify verdict was measured on the service running now.", ()),
     "hostctl_provisioned": ("1 for each provision part recorded as converged on this host.", ("part",)),
-    "hostctl_runtime_expected": ("1 when `hostctl up` passed its gate and `hostctl down` has not run since.", ()),
+    "hostctl_runtime_expected": ("1 when the runtime is meant to serve: `hostctl up` passed its gate or failed "
+                                 "(the supervisor too), and no `hostctl down` since.", ()),
     "hostctl_runtime_up": ("1 when the runtime container is running.", ()),
     "hostctl_runtime_healthy": ("1 when the runtime answers /health and its engine works (moving counters or a "
-                                "completed canary), else 0; absent while it is not running or is loading.", ()),
-    "hostctl_runtime_loading": ("1 while a supervised restart loads the model again (not yet through its smoke "
-                                "gate), else 0.", ()),
+                                "completed canary), else 0; absent while it is not running.", ()),
+    "hostctl_runtime_loading": ("1 while the running runtime does not answer /health yet and started less than "
+                                "the recipe's load_timeout_s ago: loading the model, not hung.", ()),
     "hostctl_runtime_restarts_last_hour": ("Restarts after a supervised ending (a death or a hang) in the last "
                                            "hour, as `hostctl status` counts them.", ()),
     "hostctl_runtime_last_restart_timestamp_seconds": ("When the supervisor last ended on a death or a hang "
@@ -70,6 +71,23 @@ def _unix(iso: str | None) -> float | None:
         return None
 
 
+def runtime_expected(st) -> bool:
+    """The runtime is meant to serve: the last `up` passed its gate, or it (or the supervisor on a
+    death or hang) failed and no `hostctl down` or Ctrl-C took it down since. A runtime that died
+    and that systemd stopped restarting is down while expected: the alert that matters."""
+    return st.service is not None and st.service.state in ("ready", "failed")
+
+
+def loading(doc: dict, load_timeout_s: int | None) -> bool:
+    """The running container does not answer /health yet and started less than load_timeout_s ago:
+    a start or restart loading the model (up to 40 min in the big recipes), not a hang; past the
+    bound, `up`'s gate and the supervisor call it stuck themselves."""
+    if doc.get("health") is not False or load_timeout_s is None:
+        return False
+    uptime = doc.get("uptime_s")
+    return uptime is not None and uptime <= load_timeout_s
+
+
 def samples(r: HostReading) -> Iterator[tuple[str, dict[str, str], float]]:
     """(metric, labels, value) for everything the reading knows (pure)."""
     yield "hostctl_metrics_generated_timestamp_seconds", {}, r.read_at
@@ -91,14 +109,16 @@ def samples(r: HostReading) -> Iterator[tuple[str, dict[str, str], float]]:
         yield "hostctl_p2p_ok", {}, float(st.p2p.verdict == "ok")
     for part in sorted(st.provisioned):
         yield "hostctl_provisioned", {"part": part}, 1.0
-    yield "hostctl_runtime_expected", {}, float(st.runtime_expected)
+    yield "hostctl_runtime_expected", {}, float(runtime_expected(st))
     history = restarts.summary(st.supervised, datetime.fromtimestamp(r.read_at, timezone.utc))
     yield "hostctl_runtime_restarts_last_hour", {}, float(history["restarts_in_window"] if history else 0)
     ended = [t for t in (_unix(e.ended_at) for e in st.supervised) if t is not None]
     if ended:
         yield "hostctl_runtime_last_restart_timestamp_seconds", {}, max(ended)
     for rp in r.roles:
-        if rp.room.free_bytes is not None and rp.room.total_bytes:
+        # a folder that does not exist reads its nearest parent's filesystem (an unmounted drive's
+        # folder reads the root disk): its room would be another drive's
+        if rp.room.exists and rp.room.free_bytes is not None and rp.room.total_bytes:
             at = {"role": rp.role, "path": rp.room.path}
             yield "hostctl_cache_free_bytes", at, float(rp.room.free_bytes)
             yield "hostctl_cache_size_bytes", at, float(rp.room.total_bytes)
@@ -115,12 +135,9 @@ def _runtime(r: HostReading) -> Iterator[tuple[str, dict[str, str], float]]:
         yield "hostctl_qualify_current", {}, float(bool(qualify["this_service"]))
     if doc.get("state") != "unknown":  # the engine could not be asked: the container's state is not known
         yield "hostctl_runtime_up", {}, float(doc.get("state") == "running")
-    # A restart loads the model again for up to load_timeout_s (40 min in the big recipes) with
-    # /health failing: that is not a hang, and the hang alert must not read it as one.
-    ended = r.state.supervised
-    loading = bool(ended) and ended[-1].restart_at is not None and ended[-1].ready_again_at is None
-    yield "hostctl_runtime_loading", {}, float(loading)
-    if doc.get("healthy") is not None and not loading:
+    if doc.get("state") == "running":
+        yield "hostctl_runtime_loading", {}, float(loading(doc, r.load_timeout_s))
+    if doc.get("healthy") is not None:
         yield "hostctl_runtime_healthy", {}, float(bool(doc["healthy"]))
     s = r.sample
     if s is not None:
@@ -175,17 +192,33 @@ def exposition(read: Callable[[], HostReading]) -> bytes:
 
 
 def write_textfile(folder: Path, data: bytes) -> Path:
-    """folder/hostctl.prom replaced atomically (node_exporter never reads half a file), through
-    hostctl.safefs: as root, a folder or file another user controls is refused, never followed.
-    The folder is not created: it is node_exporter's, and a missing one means a wrong path."""
-    from hostctl.errors import InputError
-    from hostctl.safefs import write_file
+    """folder/hostctl.prom replaced atomically (node_exporter never reads half a file). The folder
+    is node_exporter's: hostctl.safefs.open_drop_dir walks to it without following a link and
+    writes only into a folder root owns that no one else can write (Debian's, below the prometheus
+    user's /var/lib/prometheus). It is not created: a missing one means a wrong path."""
+    import os
 
-    if not folder.is_dir():
+    from hostctl import safefs
+    from hostctl.errors import InputError
+
+    try:
+        fd = safefs.open_drop_dir(folder)
+    except (FileNotFoundError, NotADirectoryError):
         raise InputError(f"--textfile-dir {folder}: no such folder",
                          fix="install node_exporter's textfile collector (Debian: prometheus-node-exporter) or "
-                             "name its --collector.textfile.directory")
-    return write_file(folder / TEXTFILE_NAME, data, mode=0o644, create_dirs=False)
+                             "name its --collector.textfile.directory") from None
+    try:
+        safefs.remove_stale_temps(fd, TEXTFILE_NAME)
+        with safefs.staged_temp(fd, TEXTFILE_NAME, mode=0o644) as (tmp_fd, tmp):
+            with os.fdopen(tmp_fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fchmod(fh.fileno(), 0o644)  # node_exporter reads it as its own user
+                os.fsync(fh.fileno())
+            safefs.commit_temp(fd, tmp, TEXTFILE_NAME)
+    finally:
+        os.close(fd)
+    return folder / TEXTFILE_NAME
 
 
 def serve(host: str, port: int, read: Callable[[], HostReading], stop: threading.Event) -> None:

@@ -35,6 +35,7 @@ class HostReading(Data):
     state: StateFacts = Field(default_factory=StateFacts)
     roles: list[RolePath] = Field(default_factory=list)
     runtime: dict[str, Any] | None = None  # `hostctl status --json`'s document; None without a profile
+    load_timeout_s: int | None = None  # the recipe's: how long a start may load before it is stuck
     sample: RuntimeSample | None = None  # the runtime's /metrics, while it runs
 
 
@@ -87,4 +88,5 @@ def read(config: Config | None, watch: GpuWatch) -> HostReading:
     state, _notes = probe_state()  # a state file that cannot be read is as none: doctor names it
     runtime, sample = runtime_part(config)
     return HostReading(read_at=time.time(), gpus=gpus, planned_limits_w=planned_limits(config, gpus), state=state,
-                       roles=role_rooms(config), runtime=runtime, sample=sample)
+                       roles=role_rooms(config), runtime=runtime, sample=sample,
+                       load_timeout_s=None if config is None else config.recipe.load_timeout_s)

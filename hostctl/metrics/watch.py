@@ -6,8 +6,9 @@ KV cache, and tokens per second, prefix-cache hits and speculative-decoding acce
 counters' change since the last frame), the GPUs through one NVML session, and the restart
 history and last smoke hostctl recorded. It only reads: no canary is sent, so watching adds no
 request to the runtime. The engine is judged on its counters alone (hostctl.service.liveness):
-requests in flight with the counters still for hang_timeout_s is NOT WORKING; an idle engine is
-shown as idle (`hostctl status` asks an idle one with a canary).
+requests in flight with the counters still for hang_timeout_s (timed from the last frame with
+nothing in flight, or the last move) is NOT WORKING; an idle engine is shown as idle (`hostctl
+status` asks an idle one with a canary).
 
 frame() is pure: a WatchFrame in, a rich renderable out, so the layout is tested on recorded data.
 """
@@ -168,6 +169,10 @@ class FrameReader:
     def _judge(self, now: float, counters: Any) -> str:
         p = self.progress
         p.counters(now, counters)
+        if counters is not None and not counters.in_flight:
+            # idle is not evidence of a freeze; without canaries, a stall is timed from when work
+            # was last seen arriving, not from the last progress before an idle spell
+            p.last_progress = now
         if p.last is None:
             return "not judged (no counters in /metrics)"
         stalled = p.stalled_s(now)
@@ -192,7 +197,7 @@ def _last_smoke() -> str:
     return "none recorded" if smoke is None else f"{'passed' if smoke.ok else 'FAILED'} at {smoke.started_at}"
 
 
-def run(rt: RuntimeIdentity, interval_s: float, *, interactive: bool) -> WatchFrame:
+def run(rt: RuntimeIdentity, interval_s: float, *, interactive: bool) -> WatchFrame | None:
     """Redraw until Ctrl-C (interactive), or print one frame (output not a terminal); the last frame."""
     import sys
 
@@ -201,14 +206,16 @@ def run(rt: RuntimeIdentity, interval_s: float, *, interactive: bool) -> WatchFr
 
     with GpuWatch() as gpus:
         reader = FrameReader(rt, gpus, interval_s)
-        last = reader.read()
         if not interactive:
+            last = reader.read()
             sys.stdout.write(frame_text(last))
             return last
         from rich.console import Console
         from rich.live import Live
 
+        last = None
         try:
+            last = reader.read()  # the first reading may take seconds (a busy engine, Docker): Ctrl-C ends it too
             with Live(frame(last), console=Console(), auto_refresh=False, transient=False) as live:
                 while True:
                     time.sleep(interval_s)

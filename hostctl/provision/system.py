@@ -111,6 +111,8 @@ def read_system(config: Config, plan: Plan, reader: Reader, *, hostctl_bin: str 
 def _why(host_path: PurePosixPath) -> str:
     if str(host_path) == INSTALLED_PROFILE:
         return "the boot units read the installed profile, whatever --config provision was given"
+    if host_path.name.startswith("hostctl-metrics."):
+        return f"{host_path.name} writes `hostctl metrics` for node_exporter every minute once enabled (not enabled here)"
     if host_path.parent == UNIT_DIR:
         return f"{host_path.name} starts the runtime at boot, after the cache mounts (RequiresMountsFor)"
     return "the recipe the installed profile names by a relative path, beside it"

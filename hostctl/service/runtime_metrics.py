@@ -3,7 +3,7 @@ rates between two samples: what `status --watch` shows, what `hostctl metrics` e
 counters supervision judges progress by (hostctl.service.liveness).
 
 Read through prometheus_client's parser, imported here only. Each value is summed over its labels
-(one series per engine and per model); a series the server does not export is None, so a rate
+(one series per engine and per model), but the KV cache's share, which is the fullest engine's; a series the server does not export is None, so a rate
 that cannot be told (no speculative decoding, an older vLLM) is absent rather than zero.
 """
 
@@ -58,7 +58,10 @@ def parse(text: str) -> RuntimeSample | None:
     for family in text_string_to_metric_families(text):
         for s in family.samples:
             if s.name in _FIELDS:
-                sums[_FIELDS[s.name]] = sums.get(_FIELDS[s.name], 0.0) + s.value
+                field = _FIELDS[s.name]
+                # a fraction per engine: the fullest one is what saturates (a sum could pass 1)
+                combine = max if s.name == KV_CACHE_USAGE else (lambda a, b: a + b)
+                sums[field] = s.value if field not in sums else combine(sums[field], s.value)
     return RuntimeSample(**sums) if sums else None
 
 

@@ -64,7 +64,7 @@ def test_metrics_of_the_serving_runtime_pass_promtool(shared_runtime):
     assert check.returncode == 0, check.stdout + check.stderr
     m = _metrics(out)
     assert m["hostctl_runtime_expected"] == 1 and m["hostctl_runtime_up"] == 1, out
-    assert m["hostctl_runtime_healthy"] == 1, out
+    assert m["hostctl_runtime_healthy"] == 1 and m["hostctl_runtime_loading"] == 0, out
     assert 0 <= m["hostctl_runtime_kv_cache_usage_ratio"] <= 1 and "hostctl_runtime_requests_running" in m
     assert m["hostctl_last_smoke_passed"] == 1  # up's gate
     cache = f'hostctl_cache_free_bytes{{path="{h.cache}",role="compile_cache"}}'

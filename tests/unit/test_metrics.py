@@ -54,7 +54,10 @@ def reading(**changes) -> HostReading:
                          supervised=[ending(7200), ending(1200), ending(600)]),
         roles=[RolePath(role="expert_store", room=PathFacts(path="/mnt/nvme0/moet-store", exists=True,
                                                             free_bytes=10 * 1024**3, total_bytes=1000 * 1024**3)),
-               RolePath(role="planes_cache", room=PathFacts(path="/mnt/gone/moet-planes", exists=False))],
+               # an unmounted drive's folder: the probe reads the room of the nearest folder that
+               # exists, the root disk's
+               RolePath(role="planes_cache", room=PathFacts(path="/mnt/gone/moet-planes", exists=False,
+                                                            free_bytes=5 * 1024**3, total_bytes=50 * 1024**3))],
         runtime={"state": "running", "healthy": True,
                  "qualify": {"passed": False, "this_service": True},
                  "last_smoke": {"at": iso(300), "ok": True}},
@@ -99,12 +102,26 @@ def test_a_serving_host_exports_its_gpus_verdicts_state_and_runtime():
     assert one(r, "hostctl_metrics_generated_timestamp_seconds") == NOW.timestamp()
 
 
-def test_a_restart_that_is_loading_again_is_not_unhealthy():
-    loading = reading(runtime={"state": "running", "healthy": False},
-                      state=StateFacts(supervised=[ending(600), ending(30, ready=False)]))
-    assert one(loading, "hostctl_runtime_loading") == 1.0 and "hostctl_runtime_healthy" not in names(loading)
-    ready = reading(runtime={"state": "running", "healthy": False}, state=StateFacts(supervised=[ending(30)]))
-    assert one(ready, "hostctl_runtime_loading") == 0.0 and one(ready, "hostctl_runtime_healthy") == 0.0
+def test_a_start_still_loading_is_said_so_and_a_long_silence_is_not():
+    loading = reading(runtime={"state": "running", "health": False, "healthy": False, "uptime_s": 300},
+                      load_timeout_s=2400)
+    assert one(loading, "hostctl_runtime_loading") == 1.0 and one(loading, "hostctl_runtime_healthy") == 0.0
+    stuck = reading(runtime={"state": "running", "health": False, "healthy": False, "uptime_s": 2401},
+                    load_timeout_s=2400)
+    assert one(stuck, "hostctl_runtime_loading") == 0.0  # past the bound: the hang alert may fire
+    frozen = reading(runtime={"state": "running", "health": True, "healthy": False, "uptime_s": 60},
+                     load_timeout_s=2400)
+    assert one(frozen, "hostctl_runtime_loading") == 0.0  # /health answers: loaded, and its engine does not work
+
+
+@pytest.mark.parametrize("state,expected", [("ready", 1.0), ("failed", 1.0), ("interrupted", 0.0), ("down", 0.0),
+                                            (None, 0.0)])
+def test_the_runtime_is_expected_until_down_even_after_it_failed(state, expected):
+    from hostctl.facts.records import ServiceRecord
+
+    st = StateFacts(service=None if state is None else ServiceRecord(state=state))
+    # failed: the supervisor's ending, or a restart's gate; systemd may have stopped restarting it
+    assert one(reading(state=st), "hostctl_runtime_expected") == expected
 
 
 def test_what_is_not_known_is_left_out_never_zero():
@@ -215,6 +232,33 @@ def test_as_root_a_folder_another_user_can_write_is_refused(tmp_path):
     assert "theirs" in str(err.value) and not (folder / "hostctl.prom").exists()
 
 
+@needs(os.geteuid() == 0, "needs root to give folders to another user")
+def test_debians_layout_is_written_and_a_swapped_in_folder_or_link_is_refused(tmp_path):
+    """prometheus-node-exporter's postinst gives /var/lib/prometheus to the prometheus user; its
+    node-exporter folder stays root's."""
+    from hostctl.errors import UntrustedPathError
+
+    theirs = tmp_path / "var-lib-prometheus"
+    textfile = theirs / "node-exporter"
+    textfile.mkdir(parents=True)
+    os.chown(theirs, 65534, 65534)
+    exposition.write_textfile(textfile, b"hostctl_a 1\n")
+    assert (textfile / "hostctl.prom").read_bytes() == b"hostctl_a 1\n"
+    # the owner of the parent swaps in a folder of their own, then a link to root's /etc-like folder
+    (theirs / "node-exporter").rename(theirs / "old")
+    (theirs / "node-exporter").mkdir()
+    os.chown(theirs / "node-exporter", 65534, 65534)
+    with pytest.raises(UntrustedPathError):
+        exposition.write_textfile(textfile, b"hostctl_a 2\n")
+    (theirs / "node-exporter").rmdir()
+    victim = tmp_path / "etc"
+    victim.mkdir()
+    (theirs / "node-exporter").symlink_to(victim)
+    with pytest.raises(UntrustedPathError) as err:
+        exposition.write_textfile(textfile, b"hostctl_a 3\n")
+    assert "symlink" in err.value.message and list(victim.iterdir()) == []
+
+
 def test_a_missing_folder_is_named_not_made(tmp_path):
     with pytest.raises(InputError) as err:
         exposition.write_textfile(tmp_path / "nope", b"")
@@ -253,7 +297,7 @@ def test_the_command_prints_writes_or_refuses_two_destinations(tmp_path):
     assert done.returncode == 0 and "HostctlRuntimeHang" in done.stdout
 
 
-def test_listen_serves_a_fresh_reading_at_each_scrape_until_ctrl_c(tmp_path):
+def test_listen_serves_a_fresh_reading_at_each_scrape_until_sigterm(tmp_path):
     import signal
     import socket
     import time
@@ -279,9 +323,9 @@ def test_listen_serves_a_fresh_reading_at_each_scrape_until_ctrl_c(tmp_path):
             time.sleep(0.1)
         assert len(stamps) == 2 and stamps[0] != stamps[1], stamps
     finally:
-        p.send_signal(signal.SIGINT)
+        p.send_signal(signal.SIGTERM)  # systemd's stop
         _, err = p.communicate(timeout=30)
-    assert p.returncode == 130 and f"serving metrics on http://127.0.0.1:{port}/metrics" in err, err
+    assert p.returncode == 0 and f"serving metrics on http://127.0.0.1:{port}/metrics" in err, err
 
 
 # ---------------------------------------------------------------- GPU readings (fake NVML)
@@ -349,6 +393,8 @@ def test_the_runtime_sample_and_its_rates():
     # a restarted server's counters start again: no rate across the restart
     assert runtime_metrics.rates(b, a, 2.0).prompt_tokens_per_s is None
     assert runtime_metrics.parse("# TYPE up gauge\nup 1\n") is None
+    two = runtime_metrics.parse(VLLM + 'vllm:kv_cache_usage_perc{engine="1",model_name="demo"} 0.75\n')
+    assert two.kv_cache_usage == 0.75 and two.running == 2.0  # the fullest engine's share, not a sum past 1
 
 
 # ---------------------------------------------------------------- the watch's frame
@@ -400,3 +446,7 @@ def test_the_watch_judges_a_busy_engine_on_its_counters_only():
     assert w._judge(t0 + 19, EngineCounters(running=2, waiting=0, work=9)) == \
         "NOT WORKING: requests in flight and the counters still for 17 s"
     assert w._judge(t0 + 60, EngineCounters(running=0, waiting=0, work=9)) == "idle"  # idle: a canary's job, not the watch's
+    # work arriving after a long idle spell is not a stall of that spell's length
+    assert w._judge(t0 + 300, EngineCounters(running=0, waiting=0, work=9)) == "idle"
+    assert w._judge(t0 + 301, EngineCounters(running=0, waiting=1, work=9)).startswith("working")
+    assert w._judge(t0 + 318, EngineCounters(running=1, waiting=0, work=9)).startswith("NOT WORKING")
