@@ -17,6 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from hostctl.facts.records import StateFacts
 from hostctl.metrics.reading import HostReading
 from hostctl.service import restarts
 
@@ -71,7 +72,7 @@ def _unix(iso: str | None) -> float | None:
         return None
 
 
-def runtime_expected(st) -> bool:
+def runtime_expected(st: StateFacts) -> bool:
     """The runtime is meant to serve: the last `up` passed its gate, or it (or the supervisor on a
     death or hang) failed and no `hostctl down` or Ctrl-C took it down since. A runtime that died
     and that systemd stopped restarting is down while expected: the alert that matters."""
