@@ -226,7 +226,13 @@ def serve(host: str, port: int, read: Callable[[], HostReading], stop: threading
     """Answer scrapes on host:port until `stop` is set (Ctrl-C, SIGTERM)."""
     from prometheus_client import start_http_server
 
-    server, thread = start_http_server(port, addr=host, registry=registry(read))
+    from hostctl.errors import FailedError
+
+    try:
+        server, thread = start_http_server(port, addr=host, registry=registry(read))
+    except OSError as exc:  # the port taken, an address this host does not have
+        raise FailedError(f"--listen {host}:{port}: cannot listen there: {exc.strerror or exc}",
+                          fix="choose a free port, or an address of this host") from None
     try:
         while not stop.wait(1.0):
             pass

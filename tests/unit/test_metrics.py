@@ -328,6 +328,16 @@ def test_listen_serves_a_fresh_reading_at_each_scrape_until_sigterm(tmp_path):
     assert p.returncode == 0 and f"serving metrics on http://127.0.0.1:{port}/metrics" in err, err
 
 
+def test_listen_on_a_taken_port_says_so():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        done = run_cli("metrics", "--listen", f"127.0.0.1:{s.getsockname()[1]}")
+    assert done.returncode == 1 and "cannot listen there" in done.stderr and "internal error" not in done.stderr
+
+
 # ---------------------------------------------------------------- GPU readings (fake NVML)
 
 
