@@ -225,7 +225,10 @@ def read_numa(bus_id: str, pci_root: Path = PCI_DEVICES) -> tuple[int | None, st
     return node, reason, cpus
 
 
-class _Prober:
+class Prober:
+    """NVML getters for one session: a getter NVML cannot answer gives None (its field unknown),
+    watts from NVML's milliwatts. Shared by the facts here and the live readings (gpu_telemetry)."""
+
     def __init__(self, adapter: NvmlAdapter):
         self.nv = adapter
 
@@ -304,28 +307,6 @@ class _Prober:
         )
 
 
-def read_power_limits_w(adapter: NvmlAdapter, indices: list[int]) -> dict[int, float | None]:
-    """Each GPU's configured power limit in watts (None: NVML has no answer for it, or no driver):
-    the supervisor's check for limits lost to a driver reload (provision/power_watch.py)."""
-    try:
-        adapter.init()
-    except NvmlUnavailable:
-        return {i: None for i in indices}
-    out: dict[int, float | None] = {}
-    try:
-        for i in indices:
-            try:
-                out[i] = adapter.power_limit_mw(adapter.handle(i)) / 1000
-            except adapter.errors:
-                out[i] = None
-    finally:
-        try:
-            adapter.shutdown()
-        except adapter.errors:
-            pass
-    return out
-
-
 def probe_gpus(
     adapter: NvmlAdapter | None = None,
     *,
@@ -338,7 +319,7 @@ def probe_gpus(
     except NvmlUnavailable as exc:
         return GpuFacts(available=False, reason=str(exc))
     try:
-        return _probe(_Prober(nv), pci_root, version_file)
+        return _probe(Prober(nv), pci_root, version_file)
     finally:
         try:
             nv.shutdown()
@@ -346,7 +327,7 @@ def probe_gpus(
             pass
 
 
-def _probe(p: _Prober, pci_root: Path, version_file: Path) -> GpuFacts:
+def _probe(p: Prober, pci_root: Path, version_file: Path) -> GpuFacts:
     nv = p.nv
     try:
         version_text: str | None = version_file.read_text()

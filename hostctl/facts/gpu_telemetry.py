@@ -9,12 +9,10 @@ One NVML session (`GpuWatch`) serves many readings: init costs ~11 ms on an H100
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import ConfigDict, Field
 
 from hostctl.data import Data
-from hostctl.facts.gpu import NvmlAdapter, NvmlUnavailable
+from hostctl.facts.gpu import NvmlAdapter, NvmlUnavailable, Prober
 
 # nvmlClocksEventReason* bits, in nvidia-smi's words (its "Clocks Event Reasons" section)
 CLOCKS_EVENT_REASONS = {
@@ -62,11 +60,13 @@ class GpuTelemetry(Data):
 
 
 class GpuWatch:
-    """An open NVML session for repeated readings; `with GpuWatch() as w: w.read()`."""
+    """An open NVML session for repeated readings; `with GpuWatch() as w: w.read()`. A getter NVML
+    cannot answer leaves its one field None, as in hostctl.facts.gpu (its Prober)."""
 
     def __init__(self, adapter: NvmlAdapter | None = None) -> None:
         self.nv = adapter or NvmlAdapter()
-        self.reason: str | None = None
+        self.p = Prober(self.nv)
+        self.reason: str | None = None  # why NVML cannot be used at all
 
     def __enter__(self) -> GpuWatch:
         try:
@@ -82,16 +82,10 @@ class GpuWatch:
             except self.nv.errors:
                 pass
 
-    def _get(self, fn: Any, h: Any) -> Any:
-        try:
-            return fn(h)
-        except self.nv.errors:
-            return None
-
     def read(self) -> GpuTelemetry:
         if self.reason is not None:
             return GpuTelemetry(available=False, reason=self.reason)
-        nv, out = self.nv, []
+        nv, p, out = self.nv, self.p, []
         try:
             count = nv.device_count()
         except nv.errors as exc:
@@ -102,18 +96,16 @@ class GpuWatch:
                 uuid = nv.uuid(h)
             except nv.errors:
                 continue  # a GPU NVML cannot open (fallen off the bus): doctor says why
-            draw, limit, enforced = (self._get(nv.power_usage_mw, h), self._get(nv.power_limit_mw, h),
-                                     self._get(nv.power_enforced_mw, h))
-            reasons = self._get(nv.clocks_event_reasons, h)
+            reasons = p.get(nv.clocks_event_reasons, h)
             out.append(GpuReading(
-                index=i, uuid=uuid, name=self._get(nv.name, h) or "unknown",
-                power_draw_w=None if draw is None else draw / 1000.0,
-                power_limit_w=None if limit is None else limit / 1000.0,
-                power_enforced_w=None if enforced is None else enforced / 1000.0,
-                temperature_c=self._get(nv.temperature_c, h),
-                utilization_percent=self._get(nv.utilization_percent, h),
-                memory_used_bytes=self._get(nv.memory_used, h),
-                memory_total_bytes=self._get(nv.memory_total, h),
+                index=i, uuid=uuid, name=p.get(nv.name, h) or "unknown",
+                power_draw_w=p.watts(nv.power_usage_mw, h),
+                power_limit_w=p.watts(nv.power_limit_mw, h),
+                power_enforced_w=p.watts(nv.power_enforced_mw, h),
+                temperature_c=p.get(nv.temperature_c, h),
+                utilization_percent=p.get(nv.utilization_percent, h),
+                memory_used_bytes=p.get(nv.memory_used, h),
+                memory_total_bytes=p.get(nv.memory_total, h),
                 clocks_event_reasons=None if reasons is None else reason_names(reasons),
             ))
         return GpuTelemetry(gpus=out)
@@ -123,3 +115,14 @@ def read_telemetry(adapter: NvmlAdapter | None = None) -> GpuTelemetry:
     """One reading, in a session of its own."""
     with GpuWatch(adapter) as watch:
         return watch.read()
+
+
+def read_power_limits_w(adapter: NvmlAdapter, indices: list[int]) -> dict[int, float | None]:
+    """Each GPU's configured power limit in watts (None: NVML has no answer for it, or no driver):
+    the supervisor's check for limits lost to a driver reload (provision/power_watch.py)."""
+    with GpuWatch(adapter) as watch:
+        out: dict[int, float | None] = {}
+        for i in indices:
+            h = None if watch.reason is not None else watch.p.get(adapter.handle, i)
+            out[i] = None if h is None else watch.p.watts(adapter.power_limit_mw, h)
+        return out

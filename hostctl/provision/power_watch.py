@@ -59,7 +59,8 @@ class PowerWatch:
 
     def check(self) -> list[str]:
         """Read the limits; put them back when they drifted. The drift found (empty: none)."""
-        from hostctl.facts.gpu import NvmlAdapter, read_power_limits_w
+        from hostctl.facts.gpu import NvmlAdapter
+        from hostctl.facts.gpu_telemetry import read_power_limits_w
 
         if self.adapter is None:
             self.adapter = NvmlAdapter()

@@ -11,7 +11,8 @@ from hostctl import examples
 from hostctl.config import Config
 from hostctl.doctor.registry import CheckContext
 from hostctl.doctor.checks.gpu import power_limit
-from hostctl.facts.gpu import probe_gpus, read_power_limits_w
+from hostctl.facts.gpu import probe_gpus
+from hostctl.facts.gpu_telemetry import read_power_limits_w
 from hostctl.plan import build_plan
 from hostctl.plan.records import PowerSetting
 from hostctl.provision.power_watch import RETRY_S, PowerWatch, drift
