@@ -604,24 +604,32 @@ def write_file(target: str | Path, data: str | bytes, *, mode: int | None = None
     `target` exists. A temporary left by a writer that was killed goes first."""
     target = Path(target)
     with opened_dir(target.parent, create=create_dirs, mode=dir_mode, owner=owner) as dfd:
-        remove_stale_temps(dfd, target.name)
-        try:
-            st = os.stat(target.name, dir_fd=dfd, follow_symlinks=False)
-            # another user's file is replaced, never handed back to them
-            trusted = stat.S_ISREG(st.st_mode) and st.st_uid in trusted_uids()
-            kept = (st.st_mode & 0o7777, (st.st_uid, st.st_gid)) if trusted else (None, None)
-        except FileNotFoundError:
-            kept = (None, None)
-        with staged_temp(dfd, target.name) as (fd, tmp):
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data.encode() if isinstance(data, str) else data)
-                fh.flush()
-                os.fchmod(fh.fileno(), mode if mode is not None else (kept[0] if kept[0] is not None else 0o644))
-                chown_to = owner or kept[1]
-                if chown_to is not None and chown_to != (os.geteuid(), os.getegid()):
-                    os.fchown(fh.fileno(), *chown_to)
-                os.fsync(fh.fileno())
-            if before_replace is not None:
-                before_replace()
-            commit_temp(dfd, tmp, target.name, exclusive=exclusive)
+        write_in(dfd, target.name, data, mode=mode, owner=owner, exclusive=exclusive, before_replace=before_replace)
     return target
+
+
+def write_in(dir_fd: int, name: str, data: str | bytes, *, mode: int | None = None,
+             owner: tuple[int, int] | None = None, exclusive: bool = False,
+             before_replace: Callable[[], None] | None = None) -> None:
+    """write_file's work in a folder already open (by open_dir, or open_drop_dir for a folder
+    another program reads)."""
+    remove_stale_temps(dir_fd, name)
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        # another user's file is replaced, never handed back to them
+        trusted = stat.S_ISREG(st.st_mode) and st.st_uid in trusted_uids()
+        kept = (st.st_mode & 0o7777, (st.st_uid, st.st_gid)) if trusted else (None, None)
+    except FileNotFoundError:
+        kept = (None, None)
+    with staged_temp(dir_fd, name) as (fd, tmp):
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data.encode() if isinstance(data, str) else data)
+            fh.flush()
+            os.fchmod(fh.fileno(), mode if mode is not None else (kept[0] if kept[0] is not None else 0o644))
+            chown_to = owner or kept[1]
+            if chown_to is not None and chown_to != (os.geteuid(), os.getegid()):
+                os.fchown(fh.fileno(), *chown_to)
+            os.fsync(fh.fileno())
+        if before_replace is not None:
+            before_replace()
+        commit_temp(dir_fd, tmp, name, exclusive=exclusive)

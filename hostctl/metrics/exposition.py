@@ -209,14 +209,7 @@ def write_textfile(folder: Path, data: bytes) -> Path:
                          fix="install node_exporter's textfile collector (Debian: prometheus-node-exporter) or "
                              "name its --collector.textfile.directory") from None
     try:
-        safefs.remove_stale_temps(fd, TEXTFILE_NAME)
-        with safefs.staged_temp(fd, TEXTFILE_NAME, mode=0o644) as (tmp_fd, tmp):
-            with os.fdopen(tmp_fd, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fchmod(fh.fileno(), 0o644)  # node_exporter reads it as its own user
-                os.fsync(fh.fileno())
-            safefs.commit_temp(fd, tmp, TEXTFILE_NAME)
+        safefs.write_in(fd, TEXTFILE_NAME, data, mode=0o644)  # 0644: node_exporter reads it as its own user
     finally:
         os.close(fd)
     return folder / TEXTFILE_NAME
