@@ -16,7 +16,7 @@ frame() is pure: a WatchFrame in, a rich renderable out, so the layout is tested
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
@@ -135,20 +135,17 @@ class FrameReader:
         self.progress = EngineProgress(hang_timeout_s=rt.hang_timeout_s, started_at=time.monotonic())
 
     def read(self) -> WatchFrame:
-        from hostctl.facts.container import parse_timestamp
-        from hostctl.facts.engine import probe_container
         from hostctl.service import apiclient, liveness, runtime_metrics
-        from hostctl.service.status import health_of
+        from hostctl.service.status import container_part, health_of
 
-        found, problem = probe_container(self.rt.container)
-        state = "unknown" if problem else "down" if found is None else found["state"]
-        detail = problem or ""
+        part, _ = container_part(self.rt)
+        state = part["state"]
+        detail = part.get("reason", "")
         health = sample = rates = None
         engine = ""
-        if found is not None and state == "running":
-            started = parse_timestamp(found["started_at"])
-            if started:
-                up = int((datetime.now(timezone.utc) - started).total_seconds())
+        if state == "running":
+            if "uptime_s" in part:
+                up = part["uptime_s"]
                 detail = f"up {up // 60} min {up % 60} s"
             health, _refused = health_of(self.rt.endpoint)
             with apiclient.client(timeout=min(3.0, self.interval_s * 2)) as c:
@@ -159,8 +156,8 @@ class FrameReader:
                     rates = runtime_metrics.rates(self.previous[1], sample, now - self.previous[0])
                 self.previous = (now, sample)
             engine = self._judge(now, liveness.counters_of(sample))
-        elif found is not None:
-            detail = f"exit code {found['exit_code']}" + (", OOM-killed" if found.get("oom_killed") else "")
+        elif "exit_code" in part:
+            detail = f"exit code {part['exit_code']}" + (", OOM-killed" if part["oom_killed"] else "")
         return WatchFrame(at=datetime.now().strftime("%H:%M:%S"), container=self.rt.container,
                           endpoint=self.rt.endpoint, interval_s=self.interval_s, state=state, state_detail=detail,
                           health=health, engine=engine, sample=sample, rates=rates, gpus=self.gpus.read(),

@@ -45,24 +45,33 @@ def health_of(endpoint: str) -> tuple[bool, str | None]:
         return False, None
 
 
-def status(rt: identity.RuntimeIdentity) -> dict:
+def container_part(rt: identity.RuntimeIdentity) -> tuple[dict, dict | None]:
+    """The container as the engine sees it, as status' fields (state; reason when the engine
+    cannot be asked; uptime_s while running; exit_code and oom_killed once ended), and the engine's
+    own record of it (None: no such container, or no answer). `status --watch` reads this each frame."""
     from hostctl.facts.engine import probe_container
     from hostctl.facts.container import parse_timestamp
 
     found, engine_problem = probe_container(rt.container)
-    running = found is not None and found["state"] == "running"
-    doc: dict = {"schema": SCHEMA, "container": rt.container, "endpoint": rt.endpoint, "image": rt.image}
+    part: dict = {}
     if engine_problem is not None:
-        doc["state"], doc["reason"] = "unknown", engine_problem
+        part["state"], part["reason"] = "unknown", engine_problem
     elif found is None:
-        doc["state"] = "down"
+        part["state"] = "down"
     else:
-        doc["state"] = found["state"]
+        part["state"] = found["state"]
         started = parse_timestamp(found["started_at"])
-        if started and running:
-            doc["uptime_s"] = int((datetime.now(timezone.utc) - started).total_seconds())
-        if not running:
-            doc["exit_code"], doc["oom_killed"] = found["exit_code"], found["oom_killed"]
+        if started and found["state"] == "running":
+            part["uptime_s"] = int((datetime.now(timezone.utc) - started).total_seconds())
+        if found["state"] != "running":
+            part["exit_code"], part["oom_killed"] = found["exit_code"], found["oom_killed"]
+    return part, found
+
+
+def status(rt: identity.RuntimeIdentity) -> dict:
+    part, found = container_part(rt)
+    running = part["state"] == "running"
+    doc: dict = {"schema": SCHEMA, "container": rt.container, "endpoint": rt.endpoint, "image": rt.image, **part}
     doc["healthy"] = None
     if running:
         # "health": /health answered; "healthy": that, and the engine works (a frozen engine's API
