@@ -113,6 +113,17 @@ def _log_since(container: str, since: float) -> str:
                           text=True).stdout + ""
 
 
+def _wait_for_a_canary(container: str, timeout: float) -> None:
+    """Until a canary completes in the runtime's log (the supervisor sends one about every
+    hang_timeout_s / 2 + a poll while idle)."""
+    since = time.time()
+    deadline = time.monotonic() + timeout
+    while "POST /v1/completions" not in _log_since(container, since):
+        if time.monotonic() > deadline:
+            pytest.fail(f"no canary in {timeout:g} s of an idle supervised runtime")
+        time.sleep(0.1)
+
+
 def test_the_supervisor_judges_progress_not_health(demo_image, host_factory):
     recipe = demo_recipe(hang_timeout_s=HANG_S)
     h = host_factory("frozen", PORT, recipe=recipe)
@@ -122,10 +133,15 @@ def test_the_supervisor_judges_progress_not_health(demo_image, host_factory):
         out.wait_for(f"supervising {h.container}", proc, 400)
         endpoint = f"http://127.0.0.1:{PORT}"
 
-        # 1. Busy for 3x the bound: never judged hung, and no canary among the load.
+        # 1. Busy for 3x the bound: never judged hung, and no canary among the load. The load starts
+        # right after an idle canary has landed: the next is due only hang_timeout_s / 2 after it, by
+        # when the engine counts the load in flight. A load started at a random moment could meet a
+        # canary decided on the reading just before the engine saw its first requests; that one
+        # completes behind the load's prefills, seconds later on a loaded CPU (CI saw it).
+        _wait_for_a_canary(h.container, HANG_S * 3)
         t_load = time.time()
         served, errors = _load(endpoint, recipe["served_name"], 3 * HANG_S)
-        log = _log_since(h.container, t_load + 1)  # a canary sent just before the load began may land in its first second
+        log = _log_since(h.container, t_load)
         assert served > 0 and not errors, errors[:3]
         assert proc.poll() is None, out.text()[-3000:]
         assert "POST /v1/chat/completions" in log, "the runtime logs no requests: the canary check would prove nothing"
