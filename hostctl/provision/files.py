@@ -5,10 +5,12 @@ old file or the new one, never half of each), keeping the file's mode and owner.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Mapping
 from pathlib import Path
 
 from hostctl import paths, safefs
 from hostctl.act import hooks
+from hostctl.errors import RefusedError
 
 
 def read_text(host_path: str) -> str | None:
@@ -17,6 +19,26 @@ def read_text(host_path: str) -> str | None:
         return paths.system_path(host_path).read_text()
     except FileNotFoundError:
         return None
+
+
+def refuse_links(links: Mapping[str, str | None]) -> None:
+    """Refused when a file hostctl installs whole (the profile, a unit) is a symlink now: writing
+    renames a regular file over the link, and the link was someone's choice, never hostctl's (a
+    masked unit is a link to /dev/null; configuration management links its own copy).
+    `links`: host path -> what its symlink says (None: not a link)."""
+    found = sorted((path, to) for path, to in links.items() if to is not None)
+    if not found:
+        return
+    masked = [Path(path).name for path, to in found if to == "/dev/null"]
+    raise RefusedError(
+        f"{'a file' if len(found) == 1 else f'{len(found)} files'} hostctl installs "
+        f"{'is a symlink' if len(found) == 1 else 'are symlinks'}: writing hostctl's own file would replace "
+        f"{'it' if len(found) == 1 else 'them'}, undoing whoever made {'it' if len(found) == 1 else 'them'}",
+        details=[f"{path} -> {to}" + (" (the unit is masked)" if to == "/dev/null" else "") for path, to in found],
+        fix=(f"`systemctl unmask {' '.join(masked)}` if hostctl may install it now; " if masked else "")
+        + "remove a link you no longer want (`rm` the path shown: the file it points to stays), then run provision "
+          "again; nothing was changed",
+    )
 
 
 def diff(host_path: str, old: str | None, new: str) -> str:

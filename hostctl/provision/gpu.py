@@ -142,7 +142,8 @@ def read_gpu(config: Config, facts: HostFacts, reader: Reader, *, gpus: Callable
         update["state"] = state()
     facts = facts.model_copy(update=update) if update else facts
     hostctl_bin = paths.hostctl_for_units(hostctl_bin)
-    files = read_managed(reader, files=[UNIT_PATH, INSTALLED_PROFILE], links=[WANTS_LINK], present=[hostctl_bin])
+    files = read_managed(reader, files=[UNIT_PATH, INSTALLED_PROFILE], links=[UNIT_PATH, WANTS_LINK],
+                         present=[hostctl_bin])
     if files.systemd_running:
         files.enabled = read_managed(reader, units=[UNIT_NAME]).enabled
     source = config.source_text.encode() if config.source_text else None  # as validated, not re-read
@@ -222,6 +223,7 @@ def _unit(d: Assessment, config: Config, plan: Plan, snap: GpuSnapshot, hostctl_
     problem = boot_code.problem(snap.exec_chain) if snap.exec_chain is not None else None
     if isinstance(problem, RefusedError):
         raise problem  # root would run code someone else can change at every boot: no unit
+    file_edit.refuse_links({UNIT_PATH: snap.files.links.get(UNIT_PATH)})
     text = render_power_unit(plan, hostctl_bin=hostctl_bin, config_path=INSTALLED_PROFILE)
     current = text_of(snap.files.files.get(UNIT_PATH))
     changed = current != text

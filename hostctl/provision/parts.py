@@ -193,13 +193,17 @@ def provision(config: Config, *, only: str | None = None, dry_run: bool = False,
                         out=out, err=err, record=lambda name: record_converged(name, config) and None)
     report = Report(schema_tag=SCHEMA, dry_run=dry_run, profile=config.profile.name, only=only)
     if "storage" in names and "system" in names:
-        blocked = blocked_later_writes(parts[names.index("storage")], SystemPart(config, facts=fresh))
-        if blocked:
+        try:
+            blocked = blocked_later_writes(parts[names.index("storage")], SystemPart(config, facts=fresh))
+        except RefusedError as refused:
+            report.error = refused  # the system part refuses whatever the storage part does: no drive is touched first
+        else:
             report.error = RefusedError(
                 f"the system part would have to write {'; '.join(blocked)}; nothing was changed (no drive is touched "
                 "before every file the run will write is known to be writable)",
                 fix="make the file writable (or run `hostctl provision --only storage` first), then re-run; "
-                    "`--dry-run` checks it too")
+                    "`--dry-run` checks it too") if blocked else None
+        if report.error is not None:
             report.parts = [PartOutcome(part=n, status="not-run", reason=f"not run: {report.error.message}")
                             for n in names]
             return report
@@ -212,7 +216,9 @@ def blocked_later_writes(storage_part: StoragePart, system_part: SystemPart) -> 
     (facts.sysfiles.write_target: immutable, a read-only /etc, a link root does not trust): the
     storage part checks its own files before it touches a drive; this checks the next part's, so
     a run never partitions and formats only to stop at an immutable unit. Empty when the storage
-    part would change nothing or refuse anyway (its own refusal then says why)."""
+    part would change nothing or refuse anyway (its own refusal then says why). A refusal of the
+    system part itself (RefusedError: a masked unit, a hostctl others can change) is raised: it
+    does not depend on what the storage part does, so the run stops before any drive is touched."""
     from hostctl.facts.sysfiles import write_target
 
     with ExitStack() as held:
@@ -223,6 +229,8 @@ def blocked_later_writes(storage_part: StoragePart, system_part: SystemPart) -> 
                 return []
             ctx.earlier["storage"] = first
             then = system_part.decide(system_part.read(ctx))
+        except RefusedError:
+            raise
         except HostctlError:
             return []  # the real run meets the same error at its own step and reports it there
     return [f"{a.writes}: {t.problem}" for a in then.actions if a.writes and (t := write_target(a.writes)).problem]

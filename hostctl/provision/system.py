@@ -102,7 +102,8 @@ def reload_deferred(plan: Plan, facts: HostFacts | None) -> str | None:
 def read_system(config: Config, plan: Plan, reader: Reader, *, hostctl_bin: str = INSTALLED_HOSTCTL,
                 facts: HostFacts | None = None) -> SystemSnapshot:
     desired = None if plan.errors else desired_files(config, plan, hostctl_bin=hostctl_bin)
-    files = read_managed(reader, files=[str(p) for p in desired or {}], units=list(UNITS), present=[hostctl_bin])
+    owned = [str(p) for p in desired or {}]
+    files = read_managed(reader, files=owned, links=owned, units=list(UNITS), present=[hostctl_bin])
     chain = read_exec_chain(hostctl_bin) if isinstance(reader, LocalReader) else None
     return SystemSnapshot(desired=desired, files=files, sysroot=reader.sysroot, hostctl_bin=hostctl_bin,
                           reload_deferred=reload_deferred(plan, facts), exec_chain=chain)
@@ -149,6 +150,7 @@ def decide(config: Config, plan: Plan, snap: SystemSnapshot) -> Assessment:
     if not snap.files.systemctl:
         raise FailedError("systemctl is not installed: hostctl's units need systemd",
                           fix="run hostctl on a systemd host (Debian, Ubuntu, Fedora, ...)")
+    file_edit.refuse_links({str(p): snap.files.links.get(str(p)) for p in snap.desired})
     d = Assessment("system")
     units_changed = False
     for host_path, data in snap.desired.items():

@@ -143,3 +143,31 @@ def test_a_unit_folder_the_system_part_cannot_write_refuses_the_whole_run_first(
         assert "its folder /etc/systemd/system is immutable" in text and "nothing was changed" in text, text
         assert digest(drive.dev) == before, extra
     assert not (tmp_path / "m1").exists() or not any((tmp_path / "m1").iterdir())
+
+
+def test_a_masked_runtime_unit_refuses_the_whole_run_first(host, tmp_path, capsys, etc):
+    """The system part never renames its unit over a link (`systemctl mask`'s /dev/null): in a full
+    `provision` that refusal comes before the storage part touches a drive."""
+    drive = host.drive("160M", "f1")
+    cfg = tmp_path / "p.toml"
+    write_profile(cfg, [drive_toml("d1", drive.dev, tmp_path / "m1")], storage=ROLES, recipe="demo-cpu-tiny-moe",
+                  extra='[memory]\nhost_reserve = "4GiB"\n[runtime]\napi_host = "127.0.0.1"\napi_port = 18597\n')
+    installed = etc.parent / "usr" / "local" / "bin" / "hostctl"
+    installed.parent.mkdir(parents=True)
+    installed.write_text("#!/bin/sh\n")
+    installed.chmod(0o755)
+    units = etc / "systemd" / "system"
+    units.mkdir(parents=True)
+    (units / "hostctl-runtime.service").symlink_to("/dev/null")
+    before = digest(drive.dev)
+    for extra in (("--dry-run",), ("--yes",)):
+        capsys.readouterr()
+        code = cli.main(["provision", "--config", str(cfg), *extra])
+        out = capsys.readouterr()
+        text = out.out + out.err
+        assert code == 3, (extra, text)
+        assert "/etc/systemd/system/hostctl-runtime.service -> /dev/null (the unit is masked)" in text, text
+        assert "systemctl unmask hostctl-runtime.service" in text, text
+        assert digest(drive.dev) == before, extra
+    assert os.readlink(units / "hostctl-runtime.service") == "/dev/null"
+    assert not (tmp_path / "m1").exists() or not any((tmp_path / "m1").iterdir())

@@ -19,7 +19,7 @@ from conftest import needs_systemd_analyze
 from hostctl import examples
 from hostctl.cli import main
 from hostctl.config import Config
-from hostctl.errors import FailedError, InputError
+from hostctl.errors import FailedError, InputError, RefusedError
 from hostctl.facts.gpu import probe_gpus
 from fake_nvml import FakeHost, FakeNvml, pro6000x2_phb, two_socket, write_sysfs
 from hostctl.facts.records import GpuFacts, HostFacts
@@ -293,3 +293,17 @@ def test_two_socket_host_limits_both_gpus(tmp_path):
 def test_cli_boot_needs_only_gpu(capsys):
     assert main(["provision", "--boot"]) == 2
     assert "--boot goes with --only gpu" in capsys.readouterr().err
+
+
+def test_a_masked_power_unit_is_refused_untouched(tmp_path, sysroot):
+    units = sysroot / "etc/systemd/system"
+    units.mkdir(parents=True)
+    (units / UNIT_NAME).symlink_to("/dev/null")
+    config, facts = fake_facts(tmp_path, pro6000x2_phb())
+    fake = FakeNvml(pro6000x2_phb())
+    result = provision(with_power(config, 250), facts, fake, tmp_path=tmp_path)
+    with pytest.raises(RefusedError) as refused:
+        result.report.raise_for_error()
+    assert refused.value.details == [f"/etc/systemd/system/{UNIT_NAME} -> /dev/null (the unit is masked)"]
+    assert os.readlink(units / UNIT_NAME) == "/dev/null" and fake.sets == []
+    assert not (units / "multi-user.target.wants").exists()

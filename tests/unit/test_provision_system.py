@@ -14,7 +14,7 @@ import pytest
 from hostctl import examples, paths
 from hostctl.cli import main
 from hostctl.config import load_config
-from hostctl.errors import FailedError, InputError
+from hostctl.errors import FailedError, InputError, RefusedError
 from hostctl.plan import build_plan
 from hostctl.facts.sysfiles import LocalReader
 from hostctl.provision import parts
@@ -174,3 +174,29 @@ def test_cli_only_system_prints_each_change(sysroot, capsys, monkeypatch):
     assert not (sysroot / "etc").exists()
     assert main(argv) == 0 and "done: " in capsys.readouterr().out
     assert main(argv) == 0 and capsys.readouterr().out.strip() == "system: nothing to change"
+
+
+def test_a_masked_unit_and_a_linked_profile_are_refused_untouched(sysroot, tmp_path):
+    # The admin masked the unit (`systemctl mask`: a link to /dev/null) and keeps the profile in a
+    # folder of their own: writing hostctl's files would rename regular files over both links.
+    units = sysroot / "etc/systemd/system"
+    units.mkdir(parents=True)
+    (units / "hostctl-runtime.service").symlink_to("/dev/null")
+    mine = tmp_path / "mine.toml"
+    mine.write_text("# the admin's\n")
+    (sysroot / "etc/hostctl").mkdir()
+    (sysroot / "etc/hostctl/hostctl.toml").symlink_to(mine)
+    before = _tree(sysroot / "etc")
+    config, plan = _demo()
+    for dry_run in (True, False):
+        with pytest.raises(RefusedError) as refused:
+            provision_system(config, plan, dry_run=dry_run)
+        assert refused.value.details == [f"/etc/hostctl/hostctl.toml -> {mine}",
+                                         "/etc/systemd/system/hostctl-runtime.service -> /dev/null (the unit is masked)"]
+        assert "systemctl unmask hostctl-runtime.service" in refused.value.fix
+        assert _tree(sysroot / "etc") == before and mine.read_text() == "# the admin's\n"
+    # unmasked, the part installs as on a clean host
+    (units / "hostctl-runtime.service").unlink()
+    (sysroot / "etc/hostctl/hostctl.toml").unlink()
+    provision_system(config, plan, dry_run=False)
+    assert not (units / "hostctl-runtime.service").is_symlink() and mine.read_text() == "# the admin's\n"
