@@ -35,3 +35,11 @@ class Data(BaseModel):
         # JSON has no inf or NaN: written as null, as JSON readers expect.
         ser_json_inf_nan="null",
     )
+
+
+class Document(Data):
+    """A record that is a JSON document of its own (facts, a plan, a state file, a manifest): its
+    format's tag is the key "schema", held as the attribute `schema_` (BaseModel has a schema()),
+    which each document declares as `schema_: Literal["hostctl.NAME/v1"] = Field(..., alias="schema")`."""
+
+    model_config = ConfigDict(validate_by_name=True, serialize_by_alias=True)

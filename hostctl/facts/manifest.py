@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from hostctl.data import Data
+from hostctl.data import Data, Document
 from hostctl.safepaths import relative_name_problem, relative_names_problem
 
 MANIFEST_NAME = ".hostctl-model.json"
@@ -46,10 +46,7 @@ class ManifestFile(Data):
         return name
 
 
-class Manifest(Data):
-    # "schema" is the JSON key; the attribute is schema_ (BaseModel has a schema()).
-    model_config = ConfigDict(validate_by_name=True, serialize_by_alias=True)
-
+class Manifest(Document):
     schema_: Literal["hostctl.model-manifest/v1"] = Field(default=MANIFEST_SCHEMA, alias="schema")
     repo: str
     revision: str

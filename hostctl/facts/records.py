@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
-from hostctl.data import Data
+from hostctl.data import Data, Document
 
 FACTS_SCHEMA = "hostctl.facts/v1"
 
@@ -387,12 +387,9 @@ class P2PVerdict(Data):
     detail: str | None = None  # the reason, in words
 
 
-class QualifyVerdict(Data):
+class QualifyVerdict(Document):
     """The context ladder's verdict stored by `hostctl bench --suite qualify`, with the service
     fingerprint (hostctl/service/fingerprint.py) it was measured under."""
-
-    # "schema" is the JSON key; the attribute is schema_ (BaseModel has a schema()).
-    model_config = ConfigDict(validate_by_name=True, serialize_by_alias=True)
 
     schema_: Literal["hostctl.qualify/v1"] = Field(default="hostctl.qualify/v1", alias="schema")
     passed: bool
@@ -513,13 +510,11 @@ class KvAtReady(Data):
     context: int
 
 
-class LastUp(Data):
+class LastUp(Document):
     """service.json in the state directory: what the last `hostctl up` or `down` of this host's
     runtime left (hostctl/service/saved.py writes it). `ready`: up passed its gate and nothing
     took the runtime down since; `failed` (with its catalogue cause), `interrupted` (by `signal`),
     `down`. Each state's time is under its own key. A file that does not validate is no record."""
-
-    model_config = ConfigDict(validate_by_name=True, serialize_by_alias=True)
 
     schema_: Literal["hostctl.service/v1"] = Field(default="hostctl.service/v1", alias="schema")
     state: Literal["ready", "failed", "interrupted", "down"]
@@ -591,10 +586,7 @@ class StateFacts(Data):
         return self.service is not None and self.service.state == "ready"
 
 
-class HostFacts(Data):
-    # "schema" is the JSON key; the attribute is schema_ (BaseModel has a schema()).
-    model_config = ConfigDict(validate_by_name=True, serialize_by_alias=True)
-
+class HostFacts(Document):
     schema_: Literal["hostctl.facts/v1"] = Field(default=FACTS_SCHEMA, alias="schema")
     hostname: str
     collected_at: str

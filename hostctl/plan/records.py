@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import Field
 
-from hostctl.data import Data
+from hostctl.data import Data, Document
 from hostctl.plan.codes import CODES
 from hostctl.storage_roles import Role
 
@@ -188,10 +188,7 @@ class BoxPlan(Section):
     box: str | None = None  # the box's id; None: the profile declares no box
 
 
-class Plan(Data):
-    # "schema" is the JSON key; the attribute is schema_ (BaseModel has a schema()).
-    model_config = ConfigDict(validate_by_name=True, serialize_by_alias=True)
-
+class Plan(Document):
     schema_: Literal["hostctl.plan/v1"] = Field(default=PLAN_SCHEMA, alias="schema")
     profile: str
     recipe: str

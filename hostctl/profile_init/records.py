@@ -9,7 +9,7 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field
 
 from hostctl.config import DriveIdentity, Recipe
-from hostctl.data import Data
+from hostctl.data import Data, Document
 
 INIT_SCHEMA = "hostctl.init/v1"
 
@@ -112,7 +112,7 @@ class SwapArithmetic(Data):
     text: list[str] = Field(default_factory=list)  # the arithmetic, line by line
 
 
-class Proposal(Data):
+class Proposal(Document):
     schema_: Literal["hostctl.init/v1"] = Field(default=INIT_SCHEMA, alias="schema")
     host: str
     facts_collected_at: str
@@ -129,9 +129,6 @@ class Proposal(Data):
     plan_errors: list[str] = Field(default_factory=list)  # `hostctl plan` errors on this profile, with these facts
     warnings: list[str] = Field(default_factory=list)
     box: BoxSource | None = None  # `init --box`: the box and what of it the profile does not use
-
-    # "schema" is the JSON key; the attribute is schema_ (BaseModel has a schema()).
-    model_config = ConfigDict(validate_by_name=True, serialize_by_alias=True)
 
     def choice(self, key: str) -> Choice | None:
         return next((c for c in self.choices if c.key == key), None)
