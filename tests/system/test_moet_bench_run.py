@@ -69,14 +69,21 @@ def test_vllm_moets_bench_py_and_hostctl_bench_agree_on_the_demo(shared_runtime,
     assert theirs["complete"] is True and "load_time_s" in theirs, log
 
     # bench.py ran `vllm serve MODEL --served-model-name tiny-moe --port 8123 <the recipe's serve_args>`,
-    # hostctl served it through its gate, and SIGINT took the project down.
+    # hostctl served it, and SIGINT took the project down.
     argv = json.loads(b.argv_file.read_text())
     assert argv[:6] == ["serve", str(model), "--served-model-name", "tiny-moe", "--port", str(mb.MOET_PORT)]
     assert argv[6:] == [w for a in mb.moet_recipe()["serve_args"] for w in a.split(" ", 1)]
     served = b.log_path().read_text()
-    assert "ready in" in served, served[-3000:]
-    assert "SIGINT: taking the project down (no restart)" in served and "took the project down (ok)" in served, \
-        served[-3000:]
+    assert "preflight ok" in served and f"started {host.project}-runtime" in served, served[-3000:]
+    assert "FAIL " not in served and "smoke gate failed" not in served, served[-3000:]
+    # bench.py waits for /health (runner/serverctl.py), not for hostctl's smoke gate, and sends SIGINT
+    # once its own suite is done: its short suite and the gate race on the CPU, so the SIGINT lands
+    # after "ready in" (the supervisor takes the project down) or while the gate still runs (CI saw both).
+    if "ready in" in served:
+        assert "SIGINT: taking the project down (no restart)" in served, served[-3000:]
+    else:
+        assert "interrupted by SIGINT: taking the project down" in served, served[-3000:]
+    assert "took the project down (ok)" in served, served[-3000:]
     assert _project_left(host.project) == [], served[-3000:]
 
     # Same probes, in the same order; each verdict the same or a deliberate difference.

@@ -286,9 +286,17 @@ def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
 
 
 def test_the_command_prints_writes_or_refuses_two_destinations(tmp_path):
-    done = run_cli("metrics", "--print", "--config", str(ROOT / "runtime/hosts/demo-cpu.toml"))
+    # the demo profile with its compile cache in a folder that exists: a role's size is read only
+    # from its own folder, and a fresh machine has no /var/lib/hostctl/compile-cache yet
+    (tmp_path / "compile-cache").mkdir()
+    profile = tmp_path / "demo.toml"
+    profile.write_text((ROOT / "runtime/hosts/demo-cpu.toml").read_text().replace(
+        'compile_cache = "/var/lib/hostctl/compile-cache"', f'compile_cache = "{tmp_path / "compile-cache"}"'))
+    done = run_cli("metrics", "--print", "--config", str(profile))
     assert done.returncode == 0, done.stderr
-    assert "hostctl_runtime_expected" in done.stdout and "hostctl_cache_size_bytes" in done.stdout
+    assert "hostctl_runtime_expected" in done.stdout, done.stdout
+    assert f'hostctl_cache_size_bytes{{path="{tmp_path / "compile-cache"}",role="compile_cache"}}' in done.stdout, \
+        done.stdout
     done = run_cli("metrics", "--textfile-dir", str(tmp_path))
     assert done.returncode == 0 and (tmp_path / "hostctl.prom").read_text().startswith("# HELP"), done.stderr
     done = run_cli("metrics", "--print", "--listen", "127.0.0.1:9835")
