@@ -33,9 +33,10 @@ def refuse_links(links: Mapping[str, str | None]) -> None:
     raise RefusedError(
         f"{'a file' if len(found) == 1 else f'{len(found)} files'} hostctl installs "
         f"{'is a symlink' if len(found) == 1 else 'are symlinks'}: writing hostctl's own file would replace "
-        f"{'it' if len(found) == 1 else 'them'}, undoing whoever made {'it' if len(found) == 1 else 'them'}",
+        f"{'the' if len(found) == 1 else 'each'} link, and with it the choice of whoever made it",
         details=[f"{path} -> {to}" + (" (the unit is masked)" if to == "/dev/null" else "") for path, to in found],
-        fix=(f"`systemctl unmask {' '.join(masked)}` if hostctl may install it now; " if masked else "")
+        fix=(f"`systemctl unmask {' '.join(masked)}` if hostctl may install {'it' if len(masked) == 1 else 'them'} "
+             "now; " if masked else "")
         + "remove a link you no longer want (`rm` the path shown: the file it points to stays), then run provision "
           "again; nothing was changed",
     )
