@@ -63,20 +63,25 @@ def _boot_code():
 
 
 def _engine_progress(config, facts):
-    """The profile's runtime, running and not reported unhealthy by its healthcheck, asked once
-    whether its engine works (hostctl.service.liveness.check_once: a frozen engine answers
-    /health); None when there is nothing to ask."""
+    """The profile's runtime, running, not reported unhealthy by its healthcheck and answering
+    /health, asked once whether its engine works (hostctl.service.liveness.check_once: a frozen
+    engine answers /health); None when there is nothing to ask, or it is still loading."""
     if config is None or not facts.engine.available:
         return None
     from hostctl.service import identity
 
     rt = identity.of_config(config)
     running = [c for c in facts.engine.containers if c.name == rt.container and c.state == "running"
-               and c.health not in ("starting", "unhealthy")]
+               and c.health != "unhealthy"]
     if not running:
         return None
-    from hostctl.service import liveness
+    from hostctl.service import liveness, status
 
+    # Loading is told by /health itself, as status tells it: Docker's healthcheck says "starting"
+    # until its first probe passes, up to its 30 s interval after the engine is ready
+    # (templates/compose.yaml.j2), and a frozen engine in that window went unjudged.
+    if not status.health_of(rt.endpoint)[0]:
+        return None
     return liveness.check_once(rt.endpoint, rt.served_name, rt.api_key_env, rt.hang_timeout_s)
 
 

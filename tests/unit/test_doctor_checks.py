@@ -574,6 +574,71 @@ def test_a_running_runtime_whose_engine_does_not_work_fails():
     assert judged(None).summary == "hostctl-runtime running (healthy)"
 
 
+class _Runtime:
+    """A runtime's API on the loopback: /health answers `health`; a canary completes, or never
+    answers while `frozen` (the engine stopped, its API server still up)."""
+
+    def __init__(self, health: int, frozen: bool = False):
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.posts: list[str] = []
+        release = self.release = threading.Event()
+        runtime = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _answer(self, code: int, body: bytes = b"{}") -> None:
+                self.send_response(code)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self):  # noqa: N802 (http.server's name)
+                self._answer(health if self.path == "/health" else 404)
+
+            def do_POST(self):  # noqa: N802
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                runtime.posts.append(self.path)
+                if frozen:
+                    release.wait(10)
+                self._answer(200, b'{"choices": [{"text": "."}]}')
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("health,frozen,expected", [(200, False, True), (200, True, False), (503, False, None)])
+def test_doctor_asks_an_engine_that_answers_health_while_dockers_healthcheck_still_says_starting(health, frozen,
+                                                                                                expected):
+    """Docker's healthcheck says "starting" until its first probe passes, up to 30 s after the
+    engine is ready: /health itself tells loading from serving, as in `status` (a frozen engine
+    in that window went unjudged: CI saw it). A runtime still loading gets no canary."""
+    from hostctl.doctor import _engine_progress
+
+    runtime = _Runtime(health, frozen)
+    try:
+        config, facts = desktop()
+        rt = config.profile.runtime.model_copy(update={"api_host": "127.0.0.1", "api_port": runtime.port})
+        config = config.model_copy(update={
+            "profile": config.profile.model_copy(update={"runtime": rt}),
+            "recipe": config.recipe.model_copy(update={"hang_timeout_s": 2})})  # a canary waits 1 s
+        facts.engine.containers = [OURS.model_copy(update={"health": "starting"})]
+        progress = _engine_progress(config, facts)
+    finally:
+        runtime.close()
+    assert (progress.working if progress is not None else None) is expected, progress
+    assert runtime.posts == ([] if expected is None else ["/v1/completions"])
+
+
 def test_virtualisation_matters_only_with_gpus():
     assert result("system.virtualization", h200()).status == "warn"
     assert result("system.virtualization", plain()).status == "pass"  # kvm, but no GPU readings
