@@ -198,11 +198,12 @@ def provision(config: Config, *, only: str | None = None, dry_run: bool = False,
         except RefusedError as refused:
             report.error = refused  # the system part refuses whatever the storage part does: no drive is touched first
         else:
-            report.error = RefusedError(
-                f"the system part would have to write {'; '.join(blocked)}; nothing was changed (no drive is touched "
-                "before every file the run will write is known to be writable)",
-                fix="make the file writable (or run `hostctl provision --only storage` first), then re-run; "
-                    "`--dry-run` checks it too") if blocked else None
+            if blocked:
+                report.error = RefusedError(
+                    f"the system part would have to write {'; '.join(blocked)}; nothing was changed (no drive is "
+                    "touched before every file the run will write is known to be writable)",
+                    fix="make the file writable (or run `hostctl provision --only storage` first), then re-run; "
+                        "`--dry-run` checks it too")
         if report.error is not None:
             report.parts = [PartOutcome(part=n, status="not-run", reason=f"not run: {report.error.message}")
                             for n in names]

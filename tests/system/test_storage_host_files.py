@@ -117,37 +117,9 @@ def test_a_link_root_cannot_follow_refuses_the_run(case, host, tmp_path, capsys,
     assert (etc / "fstab").is_symlink()
 
 
-def test_a_unit_folder_the_system_part_cannot_write_refuses_the_whole_run_first(host, tmp_path, capsys, etc,
-                                                                                   immutable):
-    """`hostctl provision` (every part): the system part's files are checked before the storage
-    part touches a drive, as the storage part's own are."""
-    drive = host.drive("160M", "f1")
-    cfg = tmp_path / "p.toml"
-    write_profile(cfg, [drive_toml("d1", drive.dev, tmp_path / "m1")], storage=ROLES, recipe="demo-cpu-tiny-moe",
-                  extra='[memory]\nhost_reserve = "4GiB"\n[runtime]\napi_host = "127.0.0.1"\napi_port = 18597\n')
-    installed = etc.parent / "usr" / "local" / "bin" / "hostctl"  # what the units call, root's as install.sh leaves it
-    installed.parent.mkdir(parents=True)
-    installed.write_text("#!/bin/sh\n")
-    installed.chmod(0o755)
-    units = etc / "systemd" / "system"
-    units.mkdir(parents=True)
-    immutable(units)
-    before = digest(drive.dev)
-    for extra in (("--dry-run",), ("--yes",)):
-        capsys.readouterr()
-        code = cli.main(["provision", "--config", str(cfg), *extra])
-        out = capsys.readouterr()
-        text = out.out + out.err
-        assert code == 3, (extra, text)
-        assert "the system part would have to write /etc/systemd/system/" in text, text
-        assert "its folder /etc/systemd/system is immutable" in text and "nothing was changed" in text, text
-        assert digest(drive.dev) == before, extra
-    assert not (tmp_path / "m1").exists() or not any((tmp_path / "m1").iterdir())
-
-
-def test_a_masked_runtime_unit_refuses_the_whole_run_first(host, tmp_path, capsys, etc):
-    """The system part never renames its unit over a link (`systemctl mask`'s /dev/null): in a full
-    `provision` that refusal comes before the storage part touches a drive."""
+def full_host(host, tmp_path: Path, etc: Path):
+    """One drive, a profile for every part, and what the system part's units call (root's, as
+    install.sh leaves it): (drive, profile, /etc/systemd/system)."""
     drive = host.drive("160M", "f1")
     cfg = tmp_path / "p.toml"
     write_profile(cfg, [drive_toml("d1", drive.dev, tmp_path / "m1")], storage=ROLES, recipe="demo-cpu-tiny-moe",
@@ -158,16 +130,44 @@ def test_a_masked_runtime_unit_refuses_the_whole_run_first(host, tmp_path, capsy
     installed.chmod(0o755)
     units = etc / "systemd" / "system"
     units.mkdir(parents=True)
-    (units / "hostctl-runtime.service").symlink_to("/dev/null")
+    return drive, cfg, units
+
+
+def refused_before_any_drive(drive, cfg: Path, capsys) -> list[str]:
+    """`hostctl provision` (every part), --dry-run then --yes: each exits 3 with the drive's bytes
+    unchanged; what each printed."""
     before = digest(drive.dev)
+    texts = []
     for extra in (("--dry-run",), ("--yes",)):
         capsys.readouterr()
         code = cli.main(["provision", "--config", str(cfg), *extra])
         out = capsys.readouterr()
         text = out.out + out.err
         assert code == 3, (extra, text)
+        assert digest(drive.dev) == before, extra
+        texts.append(text)
+    return texts
+
+
+def test_a_unit_folder_the_system_part_cannot_write_refuses_the_whole_run_first(host, tmp_path, capsys, etc,
+                                                                                   immutable):
+    """`hostctl provision` (every part): the system part's files are checked before the storage
+    part touches a drive, as the storage part's own are."""
+    drive, cfg, units = full_host(host, tmp_path, etc)
+    immutable(units)
+    for text in refused_before_any_drive(drive, cfg, capsys):
+        assert "the system part would have to write /etc/systemd/system/" in text, text
+        assert "its folder /etc/systemd/system is immutable" in text and "nothing was changed" in text, text
+    assert not (tmp_path / "m1").exists() or not any((tmp_path / "m1").iterdir())
+
+
+def test_a_masked_runtime_unit_refuses_the_whole_run_first(host, tmp_path, capsys, etc):
+    """The system part never renames its unit over a link (`systemctl mask`'s /dev/null): in a full
+    `provision` that refusal comes before the storage part touches a drive."""
+    drive, cfg, units = full_host(host, tmp_path, etc)
+    (units / "hostctl-runtime.service").symlink_to("/dev/null")
+    for text in refused_before_any_drive(drive, cfg, capsys):
         assert "/etc/systemd/system/hostctl-runtime.service -> /dev/null (the unit is masked)" in text, text
         assert "systemctl unmask hostctl-runtime.service" in text, text
-        assert digest(drive.dev) == before, extra
     assert os.readlink(units / "hostctl-runtime.service") == "/dev/null"
     assert not (tmp_path / "m1").exists() or not any((tmp_path / "m1").iterdir())
