@@ -52,9 +52,14 @@ def engine_cores(container: str) -> list[int]:
     the comm is cut at 15 bytes): what a test freezes to stand in for a wedged engine."""
     import psutil
 
+    def is_core(p: psutil.Process) -> bool:
+        try:
+            return p.name().startswith("VLLM::EngineCor") or "EngineCore" in " ".join(p.cmdline())
+        except psutil.NoSuchProcess:  # ZombieProcess too: a worker that exited and is not reaped yet (CI saw one)
+            return False
+
     top = int(subprocess.check_output(["docker", "inspect", "-f", "{{.State.Pid}}", container], text=True).strip())
-    cores = [p.pid for p in psutil.Process(top).children(recursive=True)
-             if p.name().startswith("VLLM::EngineCor") or "EngineCore" in " ".join(p.cmdline())]
+    cores = [p.pid for p in psutil.Process(top).children(recursive=True) if is_core(p)]
     assert cores, f"no VLLM::EngineCore process in {container}"
     return cores
 
