@@ -12,6 +12,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 import killhook  # noqa: E402  (after the path: tests/killhook.py)
 import need  # noqa: E402  (after the path: tests/need.py)
 from need import IN_CI, needs  # noqa: E402,F401  (IN_CI: re-exported for the tier conftests)
+from vm import early as vm_early  # noqa: E402
+
+UNIT_TIER = ROOT / "tests" / "unit"
 
 # The kill points (HOSTCTL_TEST_KILL_AT) are hooked in now, at import, so that a child forked from
 # this process (tests/system/test_storage_safety.py) has them too.
@@ -33,6 +36,18 @@ def _private_sysroot(tmp_path_factory, monkeypatch):
     """Every test writes hostctl's /etc and /var/lib files under its own temporary root unless it
     sets HOSTCTL_SYSROOT itself: a test that forgets must not change this machine."""
     monkeypatch.setenv("HOSTCTL_SYSROOT", str(tmp_path_factory.mktemp("sysroot")))
+
+
+@pytest.fixture(autouse=True)
+def _storage_guest_beside_the_unit_tier(request, tmp_path_factory):
+    """With the first unit test, the vm tier's storage guest starts on the other CPU when the
+    session holds it (tests/vm/early.py); a no-op after that, and in every other tier."""
+    if UNIT_TIER in request.node.path.parents:
+        vm_early.start_storage(request.session.items, tmp_path_factory)
+
+
+def pytest_sessionfinish(session):
+    vm_early.stop_untaken()
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@ session) and a summary of how long the image and each guest took, printed at the
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 
@@ -16,7 +17,8 @@ collect_ignore = ["guest"]
 TIMINGS: list[str] = []
 
 
-def _why_not() -> str | None:
+def why_not() -> str | None:
+    """Why this machine cannot run the vm tier, or None."""
     from vm.image import missing_tools
 
     if os.geteuid() != 0:
@@ -27,17 +29,23 @@ def _why_not() -> str | None:
     return None
 
 
-@pytest.fixture(scope="session")
-def guest_image():
-    why = _why_not()
-    if why:
-        missing(f"vm tier cannot run: {why}")
+@functools.cache
+def the_image():
+    """The guest image, built or found once per session (early.py may ask first)."""
     from vm.image import ensure_image
 
     image = ensure_image()
     TIMINGS.append(f"guest image {image.key} (base {image.base_key}): "
                    f"{'built ' + '+'.join(image.built) if image.built else 'from the cache'} in {image.seconds:.1f} s")
     return image
+
+
+@pytest.fixture(scope="session")
+def guest_image():
+    why = why_not()
+    if why:
+        missing(f"vm tier cannot run: {why}")
+    return the_image()
 
 
 def pytest_terminal_summary(terminalreporter):

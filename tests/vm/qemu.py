@@ -121,31 +121,57 @@ def _die_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def boot(image: GuestImage, shape: Shape, *, mode: str, run_dir: Path, timeout_s: float,
-         results: Path | None = None, reboot: bool = True, accel: str | None = None) -> Boot:
-    """Boot until the guest powers itself off, or kill QEMU (by its PID) at the deadline."""
+@dataclass
+class Running:
+    """A guest booted and not yet waited for: its deadline counts from its start."""
+
+    proc: subprocess.Popen
+    t0: float
+    timeout_s: float
+    accel: str
+    console: Path
+    argv: list[str]
+
+    def finish(self) -> Boot:
+        """Wait until the guest powers itself off, or kill QEMU (by its PID) at the deadline."""
+        timed_out = False
+        try:
+            self.proc.wait(timeout=max(0.0, self.t0 + self.timeout_s - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        finally:
+            self.kill()  # timed out, or interrupted: never leave a guest running
+        return Boot(returncode=None if timed_out else self.proc.returncode, seconds=time.monotonic() - self.t0,
+                    timed_out=timed_out, accel=self.accel, console=self.console, argv=self.argv)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=30)
+
+
+def start(image: GuestImage, shape: Shape, *, mode: str, run_dir: Path, timeout_s: float,
+          results: Path | None = None, reboot: bool = True, accel: str | None = None) -> Running:
+    """Start QEMU and return at once (tests/vm/early.py runs the storage guest beside the unit tier)."""
     accel = accel or choose_accel(image)
     console = run_dir / f"console-{mode}.log"
     argv = _argv(image, shape, mode=mode, accel=accel, console=console, results=results, reboot=reboot)
     (run_dir / f"qemu-{mode}.argv.json").write_text(json.dumps(argv, indent=1))
+    # QEMU writes its snapshot overlay to TMPDIR: keep it in the run folder, cleaned with it.
+    env = dict(os.environ, TMPDIR=str(run_dir))
     t0 = time.monotonic()
     with open(run_dir / f"qemu-{mode}.log", "wb") as log:
-        # QEMU writes its snapshot overlay to TMPDIR: keep it in the run folder, cleaned with it.
-        env = dict(os.environ, TMPDIR=str(run_dir))
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                 start_new_session=True, preexec_fn=_die_with_parent)
-        (run_dir / f"qemu-{mode}.pid").write_text(f"{proc.pid}\n")  # for a person who must stop it by hand
-        timed_out = False
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-        finally:
-            if proc.poll() is None:  # timed out, or interrupted: never leave a guest running
-                os.kill(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=30)
-    return Boot(returncode=None if timed_out else proc.returncode, seconds=time.monotonic() - t0,
-                timed_out=timed_out, accel=accel, console=console, argv=argv)
+    (run_dir / f"qemu-{mode}.pid").write_text(f"{proc.pid}\n")  # for a person who must stop it by hand
+    return Running(proc=proc, t0=t0, timeout_s=timeout_s, accel=accel, console=console, argv=argv)
+
+
+def boot(image: GuestImage, shape: Shape, *, mode: str, run_dir: Path, timeout_s: float,
+         results: Path | None = None, reboot: bool = True, accel: str | None = None) -> Boot:
+    """Boot until the guest powers itself off, or kill QEMU (by its PID) at the deadline."""
+    return start(image, shape, mode=mode, run_dir=run_dir, timeout_s=timeout_s, results=results, reboot=reboot,
+                 accel=accel).finish()
 
 
 # ---------------------------------------------------------------- accelerator
