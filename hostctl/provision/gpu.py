@@ -233,7 +233,7 @@ def _unit(d: Assessment, config: Config, plan: Plan, snap: GpuSnapshot, hostctl_
         d.add(Action("gpu/power-unit", f"write {UNIT_PATH} ({len(text.splitlines())} lines, "
                      f"{'replacing a different one' if current is not None else 'new'})",
                      run=lambda: write_file(target, text, mode=0o644) and None,
-                     diff=file_edit.diff(UNIT_PATH, current, text), changes=UNIT_PATH, why=why))
+                     diff=file_edit.diff(UNIT_PATH, current, text), changes=UNIT_PATH, why=why, writes=UNIT_PATH))
     else:
         d.add(Settled(id="gpu/power-unit", what=f"{UNIT_PATH} is current"))
     if problem is not None or (snap.exec_chain is None and snap.files.present.get(hostctl_bin) is False):

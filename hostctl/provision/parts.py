@@ -7,7 +7,8 @@ read; the one executor (hostctl.act) runs them. The storage part is storage_part
 A dry run decides every part before any has acted, so a later part is judged on the facts the
 earlier ones would leave, as the real run judges it after they ran: the system part's plan counts
 the swap the storage part would add (storage.facts_after), and the gpu part sees the profile the
-system part would install. The text says when it did so.
+system part would install. The text says when it did so. A full run judges every part that way
+before the first acts (blocked_later_writes), so a later part's refusal stops it before any change.
 """
 
 from __future__ import annotations
@@ -181,27 +182,29 @@ def provision(config: Config, *, only: str | None = None, dry_run: bool = False,
         cached["facts"] = (facts or live_facts)(config)
         return cached["facts"]
 
-    parts: list[Any] = []
-    for name in names:
+    def part(name: str) -> Any:
         if name == "storage":
-            parts.append(StoragePart(config, StorageOptions(erase=tuple(erase), owner=sudo_owner())))
-        elif name == "system":
-            parts.append(SystemPart(config, facts=fresh))
-        else:
-            parts.append(GpuPart(config, facts=fresh, boot=boot, **(gpu_options or {})))
+            return StoragePart(config, StorageOptions(erase=tuple(erase), owner=sudo_owner()))
+        if name == "system":
+            return SystemPart(config, facts=fresh)
+        return GpuPart(config, facts=fresh, boot=boot, **(gpu_options or {}))
+
+    parts = [part(name) for name in names]
     executor = Executor(command=COMMAND, lock=provision_lock, dry_run=dry_run, yes=yes, stdin=stdin or sys.stdin,
                         out=out, err=err, record=lambda name: record_converged(name, config) and None)
     report = Report(schema_tag=SCHEMA, dry_run=dry_run, profile=config.profile.name, only=only)
-    if "storage" in names and "system" in names:
+    if len(names) > 1:
         try:
-            blocked = blocked_later_writes(parts[names.index("storage")], SystemPart(config, facts=fresh))
+            # fresh parts: a part keeps what its first read found (the gpu part its facts)
+            blocked = blocked_later_writes([part(name) for name in names])
         except RefusedError as refused:
-            report.error = refused  # the system part refuses whatever the storage part does: no drive is touched first
+            report.error = refused  # a later part refuses whatever the earlier ones do: nothing is changed first
         else:
             if blocked:
                 report.error = RefusedError(
-                    f"the system part would have to write {'; '.join(blocked)}; nothing was changed (no drive is "
-                    "touched before every file the run will write is known to be writable)",
+                    "; ".join(f"the {name} part would have to write {'; '.join(writes)}" for name, writes in blocked)
+                    + "; nothing was changed (no drive is touched before every file the run will write is known to "
+                      "be writable)",
                     fix="make the file writable (or run `hostctl provision --only storage` first), then re-run; "
                         "`--dry-run` checks it too")
         if report.error is not None:
@@ -211,27 +214,37 @@ def provision(config: Config, *, only: str | None = None, dry_run: bool = False,
     return executor.run(parts, report)
 
 
-def blocked_later_writes(storage_part: StoragePart, system_part: SystemPart) -> list[str]:
-    """The files the system part would write after the storage part acted, judged as a dry run
-    judges it (on the facts the storage part would leave), that cannot be written where they are
-    (facts.sysfiles.write_target: immutable, a read-only /etc, a link root does not trust): the
-    storage part checks its own files before it touches a drive; this checks the next part's, so
-    a run never partitions and formats only to stop at an immutable unit. Empty when the storage
-    part would change nothing or refuse anyway (its own refusal then says why). A refusal of the
-    system part itself (RefusedError: a masked unit, a hostctl others can change) is raised: it
-    does not depend on what the storage part does, so the run stops before any drive is touched."""
+def blocked_later_writes(parts: list[Any]) -> list[tuple[str, list[str]]]:
+    """Every part judged as a dry run judges it, each on the facts the parts before it would leave,
+    before any acts: the files a part would write once an earlier part has acted that cannot be
+    written where they are (facts.sysfiles.write_target: immutable, a read-only /etc, a link root
+    does not trust), as (part, [file: problem]). Each part checks its own files before it writes
+    one; this checks the later parts', so a run never partitions and formats, or installs the
+    system part's files, only to stop at an immutable unit. A refusal of a later part itself
+    (RefusedError: a masked unit, a hostctl others can change) is raised once an earlier part would
+    act: it does not depend on what they do, so the run stops before any of them changes the host.
+    Empty where no earlier part would act, or where a part refuses anyway by its own assessment
+    (the real run stops there and says why)."""
     from hostctl.facts.sysfiles import write_target
 
+    blocked: list[tuple[str, list[str]]] = []
+    acting = False  # whether a part before the one judged now would change the host
     with ExitStack() as held:
         ctx = Context(dry_run=True, held=held)
-        try:
-            first = storage_part.decide(storage_part.read(ctx))
-            if first.refusals or not first.actions:
-                return []
-            ctx.earlier["storage"] = first
-            then = system_part.decide(system_part.read(ctx))
-        except RefusedError:
-            raise
-        except HostctlError:
-            return []  # the real run meets the same error at its own step and reports it there
-    return [f"{a.writes}: {t.problem}" for a in then.actions if a.writes and (t := write_target(a.writes)).problem]
+        for p in parts:
+            try:
+                d = p.decide(p.read(ctx))
+            except RefusedError:
+                if acting:
+                    raise
+                return blocked  # nothing before it acts: the real run refuses at this part, as here
+            except HostctlError:
+                return blocked  # the real run meets the same error at its own step and reports it there
+            if d.refusals:
+                return blocked
+            writes = [f"{a.writes}: {t.problem}" for a in d.actions if a.writes and (t := write_target(a.writes)).problem]
+            if acting and writes:
+                blocked.append((p.name, writes))
+            acting = acting or bool(d.actions)
+            ctx.earlier[p.name] = d
+    return blocked

@@ -117,13 +117,14 @@ def test_a_link_root_cannot_follow_refuses_the_run(case, host, tmp_path, capsys,
     assert (etc / "fstab").is_symlink()
 
 
-def full_host(host, tmp_path: Path, etc: Path):
-    """One drive, a profile for every part, and what the system part's units call (root's, as
-    install.sh leaves it): (drive, profile, /etc/systemd/system)."""
+def full_host(host, tmp_path: Path, etc: Path, extra: str = ""):
+    """One drive, a profile for every part (`extra`: more of it), and what the system part's units
+    call (root's, as install.sh leaves it): (drive, profile, /etc/systemd/system)."""
     drive = host.drive("160M", "f1")
     cfg = tmp_path / "p.toml"
     write_profile(cfg, [drive_toml("d1", drive.dev, tmp_path / "m1")], storage=ROLES, recipe="demo-cpu-tiny-moe",
-                  extra='[memory]\nhost_reserve = "4GiB"\n[runtime]\napi_host = "127.0.0.1"\napi_port = 18597\n')
+                  extra='[memory]\nhost_reserve = "4GiB"\n[runtime]\napi_host = "127.0.0.1"\napi_port = 18597\n'
+                        + extra)
     installed = etc.parent / "usr" / "local" / "bin" / "hostctl"
     installed.parent.mkdir(parents=True)
     installed.write_text("#!/bin/sh\n")
@@ -170,4 +171,19 @@ def test_a_masked_runtime_unit_refuses_the_whole_run_first(host, tmp_path, capsy
         assert "/etc/systemd/system/hostctl-runtime.service -> /dev/null (the unit is masked)" in text, text
         assert "systemctl unmask hostctl-runtime.service" in text, text
     assert os.readlink(units / "hostctl-runtime.service") == "/dev/null"
+    assert not (tmp_path / "m1").exists() or not any((tmp_path / "m1").iterdir())
+
+
+def test_a_masked_power_unit_refuses_the_whole_run_first(host, tmp_path, capsys, etc):
+    """The gpu part's own unit masked: a full `provision` refuses before the storage part touches
+    a drive and before the system part installs anything (this machine has no GPU driver; the
+    power unit is written whether or not the driver is loaded, so its refusal comes all the same)."""
+    drive, cfg, units = full_host(host, tmp_path, etc, extra="[gpu]\npower_limit_w = 300\n")
+    (units / "hostctl-power.service").symlink_to("/dev/null")
+    for text in refused_before_any_drive(drive, cfg, capsys):
+        assert "/etc/systemd/system/hostctl-power.service -> /dev/null (the unit is masked)" in text, text
+        assert "systemctl unmask hostctl-power.service" in text, text
+    assert os.readlink(units / "hostctl-power.service") == "/dev/null"
+    assert not (units / "hostctl-runtime.service").exists(), "the system part acted before the gpu part's refusal"
+    assert not (etc / "hostctl" / "hostctl.toml").exists()
     assert not (tmp_path / "m1").exists() or not any((tmp_path / "m1").iterdir())
