@@ -232,6 +232,8 @@ def blocked_later_writes(parts: list[Any]) -> list[tuple[str, list[str]]]:
     with ExitStack() as held:
         ctx = Context(dry_run=True, held=held)
         for p in parts:
+            if not acting and p is parts[-1]:
+                break  # nothing before the last part acts: the real run meets whatever it finds first
             try:
                 d = p.decide(p.read(ctx))
             except RefusedError:
