@@ -56,4 +56,7 @@ def take_storage() -> StorageStart | None:
 def stop_untaken() -> None:
     started = take_storage()
     if started is not None:
+        from vm.conftest import remove_disks
+
         started.running.kill()
+        remove_disks(started.run_dir)
