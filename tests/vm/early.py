@@ -3,11 +3,10 @@
 The storage guest is the longest item of the suite (about 5.5 min under TCG on CI's machine:
 two boots, provision and the in-guest checks) and runs on one emulated CPU; the unit tier runs
 on one host CPU and asserts no timing. Started when the first unit test is set up (an autouse
-fixture in tests/conftest.py), the guest
-runs on the machine's other CPU, and the vm tier's `storage_run` fixture takes the running
-guest instead of booting one, then waits for it to its usual deadline (TIMEOUT_S counts from
-QEMU's start either way). Not earlier: the system tier's runtime boots use every CPU and their
-supervisors judge time.
+fixture in tests/conftest.py), the guest runs on the machine's other CPU, and the vm tier's
+`storage_run` fixture takes the running guest instead of booting one, then waits for it to its
+usual deadline (TIMEOUT_S counts from QEMU's start either way). Not earlier: the system tier's
+runtime boots use every CPU and their supervisors judge time.
 
 A guest nobody took (the session stopped first) is killed by its PID at the end of the
 session (pytest_sessionfinish); QEMU also dies with the test process (qemu.py).
