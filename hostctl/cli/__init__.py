@@ -6,9 +6,13 @@ executor.
 Results go to stdout (with --json: exactly one versioned JSON document); progress, warnings
 and errors go to stderr. Exit codes: 0 ok, 1 failed, 2 bad input, 3 refused for safety, 70 an
 internal error (a bug), 130 / 143 interrupted by SIGINT / SIGTERM.
-"""
 
-from __future__ import annotations
+The command modules write their annotations to be evaluated where they are defined (no
+`from __future__ import annotations`): typer reads the signature of every command on every run,
+and compiling postponed annotation strings for it cost 16 ms of the 115 ms that importing the CLI
+and building its commands took on the 2-CPU machine. A type only imported for the type checker
+is written as a string there.
+"""
 
 import functools
 import os

@@ -1,8 +1,6 @@
 """`hostctl cache list|verify|prune`: the runtime's caches by generation. Parsing and printing only;
 the work is in hostctl.cache.act (list, verify) and hostctl.cache.prune."""
 
-from __future__ import annotations
-
 import sys
 from pathlib import Path
 from typing import Annotated, Optional

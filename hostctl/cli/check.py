@@ -1,8 +1,6 @@
 """`hostctl verify|doctor`: prove the host matches its plan, and explain what is wrong. Parsing and
 printing only; the work is in hostctl.verify and hostctl.doctor, imported by each body."""
 
-from __future__ import annotations
-
 import sys
 from enum import Enum
 from pathlib import Path

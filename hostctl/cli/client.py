@@ -2,8 +2,6 @@
 OpenAI SDK's environment) or as JSON. Parsing and writing only; the documents are
 hostctl.service.clientconfig's."""
 
-from __future__ import annotations
-
 import os
 import sys
 from enum import Enum

@@ -2,8 +2,6 @@
 combination. Parsing only; the work and its printing (rich: a progress bar on a terminal) are in
 hostctl.bench.command and hostctl.tune.command."""
 
-from __future__ import annotations
-
 from pathlib import Path
 from typing import Annotated, Optional
 

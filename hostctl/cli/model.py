@@ -1,8 +1,6 @@
 """`hostctl model pull|verify`: the checkpoint the recipe names. Parsing and printing only; the work
 is in hostctl.model.pull and hostctl.model.verify."""
 
-from __future__ import annotations
-
 import json
 import sys
 from pathlib import Path

@@ -1,8 +1,6 @@
 """`hostctl metrics`: the host and its runtime for Prometheus (README "Watching the host").
 Parsing and printing only; the reading and the exposition are hostctl.metrics'."""
 
-from __future__ import annotations
-
 import sys
 from pathlib import Path
 from typing import Annotated, Optional

@@ -2,8 +2,6 @@
 runtime's files and make the host ready. Parsing and printing only; each body imports the module
 that does the work."""
 
-from __future__ import annotations
-
 import os
 import sys
 from enum import Enum
@@ -138,7 +136,7 @@ def plan(ctx: typer.Context, json_: JsonOpt = False, config: ConfigOpt = None, f
         raise typer.Exit(EXIT_FAILED)
 
 
-def _plan_with_drives(c: GlobalOptions, cfg: Config) -> Plan:
+def _plan_with_drives(c: GlobalOptions, cfg: "Config") -> "Plan":
     """The plan, with what provision's storage part would refuse on these facts as its problems
     (a drive a snapshot of another host does not hold is a warning there)."""
     from hostctl.plan import build_plan

@@ -1,8 +1,6 @@
 """`hostctl up|down|status|logs|smoke`: the runtime's lifecycle. Parsing and printing only; the work
 is in hostctl.service (and hostctl.cluster with --cluster), imported by each body."""
 
-from __future__ import annotations
-
 import sys
 from typing import Annotated, Optional
 

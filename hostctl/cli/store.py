@@ -1,8 +1,6 @@
 """`hostctl store split`: per-rank expert-store files on the drives the plan assigns. Parsing only;
 the work is in hostctl.provision.rankstores."""
 
-from __future__ import annotations
-
 from typing import Annotated
 
 import typer
