@@ -392,10 +392,10 @@ _SECRET_HINT_WORDS = ("key", "token", "secret", "passw", "passphrase", "_pass", 
 _SECRET_HINT_GATE = _has_word(_SECRET_HINT_WORDS, re.compile(rf"(?i){_SECRET_HINT}"))
 # The hinting-name shape from its hint on: the hint, the rest of the name, the separator and a
 # credential-long value ("pass": 7 in doctor's summary has the hint and not the value).
-_HINT = r"(?:KEY|TOKEN|SECRET|PASS|AUTH|CRED|PRIVATE|SIGNATURE|COOKIE|SESSION)"
+_HINT_WORDS = ("key", "token", "secret", "pass", "auth", "cred", "private", "signature", "cookie", "session")
+_HINT = f"(?:{'|'.join(_HINT_WORDS)})"  # under (?i), as every pattern it is part of
 _HINTED_VALUE = rf"[A-Za-z0-9_.-]{{0,{_NAME_MAX}}}[\"']?\s*[:=]\s*[\"']?[A-Za-z0-9_.~+/=:-]{{16}}"
-_HINTED_VALUE_GATE = _has_word(("key", "token", "secret", "pass", "auth", "cred", "private", "signature", "cookie", "session"),
-                               re.compile(rf"(?i){_HINT}{_HINTED_VALUE}"), re.compile(rf"(?i){_HINTED_VALUE}"))
+_HINTED_VALUE_GATE = _has_word(_HINT_WORDS, re.compile(rf"(?i){_HINT}{_HINTED_VALUE}"), re.compile(rf"(?i){_HINTED_VALUE}"))
 _PATTERNS: tuple[tuple[Callable[[str], bool], re.Pattern, Callable[[re.Match], str]], ...] = (
     # Authorization: Bearer xyz / "authorization": "Basic xyz"
     (_has_word(("authorization",), re.compile(r"(?i)authorization")),
