@@ -148,6 +148,7 @@ class FrameReader:
                 up = part["uptime_s"]
                 detail = f"up {up // 60} min {up % 60} s"
             health, _refused = health_of(self.rt.endpoint)
+            asked = time.monotonic()
             with apiclient.client(timeout=min(3.0, self.interval_s * 2)) as c:
                 sample = runtime_metrics.read(c, self.rt.endpoint)
             now = time.monotonic()
@@ -155,7 +156,7 @@ class FrameReader:
                 if self.previous is not None:
                     rates = runtime_metrics.rates(self.previous[1], sample, now - self.previous[0])
                 self.previous = (now, sample)
-            engine = self._judge(now, liveness.counters_of(sample))
+            engine = self._judge(asked, liveness.counters_of(sample))
         elif "exit_code" in part:
             detail = f"exit code {part['exit_code']}" + (", OOM-killed" if part["oom_killed"] else "")
         return WatchFrame(at=datetime.now().strftime("%H:%M:%S"), container=self.rt.container,
@@ -163,20 +164,22 @@ class FrameReader:
                           health=health, engine=engine, sample=sample, rates=rates, gpus=self.gpus.read(),
                           restarts=_restarts(), last_smoke=_last_smoke())
 
-    def _judge(self, now: float, counters: Any) -> str:
+    def _judge(self, asked: float, counters: Any) -> str:
+        """The engine's line from a reading of /metrics asked at `asked` (None: none was read, which
+        judges nothing: hostctl.service.liveness.EngineProgress)."""
         p = self.progress
-        p.counters(now, counters)
-        if counters is not None and not counters.in_flight:
+        if counters is None:
+            return "not judged (no counters in /metrics)"
+        p.counters(asked, counters)
+        if not counters.in_flight:
             # idle is not evidence of a freeze; without canaries, a stall is timed from when work
             # was last seen arriving, not from the last progress before an idle spell
-            p.last_progress = now
-        if p.last is None:
-            return "not judged (no counters in /metrics)"
-        stalled = p.stalled_s(now)
+            p.last_progress = asked
+        stalled = p.stalled_s()
         if stalled is not None:
             return f"NOT WORKING: requests in flight and the counters still for {stalled:.0f} s"
         if p.busy():
-            return f"working (counters moved {now - p.last_progress:.0f} s ago)"
+            return f"working (counters moved {asked - p.last_progress:.0f} s ago)"
         return "idle"
 
 

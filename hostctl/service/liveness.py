@@ -69,11 +69,18 @@ class EngineProgress:
 
     Stalled means: requests in flight and the counters still for hang_timeout_s, or idle and a
     canary out for hang_timeout_s without completing. A canary is sent once the last evidence is
-    half the bound old, so a freeze is judged between hang_timeout_s and 1.5x it after it began."""
+    half the bound old, so a freeze is judged between hang_timeout_s and 1.5x it after it began.
+
+    The span is judged at the last reading (counters read, a canary's outcome), never at the
+    caller's clock: time that passed with no reading is no evidence either way. A /metrics that
+    does not answer on a loaded server, or a judge that was not scheduled (CI measured a process
+    beside the 2-CPU demo engine under load getting no CPU for 5-20 s), said nothing about the
+    engine; the next reading does. A reading counts from when it was asked: its answer is newer."""
 
     def __init__(self, *, hang_timeout_s: float, started_at: float) -> None:
         self.hang_timeout_s = hang_timeout_s
         self.last_progress = started_at  # supervision starts right after the smoke gate passed
+        self.read_at = started_at  # the last reading of the engine: when it was asked
         self.last: EngineCounters | None = None  # the last reading that could be read
         self.canary_id = 0  # the canary out (or the last one sent)
         self.canary_sent_at: float | None = None  # a canary is out since then
@@ -82,10 +89,12 @@ class EngineProgress:
         self.evidence = "the smoke gate"
 
     def counters(self, now: float, c: EngineCounters | None) -> None:
-        """A reading of /metrics; None when it could not be read, which keeps the last one (a slow
-        /metrics on a loaded server is not an idle engine)."""
+        """A reading of /metrics asked at `now`; None when it could not be read: no reading, so the
+        last one is kept and the judged span does not grow (a slow /metrics on a loaded server is
+        not an idle engine)."""
         if c is None:
             return
+        self.read_at = max(self.read_at, now)
         if self.last is not None and c.work > self.last.work:
             self.last_progress, self.evidence = now, "the engine's counters moved"
             self.canary_sent_at, self.canary_failure = None, ""  # progress answers for an unanswered canary
@@ -102,6 +111,7 @@ class EngineProgress:
         "failed" (no answer in time, a 5xx). A failed canary stays out: the clock runs from when it
         was sent, and no other is sent. A completion is progress whichever canary it was; a late
         failure or refusal of an earlier one changes nothing."""
+        self.read_at = max(self.read_at, now)
         if outcome == "completed":
             self.last_progress, self.evidence = now, "a canary request completed"
             if canary_id is None or canary_id == self.canary_id:
@@ -123,13 +133,14 @@ class EngineProgress:
         return (self.canary_sent_at is None and self.canary_given_up is None and not self.busy()
                 and now - self.last_progress >= self.hang_timeout_s / 2)
 
-    def stalled_s(self, now: float) -> float | None:
-        """Seconds since the last progress once the engine counts as stalled, else None."""
+    def stalled_s(self) -> float | None:
+        """Seconds from the last progress to the last reading once the engine counts as stalled, else None."""
+        at = self.read_at
         if self.busy():
-            stalled = now - self.last_progress >= self.hang_timeout_s
+            stalled = at - self.last_progress >= self.hang_timeout_s
         else:
-            stalled = self.canary_sent_at is not None and now - self.canary_sent_at >= self.hang_timeout_s
-        return now - self.last_progress if stalled else None
+            stalled = self.canary_sent_at is not None and at - self.canary_sent_at >= self.hang_timeout_s
+        return at - self.last_progress if stalled else None
 
 
 # ---------------------------------------------------------------- asking the runtime
@@ -198,15 +209,21 @@ def check_once(endpoint: str, served_name: str, api_key_env: str | None, hang_ti
     with apiclient.client(timeout=watch_s) as c:
         first = read_counters(c, endpoint)
         if first is not None and first.in_flight:
+            still: EngineCounters | None = None  # the last reading that showed no move
             while time.monotonic() - t0 < watch_s:
                 time.sleep(STATUS_POLL_S)
                 now = read_counters(c, endpoint)
                 if now is not None and now.work > first.work:
                     return ProgressCheck(working=True, evidence="the engine's counters moved", counters=now,
                                          seconds=round(time.monotonic() - t0, 3))
+                still = now or still
+            if still is None:  # no reading after the first: nothing is known about the span
+                return ProgressCheck(working=None, evidence="the engine's counters",
+                                     why=f"requests in flight and /metrics not read again in {watch_s:g} s",
+                                     counters=first, seconds=round(time.monotonic() - t0, 3))
             return ProgressCheck(working=False, evidence="the engine's counters",
                                  why=f"requests in flight and the engine's counters did not move in {watch_s:g} s",
-                                 counters=first, seconds=round(time.monotonic() - t0, 3))
+                                 counters=still, seconds=round(time.monotonic() - t0, 3))
     outcome, detail = send_canary(endpoint, served_name, api_key_env, min(STATUS_CANARY_S, hang_timeout_s / 2))
     seconds = round(time.monotonic() - t0, 3)
     if outcome == "completed":

@@ -121,10 +121,12 @@ class Watcher:
         if o.kind == "die":
             return Verdict(action="died", exit_code=o.exit_code, oom=self.oom)
         if o.kind == "state":
+            # a death only: a hang is judged on readings of the runtime, each at its own time, never
+            # on this poll's clock (a supervisor that was not scheduled has read nothing meanwhile)
             self.status = o.status
             if o.status not in ALIVE:
                 return Verdict(action="died", exit_code=o.exit_code, oom=self.oom or bool(o.oom_killed), status=o.status)
-            return self._hang_check(o.at)
+            return Verdict(action="watch")
         if o.kind == "health":
             if o.ok:
                 # progress is judged on the counters read right after this answer, not on this one:
@@ -133,13 +135,16 @@ class Watcher:
                 return Verdict(action="watch", pet=True)
             if self.failing_since is None:
                 self.failing_since = o.at
-            return self._hang_check(o.at)
+            failing = o.at - self.failing_since
+            if failing >= self.hang_timeout_s:
+                return Verdict(action="hung", failing_s=failing, status=self.status, counters=self.progress.last)
+            return Verdict(action="watch")
         if o.kind == "counters":
             self.progress.counters(o.at, o.counters)
-            return self._hang_check(o.at)
+            return self._progress_check()
         if o.kind == "canary":
             self.progress.canary(o.at, o.outcome or "failed", o.detail, o.canary_id)
-            return self._hang_check(o.at)
+            return self._progress_check()
         return Verdict(action="watch")
 
     def canary_due(self, now: float) -> bool:
@@ -150,18 +155,15 @@ class Watcher:
     def canary_sent(self, now: float) -> int:
         return self.progress.canary_sent(now)
 
-    def _hang_check(self, now: float) -> Verdict:
+    def _progress_check(self) -> Verdict:
         if self.failing_since is not None:
             # /health failing: the runtime answers nothing at all (paused, wedged); judged on that alone
-            failing = now - self.failing_since
-            if failing >= self.hang_timeout_s:
-                return Verdict(action="hung", failing_s=failing, status=self.status, counters=self.progress.last)
             return Verdict(action="watch")
-        stalled = self.progress.stalled_s(now)
+        stalled = self.progress.stalled_s()
         if stalled is not None:
             p = self.progress
             canary = "" if p.canary_sent_at is None else (
-                f"sent {now - p.canary_sent_at:.1f} s before, " + (p.canary_failure or "no answer yet"))
+                f"sent {p.read_at - p.canary_sent_at:.1f} s before, " + (p.canary_failure or "no answer yet"))
             return Verdict(action="hung", failing_s=stalled, evidence="progress", status=self.status,
                            counters=p.last, last_progress=p.evidence, canary=canary)
         return Verdict(action="watch")
@@ -232,16 +234,17 @@ def _health_thread(endpoint: str, out: Callable[[Observation], None], stop: thre
         # elsewhere), so here it counts as unhealthy; the answer is read up to a cap.
         with apiclient.client(timeout=HEALTH_TIMEOUT_S) as c:
             while not stop.is_set():
+                # each reading is stamped when it was asked (hostctl.service.liveness.EngineProgress)
                 t = time.monotonic()
                 try:
                     ok = apiclient.request(c, "GET", f"{endpoint}/health", cap=apiclient.SMALL_CAP,
                                            what="/health").status_code == 200
                 except (httpx.HTTPError, apiclient.BadAnswer, apipeer.ListenerRefused):
                     ok = False
-                out(Observation(kind="health", at=time.monotonic(), ok=ok))
+                out(Observation(kind="health", at=t, ok=ok))
                 if ok:
-                    counters = liveness.read_counters(c, endpoint)
-                    out(Observation(kind="counters", at=time.monotonic(), counters=counters))
+                    asked = time.monotonic()
+                    out(Observation(kind="counters", at=asked, counters=liveness.read_counters(c, endpoint)))
                 stop.wait(max(0.0, HEALTH_EVERY_S - (time.monotonic() - t)))
 
     th = threading.Thread(target=run, name="hostctl-health", daemon=True)

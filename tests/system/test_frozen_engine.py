@@ -5,7 +5,8 @@ grammar) while vLLM's API server goes on answering /health.
 - `status` and doctor without a supervisor: not healthy (doctor's logs.runtime fails) while
   frozen, healthy again once thawed (the shared runtime, no boot of its own);
 - `up --foreground` (the supervisor, outside systemd; the systemd restart is
-  test_supervise_systemd.py's): a busy server is never judged hung and gets no canary, a freeze
+  test_supervise_systemd.py's): a busy server is never judged hung and gets no canary, not even
+  by a supervisor that was not scheduled for longer than the bound meanwhile, a freeze
   shorter than the bound is forgiven, `status` beside the supervisor says not healthy, and a
   freeze past the bound ends the supervisor non-zero naming `engine-frozen`, recorded.
 """
@@ -13,6 +14,8 @@ grammar) while vLLM's API server goes on answering /health.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import threading
 import time
@@ -92,9 +95,13 @@ def _load(endpoint: str, served: str, seconds: float) -> tuple[int, list[str]]:
     def client() -> None:
         with httpx.Client(timeout=60, trust_env=False) as c:
             while time.monotonic() < stop:
-                r = c.post(f"{endpoint}/v1/chat/completions", json={
-                    "model": served, "messages": [{"role": "user", "content": "Count from 1 to 50."}],
-                    "max_tokens": 64, "temperature": 0, "ignore_eos": True})
+                try:
+                    r = c.post(f"{endpoint}/v1/chat/completions", json={
+                        "model": served, "messages": [{"role": "user", "content": "Count from 1 to 50."}],
+                        "max_tokens": 64, "temperature": 0, "ignore_eos": True})
+                except httpx.HTTPError as exc:  # the server went away: said, not a thread's traceback
+                    errors.append(f"{type(exc).__name__}: {exc}")
+                    return
                 if r.status_code == 200:
                     done[0] += 1
                 else:
@@ -106,6 +113,20 @@ def _load(endpoint: str, served: str, seconds: float) -> tuple[int, list[str]]:
     for t in threads:
         t.join()
     return done[0], errors
+
+
+class NotScheduled:
+    """SIGSTOP of a process, SIGCONT when the block ends (also after a failure)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    def __enter__(self) -> NotScheduled:
+        os.kill(self.pid, signal.SIGSTOP)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        os.kill(self.pid, signal.SIGCONT)
 
 
 def _log_since(container: str, since: float) -> str:
@@ -140,11 +161,23 @@ def test_the_supervisor_judges_progress_not_health(demo_image, host_factory):
         # completes behind the load's prefills, seconds later on a loaded CPU (CI saw it).
         _wait_for_a_canary(h.container, HANG_S * 3)
         t_load = time.time()
-        served, errors = _load(endpoint, recipe["served_name"], 3 * HANG_S)
+        loaded: dict = {}
+        loader = threading.Thread(target=lambda: loaded.update(
+            zip(("served", "errors"), _load(endpoint, recipe["served_name"], 3 * HANG_S))))
+        loader.start()
+        # Meanwhile the supervisor itself gets no CPU for longer than the bound (SIGSTOP): a judge
+        # that was not scheduled has read nothing, and convicts nothing. CI once saw the supervisor
+        # stop a working engine under this load: on the 2-CPU machine a process beside the demo
+        # engine got no CPU for 5-20 s, and the hang was timed to its clock, not to its readings.
+        time.sleep(2)
+        with NotScheduled(proc.pid):
+            time.sleep(1.5 * HANG_S + 2)
+        loader.join()
+        served, errors = loaded["served"], loaded["errors"]
         log = _log_since(h.container, t_load)
-        assert served > 0 and not errors, errors[:3]
+        assert served > 0 and not errors, f"{errors[:3]}\n{out.text()[-3000:]}"
         assert proc.poll() is None, out.text()[-3000:]
-        assert "POST /v1/chat/completions" in log, "the runtime logs no requests: the canary check would prove nothing"
+        assert "POST /v1/chat/completions" in log, "the runtime logs no requests: the canary check would prove nothing\n" + out.text()[-3000:]
         assert "POST /v1/completions" not in log, "a canary was sent while requests were in flight"
 
         # 2. Frozen for half the bound, then thawed: forgiven.

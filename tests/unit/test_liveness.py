@@ -4,6 +4,10 @@ tests/unit/data/supervise.yaml's (test_supervise.py)."""
 
 from __future__ import annotations
 
+import http.server
+import threading
+import time
+
 from hostctl.failures import StartEvidence
 from hostctl.service import liveness
 from hostctl.service.supervise import Verdict, death_finding
@@ -79,3 +83,54 @@ def test_a_runtime_that_answers_nothing_stays_a_runtime_hang():
     cause, _ = death_finding(Verdict(action="hung", evidence="health", failing_s=7.0, status="paused"),
                              StartEvidence(log=""), 6)
     assert cause.id == "runtime-hang"
+
+
+class _Metrics:
+    """A loopback /metrics that answers the first `answered` GETs with METRICS and holds every later
+    one past the client's timeout (a loaded API server's /metrics)."""
+
+    def __init__(self, answered: int) -> None:
+        served = [0]
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                served[0] += 1
+                if served[0] > answered:
+                    time.sleep(2.5)
+                body = METRICS.encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.served = served
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def __enter__(self) -> _Metrics:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_status_calls_a_busy_engine_stalled_only_on_a_reading_that_did_not_move():
+    # hang_timeout_s 2: status watches the counters for 1 s, each read bounded by that
+    with _Metrics(answered=10**6) as m:
+        check = liveness.check_once(m.endpoint, "demo", None, 2)
+    assert check.working is False and "did not move in 1 s" in check.why, check
+    assert check.counters is not None and check.counters.in_flight
+
+
+def test_status_judges_nothing_when_metrics_answers_once_and_then_not_in_time():
+    with _Metrics(answered=1) as m:
+        check = liveness.check_once(m.endpoint, "demo", None, 2)
+        assert m.served[0] >= 2  # it did ask again
+    assert check.working is None and "not read again in 1 s" in check.why, check

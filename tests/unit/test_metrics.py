@@ -468,3 +468,7 @@ def test_the_watch_judges_a_busy_engine_on_its_counters_only():
     assert w._judge(t0 + 300, EngineCounters(running=0, waiting=0, work=9)) == "idle"
     assert w._judge(t0 + 301, EngineCounters(running=0, waiting=1, work=9)).startswith("working")
     assert w._judge(t0 + 318, EngineCounters(running=1, waiting=0, work=9)).startswith("NOT WORKING")
+    # frames whose /metrics was not read judge nothing, however long they span; the next reading does
+    assert w._judge(t0 + 320, EngineCounters(running=1, waiting=0, work=20)).startswith("working")
+    assert w._judge(t0 + 350, None) == "not judged (no counters in /metrics)"
+    assert w._judge(t0 + 351, EngineCounters(running=1, waiting=0, work=30)).startswith("working")
