@@ -7,7 +7,14 @@ Run from the repository root:  python3 benchmarks/doctor_quick.py [--runs N] [--
 Only the standard library is imported here, and hostctl runs from this checkout (PYTHONPATH), so
 it runs on a machine that has just Python and hostctl's own dependencies, e.g. the GPU machine:
   pip install --no-index --no-deps --target /tmp/site WHEELS...; PYTHONPATH=/tmp/site python3 benchmarks/doctor_quick.py
-(no Docker there: status then says the engine cannot be asked, which is still a whole run). Before timing, each
+(no Docker there: status then says the engine cannot be asked, which is still a whole run). A system
+python also runs its site-packages' .pth hooks on every start (39 ms of `python3 -c pass` on one H100,
+a numba hook), which hostctl in install.sh's venv does not; to time what a user waits for, run it
+from such a venv as well:
+  python3 -m venv --without-pip /tmp/v
+  pip install --no-index --no-deps --target "$(/tmp/v/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" WHEELS...
+  /tmp/v/bin/python benchmarks/doctor_quick.py
+Before timing, each
 command runs once untimed, with bytecode writing allowed (PYTHONDONTWRITEBYTECODE is dropped for
 the children): an installed hostctl has its .pyc files, and compiling ~100 modules from source
 on every run is not what a user waits for.
