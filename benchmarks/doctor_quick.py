@@ -134,6 +134,8 @@ def main() -> None:
             "median_s": {k: round(v, 4) for k, v in medians.items()},
             "fastest_s": {k: round(min(v), 4) for k, v in rows.items()},
             "ratio_to_shell": {k: round(v / shell, 2) for k, v in medians.items()},
+            # every run in the order it ran, rounds interleaved: a median's spread, and any drift, show
+            "samples_s": {k: [round(x, 4) for x in v] for k, v in rows.items()},
         }, indent=2) + "\n")
 
 
